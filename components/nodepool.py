@@ -1,0 +1,251 @@
+"""One GPU node pool: a self-managed Auto Scaling group of EKS-optimized accelerated nodes.
+
+Self-managed ASGs rather than EKS managed node groups, because the node-verification launch hook must
+exist before the first instance launches (`initial_lifecycle_hooks`) and spot pools need a
+mixed-instances policy. Every decision (interfaces, labels, taints, tags, pacing, expectations) comes
+from spec/; this file only turns those values into resources.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Tuple
+
+import pulumi
+import pulumi_aws as aws
+
+from components.pod_identity import policy_document
+from spec import pools as pool_rules
+from spec.catalog import Catalog
+from spec.drain import LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
+from spec.efa import interface_layout
+from spec.model import GpuDriver
+from spec.validate import ResolvedPool
+from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, render_user_data
+
+ROOT_VOLUME_GIB = 500            # GPU container images (CUDA, NCCL, framework) run to tens of GB each
+DRAIN_HOOK_NAME = "gpu-cloud-drain"
+NODE_MANAGED_POLICIES = (
+    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+    "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",   # operators reach nodes without SSH keys
+)
+
+
+def accelerated_ami_parameter(kubernetes_version: str) -> str:
+    """Public SSM parameter of the EKS-optimized AL2023 NVIDIA AMI for a Kubernetes version."""
+    return f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+
+
+@dataclass(frozen=True)
+class ClusterConnection:
+    """What a node needs from the control plane."""
+    endpoint: pulumi.Input[str]
+    certificate_authority: pulumi.Input[str]
+    service_cidr: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class NodePoolArgs:
+    pool: ResolvedPool
+    cluster_name: str
+    cluster: ClusterConnection
+    kubernetes_version: str
+    region: str
+    account_id: str
+    vpc_id: pulumi.Input[str]
+    subnet_ids: Mapping[str, pulumi.Input[str]]       # zone -> private subnet
+    driver: GpuDriver
+    nvme_scratch: bool
+    max_temp_c: int
+    catalog: Catalog
+    artifact_bucket: pulumi.Input[str]
+    instance_tags: Mapping[str, str]                   # the stack's tags, for instances, volumes and the ASG
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    def __init__(self, name: str, args: NodePoolArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-cloud:nodepool:GpuNodePool", name, None, opts)
+        pool = args.pool
+        child = pulumi.ResourceOptions(parent=self)
+        self.asg_name = pool_rules.asg_name(args.cluster_name, pool.name)
+        asg_arn_pattern = (f"arn:aws:autoscaling:{args.region}:{args.account_id}:autoScalingGroup:*:"
+                           f"autoScalingGroupName/{self.asg_name}")
+
+        artifact = build_verifier_artifact(
+            pool_rules.verify_expectations(pool, args.driver, args.max_temp_c, args.catalog))
+        artifact_sha256 = hashlib.sha256(artifact).hexdigest()
+        artifact_key = f"verifier/{pool.name}/{artifact_sha256}.tar.gz"
+        self.artifact = aws.s3.BucketObjectv2(
+            f"{name}-verifier", bucket=args.artifact_bucket, key=artifact_key,
+            content_base64=base64.b64encode(artifact).decode(), content_type="application/gzip", opts=child)
+
+        self.role = self._node_role(name, args, asg_arn_pattern, artifact_key)
+        profile = aws.iam.InstanceProfile(f"{name}-profile", role=self.role.name, opts=child)
+        self.access_entry = aws.eks.AccessEntry(
+            f"{name}-access", cluster_name=args.cluster_name, principal_arn=self.role.arn, type="EC2_LINUX", opts=child)
+
+        zones = pool_rules.pool_zones(pool, tuple(args.subnet_ids))
+        security_groups = [args.cluster.security_group_id]
+        self.placement_group = None
+        if pool.efa:
+            efa_sg = self._efa_security_group(name, args.vpc_id)
+            security_groups.append(efa_sg.id)
+            # Cluster placement: EFA traffic between nodes in one spine keeps NCCL latency low.
+            self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+
+        user_data = pulumi.Output.all(args.cluster.endpoint, args.cluster.certificate_authority,
+                                      args.cluster.service_cidr, args.artifact_bucket).apply(
+            lambda values: base64.b64encode(render_user_data(NodeBootstrap(
+                cluster_name=args.cluster_name, api_server_endpoint=values[0], certificate_authority=values[1],
+                service_cidr=values[2], labels=pool_rules.node_labels(pool),
+                taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)),
+                max_pods=None,
+                raid0_instance_store=args.nvme_scratch and pool.primary_type.instance_store.disks > 0,
+                region=args.region, asg_name=self.asg_name, lifecycle_hook_name=pool_rules.VERIFY_HOOK_NAME,
+                pool_name=pool.name, artifact_uri=f"s3://{values[3]}/{artifact_key}", artifact_sha256=artifact_sha256,
+                driver_branch=args.driver.branch, driver_version=args.driver.version,
+                nvswitch=args.catalog.gpu_model(pool.primary_type.name).nvswitch,
+                efa_count=pool_rules.efa_devices(pool), verify_budget_s=pool_rules.VERIFY_BUDGET_S,
+            )).encode()).decode())
+
+        image = aws.ssm.get_parameter(name=accelerated_ami_parameter(args.kubernetes_version))
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"gpu-cloud {args.cluster_name} pool {pool.name}",
+            image_id=image.value,
+            instance_type=pool.primary_type.name if len(pool.types) == 1 else None,
+            user_data=user_data,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
+            # IMDSv2 only, hop limit 1: processes in pod network namespaces cannot reach the node's
+            # credentials. Nothing on a GPU node needs more: add-ons get AWS access via Pod Identity.
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1,
+                instance_metadata_tags="disabled"),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=ROOT_VOLUME_GIB, volume_type="gp3", iops=6000, throughput=500,
+                    encrypted="true", delete_on_termination="true"))],
+            monitoring=aws.ec2.LaunchTemplateMonitoringArgs(enabled=True),
+            network_interfaces=[
+                aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                    network_card_index=nic.network_card_index, device_index=nic.device_index,
+                    interface_type=nic.interface_type if nic.is_efa else None,
+                    security_groups=security_groups, delete_on_termination="true",
+                    associate_public_ip_address="false" if nic.primary else None)
+                for nic in interface_layout(pool.primary_type, efa=pool.efa)],
+            placement=aws.ec2.LaunchTemplatePlacementArgs(
+                group_name=self.placement_group.name, availability_zone=zones[0]) if self.placement_group else None,
+            capacity_reservation_specification=self._reservation(pool),
+            instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+            if pool.spec.capacity == "capacity-block" else None,
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type=kind, tags={**args.instance_tags, "Name": self.asg_name, "gpu-cloud:pool": pool.name})
+                for kind in ("instance", "volume", "network-interface")],
+            update_default_version=True,
+            opts=child)
+
+        # Spot pools, and pools of several types, need a mixed-instances policy; the others use the template.
+        mixed = pool.spec.capacity == "spot" or len(pool.types) > 1
+        refresh = pool_rules.refresh_preferences(pool)
+        tags = {**args.instance_tags, "Name": self.asg_name, NTH_MANAGED_TAG: "true",
+                **pool_rules.autoscaler_tags(pool, args.cluster_name)}
+        self.asg = aws.autoscaling.Group(
+            f"{name}-asg",
+            name=self.asg_name,
+            min_size=pool.spec.min_nodes, max_size=pool.spec.max_nodes, desired_capacity=pool.spec.desired_nodes,
+            vpc_zone_identifiers=[args.subnet_ids[z] for z in zones],
+            launch_template=None if mixed else aws.autoscaling.GroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
+            mixed_instances_policy=self._mixed_policy(pool) if mixed else None,
+            capacity_rebalance=pool.spec.capacity == "spot",
+            initial_lifecycle_hooks=[
+                aws.autoscaling.GroupInitialLifecycleHookArgs(
+                    name=pool_rules.VERIFY_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
+                    default_result="ABANDON", heartbeat_timeout=pool_rules.VERIFY_HOOK_TIMEOUT_S),
+                aws.autoscaling.GroupInitialLifecycleHookArgs(
+                    name=DRAIN_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                    default_result="CONTINUE", heartbeat_timeout=LIFECYCLE_DRAIN_TIMEOUT_S),
+            ],
+            instance_refresh=aws.autoscaling.GroupInstanceRefreshArgs(
+                strategy="Rolling",
+                preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
+                    min_healthy_percentage=refresh.min_healthy_percentage,
+                    max_healthy_percentage=refresh.max_healthy_percentage,
+                    skip_matching=True, instance_warmup=str(pool_rules.VERIFY_HOOK_TIMEOUT_S))),
+            health_check_type="EC2",
+            health_check_grace_period=pool_rules.VERIFY_HOOK_TIMEOUT_S,
+            # Nodes pass the verification hook on their own schedule (up to 20 minutes, longer for a
+            # capacity block that has not started): do not hold `pulumi up` for capacity.
+            wait_for_capacity_timeout="0",
+            # Only the drain handler's tag propagates: instances get the rest from the launch template.
+            tags=[aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=k == NTH_MANAGED_TAG)
+                  for k, v in sorted(tags.items())],
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.access_entry, *args.depends_on],
+                # cluster-autoscaler owns the desired size once the pool exists.
+                ignore_changes=["desiredCapacity"]))
+
+        self.register_outputs({"asgName": self.asg.name, "asgArn": self.asg.arn, "launchTemplateId": self.launch_template.id,
+                               "nodeRoleArn": self.role.arn, "artifactKey": artifact_key})
+
+    def _node_role(self, name: str, args: NodePoolArgs, asg_arn_pattern: str, artifact_key: str) -> aws.iam.Role:
+        child = pulumi.ResourceOptions(parent=self)
+        role = aws.iam.Role(f"{name}-node-role", description=f"GPU nodes of pool {args.pool.name}",
+                            assume_role_policy=policy_document({
+                                "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                                "Action": "sts:AssumeRole"}),
+                            opts=child)
+        for i, arn in enumerate(NODE_MANAGED_POLICIES):
+            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=role.name, policy_arn=arn, opts=child)
+        # The bootstrap gate: complete this ASG's lifecycle action, tag only the instance itself with
+        # the verdict keys, and read this pool's verifier bundle. Nothing else.
+        aws.iam.RolePolicy(f"{name}-node-gate", role=role.id, policy=policy_document(
+            {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow", "Action": "autoscaling:CompleteLifecycleAction",
+             "Resource": asg_arn_pattern},
+            {"Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
+             "Resource": f"arn:aws:ec2:{args.region}:{args.account_id}:instance/*",
+             "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+                           "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}},
+            {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": pulumi.Output.concat("arn:aws:s3:::", args.artifact_bucket, "/", artifact_key)},
+        ), opts=child)
+        return role
+
+    def _efa_security_group(self, name: str, vpc_id: pulumi.Input[str]) -> aws.ec2.SecurityGroup:
+        """EFA's OS-bypass traffic needs all protocols to and from the group itself, both ways."""
+        child = pulumi.ResourceOptions(parent=self)
+        group = aws.ec2.SecurityGroup(f"{name}-efa-sg", vpc_id=vpc_id, description="EFA: all traffic within the group",
+                                      opts=child)
+        aws.vpc.SecurityGroupIngressRule(f"{name}-efa-in", security_group_id=group.id, ip_protocol="-1",
+                                         referenced_security_group_id=group.id, description="EFA from peers", opts=child)
+        aws.vpc.SecurityGroupEgressRule(f"{name}-efa-out", security_group_id=group.id, ip_protocol="-1",
+                                        referenced_security_group_id=group.id, description="EFA to peers", opts=child)
+        return group
+
+    @staticmethod
+    def _reservation(pool: ResolvedPool) -> Optional[aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs]:
+        """Reserved and capacity-block pools launch only into their reservation, never elsewhere."""
+        if not pool.spec.reserved_capacity:
+            return None
+        return aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_preference="capacity-reservations-only",
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=pool.spec.capacity_reservation_id))
+
+    def _mixed_policy(self, pool: ResolvedPool) -> aws.autoscaling.GroupMixedInstancesPolicyArgs:
+        spot = pool.spec.capacity == "spot"
+        return aws.autoscaling.GroupMixedInstancesPolicyArgs(
+            instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                on_demand_base_capacity=0, on_demand_percentage_above_base_capacity=0 if spot else 100,
+                spot_allocation_strategy="price-capacity-optimized" if spot else None,
+                on_demand_allocation_strategy=None if spot else "prioritized"),
+            launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                launch_template_specification=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                    launch_template_id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
+                overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t.name)
+                           for t in pool.types]))

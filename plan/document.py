@@ -1,0 +1,168 @@
+"""The plan document (`--json`) and its human rendering.
+
+Document fields are a contract (version 1): version, project, stack, region, resources, outputs,
+capacity, cost, policy. Fields may be added, never renamed.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Mapping
+
+from plan.engine import ProgramRun
+from spec import cost
+from spec.validate import StackSpec
+
+DOCUMENT_VERSION = 1
+REQUIRED_FIELDS = {"version": int, "project": str, "stack": str, "region": str, "resources": list,
+                   "outputs": dict, "capacity": list, "cost": dict, "policy": dict}
+RESOURCE_FIELDS = {"urn": str, "type": str, "name": str, "custom": bool, "inputs": dict, "dependencies": list,
+                   "protect": bool, "retainOnDelete": bool}
+
+
+def capacity_rows(spec: StackSpec) -> List[Dict[str, Any]]:
+    rows = []
+    for pool in spec.pools:
+        s = pool.spec
+        rows.append({
+            "pool": s.name, "instanceTypes": list(s.instance_types),
+            "gpuModel": " | ".join(dict.fromkeys(t.gpu.model for t in pool.types)),
+            "gpusPerNode": pool.gpus_per_node, "capacity": s.capacity, "minNodes": s.min_nodes,
+            "desiredNodes": s.desired_nodes, "maxNodes": s.max_nodes, "workload": s.workload, "efa": pool.efa,
+            "availabilityZone": s.availability_zone, "gpusAtDesired": pool.gpus_per_node * s.desired_nodes,
+            "gpusAtMax": pool.gpus_per_node * s.max_nodes,
+        })
+    return rows
+
+
+def cost_section(spec: StackSpec) -> Dict[str, Any]:
+    estimate = cost.estimate(spec.pools, spec.catalog, spec.region)
+    return {
+        "currency": estimate.currency,
+        "hourlyAtDesired": estimate.hourly_at_desired,
+        "hourlyAtMax": estimate.hourly_at_max,
+        "complete": estimate.complete,
+        "pricesAsOf": spec.catalog.prices_as_of,
+        "source": spec.catalog.price_source,
+        "scope": "GPU node pools only (EKS control plane, system nodes, storage and traffic excluded)",
+        "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
+        "pools": [{"pool": p.pool, "capacity": p.capacity, "nodeHourly": p.node_hourly,
+                   "hourlyAtDesired": p.hourly_at_desired, "hourlyAtMax": p.hourly_at_max} for p in estimate.pools],
+    }
+
+
+def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any]) -> Dict[str, Any]:
+    return {
+        "version": DOCUMENT_VERSION,
+        "project": run.project,
+        "stack": run.stack,
+        "region": run.region,
+        "resources": [{
+            "urn": r.urn, "type": r.type, "name": r.name, "custom": r.custom, "parent": r.parent,
+            "provider": r.provider.rsplit("::", 1)[0] if r.provider else None,
+            "inputs": r.inputs, "dependencies": list(r.dependencies), "protect": r.protect,
+            "retainOnDelete": r.retain_on_delete,
+        } for r in run.resources],
+        "outputs": run.outputs,
+        "capacity": capacity_rows(spec),
+        "cost": cost_section(spec),
+        "policy": dict(policy),
+    }
+
+
+def document_problems(document: Any) -> List[str]:
+    """What is wrong with a plan document (empty when it is a valid version-1 document)."""
+    if not isinstance(document, dict):
+        return ["the document is not a JSON object"]
+    problems = [f"field {key!r} is missing or not a {kind.__name__}" for key, kind in REQUIRED_FIELDS.items()
+                if not isinstance(document.get(key), kind)]
+    if document.get("version") not in (None, DOCUMENT_VERSION) and isinstance(document.get("version"), int):
+        problems.append(f"version {document['version']} is not supported (expected {DOCUMENT_VERSION})")
+    for i, resource in enumerate(document.get("resources") or []):
+        if not isinstance(resource, dict):
+            problems.append(f"resources[{i}] is not an object")
+            continue
+        problems += [f"resources[{i}].{key} is missing or not a {kind.__name__}"
+                     for key, kind in RESOURCE_FIELDS.items() if not isinstance(resource.get(key), kind)]
+    violations = (document.get("policy") or {}).get("violations") if isinstance(document.get("policy"), dict) else None
+    if not isinstance(violations, list):
+        problems.append("policy.violations is missing or not a list")
+    return problems
+
+
+def render_text(document: Mapping[str, Any]) -> str:
+    lines = [f"gpu-cloud plan: stack {document['stack']} (project {document['project']}, region {document['region']})", ""]
+    lines += _resource_tree(document["resources"]) + [""]
+    lines += _capacity_table(document["capacity"]) + [""]
+    lines += _cost_table(document["cost"]) + [""]
+    lines += _policy_lines(document["policy"])
+    return "\n".join(lines)
+
+
+def _resource_tree(resources: List[Mapping[str, Any]]) -> List[str]:
+    by_urn = {r["urn"]: r for r in resources}
+
+    def top(resource):
+        while resource.get("parent") in by_urn:
+            resource = by_urn[resource["parent"]]
+        return resource
+
+    groups: Dict[str, Counter] = {}
+    for r in resources:
+        root = top(r)
+        if r is root and not r["custom"]:
+            groups.setdefault(root["urn"], Counter())
+        elif r is not root:
+            groups.setdefault(root["urn"], Counter())[r["type"]] += 1
+    standalone = Counter(r["type"] for r in resources if top(r) is r and r["custom"])
+    lines = [f"Resources: {len(resources)} ({sum(1 for r in resources if r['custom'])} cloud resources)"]
+    for urn, counts in groups.items():
+        component = by_urn[urn]
+        lines.append(f"  {component['name']} ({component['type']}): {sum(counts.values())}")
+        lines += [f"      {count:>3} x {kind}" for kind, count in sorted(counts.items())]
+    if standalone:
+        lines.append(f"  (stack level): {sum(standalone.values())}")
+        lines += [f"      {count:>3} x {kind}" for kind, count in sorted(standalone.items())]
+    return lines
+
+
+def _table(header: List[str], rows: List[List[str]]) -> List[str]:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    return ["  " + fmt.format(*header), "  " + fmt.format(*("-" * w for w in widths))] + \
+           ["  " + fmt.format(*map(str, row)) for row in rows]
+
+
+def _capacity_table(rows: List[Mapping[str, Any]]) -> List[str]:
+    body = [[r["pool"], ",".join(r["instanceTypes"]), r["gpuModel"], r["gpusPerNode"], r["capacity"],
+             f"{r['minNodes']}/{r['desiredNodes']}/{r['maxNodes']}", r["gpusAtDesired"], r["gpusAtMax"]] for r in rows]
+    total = ["total", "", "", "", "", "", sum(r["gpusAtDesired"] for r in rows), sum(r["gpusAtMax"] for r in rows)]
+    return ["GPU capacity:"] + _table(
+        ["pool", "instance types", "GPU", "GPUs/node", "capacity", "min/desired/max", "GPUs@desired", "GPUs@max"],
+        body + [total])
+
+
+def _usd(value) -> str:
+    return "no price" if value is None else f"${value:,.2f}"
+
+
+def _cost_table(section: Mapping[str, Any]) -> List[str]:
+    body = [[p["pool"], p["capacity"], _usd(p["nodeHourly"]), _usd(p["hourlyAtDesired"]), _usd(p["hourlyAtMax"])]
+            for p in section["pools"]]
+    body.append(["total", "", "", _usd(section["hourlyAtDesired"]), _usd(section["hourlyAtMax"])])
+    lines = [f"Hourly cost ({section['currency']}, prices as of {section['pricesAsOf']}; {section['scope']}):"]
+    lines += _table(["pool", "capacity", "per node", "at desired", "at max"], body)
+    if section.get("budgetMaxHourlyUsd") is not None:
+        lines.append(f"  budget: {_usd(section['budgetMaxHourlyUsd'])}/hour at max")
+    if not section.get("complete", True):
+        lines.append("  note: some pools have no price in the catalog for this region; totals leave them out")
+    return lines
+
+
+def _policy_lines(policy: Mapping[str, Any]) -> List[str]:
+    if policy.get("skipped"):
+        return [f"Policy: not run ({policy['skipped']})"]
+    violations = policy.get("violations", [])
+    if not violations:
+        return ["Policy: no violations"]
+    return [f"Policy: {len(violations)} violation(s)"] + [
+        f"  [{v['enforcement']}] {v['policy']}: {v['message']} ({v['urn']})" for v in violations]

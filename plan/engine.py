@@ -1,0 +1,308 @@
+"""Run the real gpu-cloud program in-process under Pulumi mocks and record what it registers.
+
+This is the one mock harness: the offline plan and every test use it. The mocks answer like AWS
+would for the stack's region (real zone names, ids and ARNs in the right format, an EKS endpoint,
+CA and OIDC issuer, the accelerated AMI from its SSM parameter, the peer stack's outputs), and the
+recording monitor keeps each registration's parent, provider, dependencies and options, which the
+SDK's own mock hooks do not expose.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import runpy
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ROOT = Path(__file__).resolve().parent.parent
+ACCOUNT_ID = "123456789012"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+REDACTED = "[secret]"
+
+# Zones each region really has (EC2 DescribeAvailabilityZones, 2026); a region not listed gets a, b, c.
+REGION_ZONES = {
+    "us-east-1": ("a", "b", "c", "d", "e", "f"),
+    "us-east-2": ("a", "b", "c"),
+    "us-west-2": ("a", "b", "c", "d"),
+    "eu-west-1": ("a", "b", "c"),
+}
+
+
+@dataclass(frozen=True)
+class RegisteredResource:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: Optional[str]
+    provider: Optional[str]
+    inputs: Dict[str, Any]          # as the engine sees them: camelCase, secrets redacted
+    dependencies: Tuple[str, ...]
+    protect: bool
+    retain_on_delete: bool
+    state: Dict[str, Any] = field(repr=False)   # what the mocks answered (ids, ARNs, ...)
+
+
+@dataclass
+class ProgramRun:
+    project: str
+    stack: str
+    region: str
+    resources: List[RegisteredResource]
+    outputs: Dict[str, Any]
+
+    def of_type(self, type_token: str) -> List[RegisteredResource]:
+        return [r for r in self.resources if r.type == type_token]
+
+    def one(self, type_token: str, name: Optional[str] = None) -> RegisteredResource:
+        found = [r for r in self.of_type(type_token) if name is None or r.name == name]
+        if len(found) != 1:
+            raise AssertionError(f"expected one {type_token} {name or ''}, found {[r.name for r in found]}")
+        return found[0]
+
+    def children_of(self, urn: str) -> List[RegisteredResource]:
+        return [r for r in self.resources if r.parent == urn]
+
+
+def _hex(seed: str, length: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:length]
+
+
+class GpuCloudMocks(pulumi.runtime.Mocks):
+    """Answers resource registrations and provider calls the way AWS would, deterministically."""
+
+    def __init__(self, region: str, peer_outputs: Callable[[str], Mapping[str, Any]]):
+        self.region = region
+        self.peer_outputs = peer_outputs
+
+    # --- resources -------------------------------------------------------------------------
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> Tuple[Optional[str], dict]:
+        seed = f"{args.typ}::{args.name}"
+        state = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return args.name, {"name": args.inputs.get("name", args.name),
+                               "outputs": dict(self.peer_outputs(args.inputs.get("name", args.name))),
+                               "secretOutputNames": []}
+        if args.typ.startswith("pulumi:providers:"):
+            return f"provider-{_hex(seed, 8)}", state
+        if args.typ.startswith("kubernetes:"):
+            return self._kubernetes(args, state)
+        return self._aws(args, state, seed)
+
+    def _aws(self, args, state: dict, seed: str) -> Tuple[str, dict]:
+        r, acct = self.region, ACCOUNT_ID
+        service, kind = _service_and_kind(args.typ)
+        physical = state.get("name") or f"{args.name}-{_hex(seed, 7)}"
+        if "name" in state or kind in _AUTONAMED:
+            state.setdefault("name", physical)
+        rid = f"{_ID_PREFIX.get(kind, kind.lower())}-{_hex(seed, 17)}"
+        arn = f"arn:aws:{service}:{r}:{acct}:{kind.lower()}/{physical}"
+        if kind == "Cluster" and service == "eks":
+            issuer_id = _hex(seed, 32).upper()
+            state.update(
+                endpoint=f"https://{issuer_id}.gr7.{r}.eks.amazonaws.com",
+                certificateAuthority={"data": base64.b64encode(
+                    b"-----BEGIN CERTIFICATE-----\nMIIC/mock/" + issuer_id.encode() + b"\n-----END CERTIFICATE-----\n").decode()},
+                identities=[{"oidcs": [{"issuer": f"https://oidc.eks.{r}.amazonaws.com/id/{issuer_id}"}]}],
+                kubernetesNetworkConfig={"serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4",
+                                         **(state.get("kubernetesNetworkConfig") or {})},
+                status="ACTIVE", platformVersion="eks.1", clusterId=str(uuid.UUID(_hex(seed, 32))),
+                vpcConfig={**(state.get("vpcConfig") or {}), "clusterSecurityGroupId": f"sg-{_hex(seed + 'cluster', 17)}",
+                           "vpcId": f"vpc-{_hex(seed + 'vpc', 17)}"},
+            )
+            arn = f"arn:aws:eks:{r}:{acct}:cluster/{physical}"
+            rid = physical
+        elif service == "iam":
+            arn = f"arn:aws:iam::{acct}:{_IAM_KIND.get(kind, kind.lower())}/{physical}"
+            rid = physical
+            if kind == "OpenIdConnectProvider":
+                host = state.get("url", "").removeprefix("https://")
+                arn, rid = f"arn:aws:iam::{acct}:oidc-provider/{host}", f"arn:aws:iam::{acct}:oidc-provider/{host}"
+            state.setdefault("uniqueId", f"AROA{_hex(seed, 17).upper()}")
+        elif service == "kms" and kind == "Key":
+            key_id = str(uuid.UUID(_hex(seed, 32)))
+            rid, arn = key_id, f"arn:aws:kms:{r}:{acct}:key/{key_id}"
+            state["keyId"] = key_id
+        elif service == "kms" and kind == "Alias":
+            rid, arn = state.get("name", physical), f"arn:aws:kms:{r}:{acct}:{state.get('name', physical)}"
+        elif service == "s3":
+            bucket = state.get("bucket") or f"{args.name}-{_hex(seed, 7)}"
+            state.setdefault("bucket", bucket)
+            rid, arn = bucket, f"arn:aws:s3:::{bucket}"
+            state.setdefault("bucketRegionalDomainName", f"{bucket}.s3.{r}.amazonaws.com")
+            if kind == "BucketObjectv2":
+                rid = state.get("key", physical)
+                state.setdefault("versionId", _hex(seed + "v", 32))
+                state.setdefault("etag", _hex(seed + "e", 32))
+        elif service == "sqs":
+            rid = f"https://sqs.{r}.amazonaws.com/{acct}/{physical}"
+            arn = f"arn:aws:sqs:{r}:{acct}:{physical}"
+            state["url"] = rid
+        elif service == "cloudwatch" and kind == "EventRule":
+            arn, rid = f"arn:aws:events:{r}:{acct}:rule/{physical}", physical
+        elif service == "cloudwatch" and kind == "LogGroup":
+            arn, rid = f"arn:aws:logs:{r}:{acct}:log-group:{physical}", physical
+        elif service == "autoscaling" and kind == "Group":
+            rid = physical
+            arn = f"arn:aws:autoscaling:{r}:{acct}:autoScalingGroup:{uuid.UUID(_hex(seed, 32))}:autoScalingGroupName/{physical}"
+        elif service == "ec2" and kind == "LaunchTemplate":
+            state.update(latestVersion=1, defaultVersion=1)
+        elif service == "ec2" and kind == "PlacementGroup":
+            rid = physical
+            state["placementGroupId"] = f"pg-{_hex(seed, 17)}"
+        elif service == "ec2" and kind == "Eip":
+            state.update(allocationId=rid, publicIp=f"52.{int(_hex(seed, 2), 16)}.{int(_hex(seed + 'x', 2), 16)}.10")
+        elif service == "fsx" and kind == "LustreFileSystem":
+            state.update(dnsName=f"{rid}.fsx.{r}.amazonaws.com", mountName=_hex(seed, 8))
+        elif service == "eks" and kind in ("Addon", "AccessEntry", "PodIdentityAssociation", "AccessPolicyAssociation"):
+            rid = f"{state.get('clusterName', 'cluster')}:{physical}"
+        state.setdefault("arn", arn)
+        state.setdefault("id", rid)
+        state.setdefault("ownerId", acct)
+        if "tags" in state:
+            state.setdefault("tagsAll", state["tags"])
+        return rid, state
+
+    def _kubernetes(self, args, state: dict) -> Tuple[str, dict]:
+        metadata = dict(state.get("metadata") or {})
+        name = metadata.get("name") or f"{args.name}-{_hex(args.name, 8)}"
+        namespace = metadata.get("namespace")
+        if args.typ == "kubernetes:helm.sh/v3:Release":
+            name = state.get("name") or name
+            state["status"] = {"name": name, "namespace": state.get("namespace", "default"), "status": "deployed",
+                               "chart": state.get("chart"), "version": state.get("version"), "revision": 1}
+            return f"{state.get('namespace', 'default')}/{name}", state
+        metadata.setdefault("name", name)
+        state["metadata"] = metadata
+        return f"{namespace}/{name}" if namespace else name, state
+
+    # --- provider functions -----------------------------------------------------------------
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        token, inputs, r = args.token, args.args, self.region
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            letters = REGION_ZONES.get(r, ("a", "b", "c"))
+            short = "".join(part[0] for part in r.split("-")[:-1]) + r.split("-")[-1]
+            return {"names": [f"{r}{x}" for x in letters], "zoneIds": [f"{short}-az{i + 1}" for i in range(len(letters))],
+                    "id": r, "groupNames": [r], "state": "available"}
+        if token == "aws:ssm/getParameter:getParameter":
+            name = inputs["name"]
+            return {"name": name, "value": f"ami-{_hex(name + r, 17)}", "type": "String",
+                    "arn": f"arn:aws:ssm:{r}::parameter{name}", "version": 1, "insecureValue": None, "id": name}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/plan", "userId": "AIDAPLAN", "id": ACCOUNT_ID}
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": r, "region": r, "id": r, "endpoint": f"ec2.{r}.amazonaws.com", "description": r}
+        if token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "reverseDnsPrefix": "com.amazonaws", "id": "aws"}
+        raise NotImplementedError(f"the plan's mocks have no answer for provider function {token}; add one in plan/engine.py")
+
+
+_AUTONAMED = {"Role", "Policy", "InstanceProfile", "Group", "LaunchTemplate", "PlacementGroup", "Queue", "LogGroup",
+              "EventRule", "SecurityGroup", "Cluster", "LustreFileSystem"}
+_ID_PREFIX = {"Vpc": "vpc", "Subnet": "subnet", "SecurityGroup": "sg", "InternetGateway": "igw", "NatGateway": "nat",
+              "Eip": "eipalloc", "RouteTable": "rtb", "Route": "r", "RouteTableAssociation": "rtbassoc",
+              "VpcEndpoint": "vpce", "LaunchTemplate": "lt", "FlowLog": "fl", "LustreFileSystem": "fs",
+              "SecurityGroupRule": "sgr", "VpcSecurityGroupIngressRule": "sgr", "VpcSecurityGroupEgressRule": "sgr",
+              "Instance": "i", "NetworkInterface": "eni"}
+_IAM_KIND = {"Role": "role", "Policy": "policy", "InstanceProfile": "instance-profile", "RolePolicy": "role",
+             "RolePolicyAttachment": "role"}
+
+
+def _service_and_kind(type_token: str) -> Tuple[str, str]:
+    """`aws:ec2/vpc:Vpc` -> ("ec2", "Vpc")."""
+    _, module, kind = type_token.split(":", 2)
+    return module.split("/", 1)[0], kind
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """MockMonitor that also keeps each registration's parent, provider, dependencies and options."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.registrations: List[RegisteredResource] = []
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        # Like the engine: a child's type is qualified by its parent's, except under the root stack.
+        if parent:
+            parent_type = parent.split("::")[2]
+            if parent_type != "pulumi:pulumi:Stack":
+                type_ = f"{parent_type}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            state = self.resources[response.urn].state
+            inputs = _redact(json_format.MessageToDict(request.object, preserving_proto_field_name=True))
+            self.registrations.append(RegisteredResource(
+                urn=response.urn, type=request.type, name=request.name, custom=bool(request.custom),
+                parent=request.parent or None, provider=request.provider or None, inputs=inputs,
+                dependencies=tuple(request.dependencies), protect=bool(request.protect),
+                retain_on_delete=bool(request.retainOnDelete), state=dict(state)))
+        return response
+
+
+def _redact(value: Any) -> Any:
+    """Engine-view inputs: secrets become "[secret]", resource references their URN."""
+    if isinstance(value, dict):
+        sig = value.get(SIG_KEY)
+        if sig == SECRET_SIG:
+            return REDACTED
+        if sig == RESOURCE_SIG:
+            return value.get("urn")
+        return {k: _redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v) for v in value]
+    return value
+
+
+def config_for_engine(stack_config: Mapping[str, Any]) -> Dict[str, str]:
+    """Stack-file config values as the engine hands them to a program: strings, objects as JSON."""
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in stack_config.items()}
+
+
+def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "gpu-cloud",
+                program: Union[Path, Callable[[], None]] = ROOT / "__main__.py",
+                peer_outputs: Optional[Callable[[str], Mapping[str, Any]]] = None) -> ProgramRun:
+    """Run `program` for one stack's (fully defaulted) config under fresh mocks; return what it registered.
+
+    `program` is the program file, or a function (tests use one to build a single component).
+
+    `stack_config` uses the stack file's keys (`gpu-cloud:network`, `aws:region`, ...). Raises whatever
+    the program raises (a config error surfaces as pulumi.RunError).
+    """
+    region = str(stack_config.get("aws:region", ""))
+    mocks = GpuCloudMocks(region, peer_outputs or (lambda name: {}))
+    monitor = RecordingMonitor(mocks)
+    pulumi_settings.ROOT.set(None)  # a fresh root stack resource per run
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config_for_engine(stack_config))
+    if callable(program):
+        body = program
+    else:
+        if str(program.parent) not in sys.path:
+            sys.path.insert(0, str(program.parent))
+        body = lambda: runpy.run_path(str(program), run_name="__main__")  # noqa: E731
+    _sync_await(run_pulumi_func(body))
+    root = pulumi_settings.get_root_resource()
+    outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
+    return ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
+                      outputs=outputs)
+
+
+def _resolve_redacted(value: Any) -> Any:
+    output = pulumi.Output.from_input(value)
+    return REDACTED if _sync_await(output.is_secret()) else _sync_await(output.future())

@@ -1,0 +1,129 @@
+"""The GPU instance catalog: loads and validates spec/catalog.yaml once.
+
+The catalog is data (see catalog.yaml for sources and dates); this module only gives it types and
+answers the questions the rest of the program asks of it.
+"""
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class GpuModel(_Frozen):
+    architecture: str
+    nvlink_links_per_gpu: int = Field(alias="nvlinkLinksPerGpu", ge=0)
+    nvswitch: bool
+    mig_profiles: Tuple[str, ...] = Field(alias="migProfiles")
+    min_driver_branch: int = Field(alias="minDriverBranch")
+    ecc_expected: bool = Field(alias="eccExpected")
+    datacenter: bool
+
+    @property
+    def supports_mig(self) -> bool:
+        return bool(self.mig_profiles)
+
+
+class GpuSpec(_Frozen):
+    model: str
+    count: int = Field(gt=0)
+    memory_mib: int = Field(alias="memoryMiB", gt=0)
+
+
+class EfaSpec(_Frozen):
+    cards: int = Field(ge=0)
+    ena_bandwidth_cards: Tuple[int, ...] = Field(default=(), alias="enaBandwidthCards")
+
+
+class InstanceStore(_Frozen):
+    disks: int = Field(ge=0)
+    disk_gb: int = Field(alias="diskGB", ge=0)
+
+    @property
+    def total_gb(self) -> int:
+        return self.disks * self.disk_gb
+
+
+class RegionOffer(_Frozen):
+    on_demand_usd: Optional[float] = Field(alias="onDemandUsd", ge=0)
+
+
+class InstanceType(_Frozen):
+    name: str
+    gpu: GpuSpec
+    vcpu: int
+    memory_gib: int = Field(alias="memoryGiB")
+    network_gbps: int = Field(alias="networkGbps")
+    network_cards: int = Field(alias="networkCards", ge=1)
+    efa: EfaSpec
+    instance_store: InstanceStore = Field(alias="instanceStore")
+    regions: Dict[str, RegionOffer]
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def supports_efa(self) -> bool:
+        return self.efa.cards > 0
+
+    @model_validator(mode="after")
+    def _efa_fits_network_cards(self) -> "InstanceType":
+        if self.efa.cards > self.network_cards:
+            raise ValueError(f"{self.name}: efa.cards {self.efa.cards} > networkCards {self.network_cards}")
+        bad = [c for c in self.efa.ena_bandwidth_cards if not 0 < c < self.network_cards]
+        if bad:
+            raise ValueError(f"{self.name}: enaBandwidthCards {bad} are not secondary network cards")
+        return self
+
+
+class Catalog(_Frozen):
+    prices_as_of: str = Field(alias="pricesAsOf")
+    price_source: str = Field(alias="priceSource")
+    default_spot_discount: float = Field(alias="defaultSpotDiscount", ge=0, lt=1)
+    gpus: Dict[str, GpuModel]
+    instance_types: Dict[str, InstanceType] = Field(alias="instanceTypes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_instance_types(cls, data):
+        types = data.get("instanceTypes") or {}
+        data["instanceTypes"] = {name: {**spec, "name": name} for name, spec in types.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _gpu_models_known(self) -> "Catalog":
+        for itype in self.instance_types.values():
+            if itype.gpu.model not in self.gpus:
+                raise ValueError(f"{itype.name}: GPU model {itype.gpu.model!r} is not under gpus")
+        return self
+
+    def gpu_model(self, instance_type: str) -> GpuModel:
+        return self.gpus[self.instance_types[instance_type].gpu.model]
+
+    def suggest(self, name: str) -> Optional[str]:
+        close = difflib.get_close_matches(name, list(self.instance_types), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def types_in_region(self, region: str) -> List[str]:
+        return sorted(n for n, t in self.instance_types.items() if region in t.regions)
+
+    @property
+    def regions(self) -> List[str]:
+        return sorted({r for t in self.instance_types.values() for r in t.regions})
+
+
+@lru_cache(maxsize=None)
+def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
+    with open(path, encoding="utf-8") as handle:
+        return Catalog.model_validate(yaml.safe_load(handle))

@@ -1,0 +1,243 @@
+"""The stack config contract: typed, frozen models of every `gpu-cloud:` key.
+
+Field names are snake_case in Python and camelCase in the stack file (the user-facing API).
+Unknown keys are errors everywhere. Rules that need the catalog or the region live in
+spec/validate.py, which runs these models and collects every mistake at once.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Dict, List, Literal, Optional, Tuple
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from typing_extensions import Annotated
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+RESERVATION_ID = re.compile(r"^cr-([0-9a-f]{8}|[0-9a-f]{17})$")
+HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,32}$")
+DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+PEER_STACK = re.compile(r"^[A-Za-z0-9_.-]+/gpu-cloud/[A-Za-z0-9_.-]+$")
+DRIVER_BRANCH = re.compile(r"^\d{3}$")
+DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
+RESERVED_LABEL_PREFIX = "gpu-cloud.io/"
+
+
+def _matches(pattern: re.Pattern, allowed: str):
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"{value!r} is not {allowed}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not LABEL_PREFIX.match(prefix))) or not LABEL_NAME.match(name):
+        raise ValueError(f"{key!r} is not a Kubernetes label key (optional DNS prefix/, then a name of at most 63 "
+                         "characters: letters, digits, '-', '_', '.')")
+    if key.startswith(RESERVED_LABEL_PREFIX):
+        raise ValueError(f"{key!r} uses the prefix {RESERVED_LABEL_PREFIX} that gpu-cloud sets itself")
+    return key
+
+
+def _label_value(value: str) -> str:
+    if not LABEL_VALUE.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes label value (at most 63 characters: letters, digits, '-', "
+                         "'_', '.', starting and ending with a letter or digit)")
+    return value
+
+
+def _ipv4_cidr(value: str) -> str:
+    try:
+        return str(ipaddress.IPv4Network(value, strict=True))
+    except ValueError as err:
+        raise ValueError(f"{value!r} is not an IPv4 CIDR ({err})") from None
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
+S3Uri = Annotated[str, _matches(S3_URI, "an s3://bucket/prefix URI")]
+
+
+class ConfigModel(BaseModel):
+    """Frozen, camelCase in the stack file, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False)
+
+
+class Network(ConfigModel):
+    cidr: Cidr
+    az_count: int = Field(default=3, ge=2, le=6)
+    nat_gateways: Literal["one-per-az", "single"] = "one-per-az"
+
+    @model_validator(mode="after")
+    def _prefix_length(self) -> "Network":
+        prefix = ipaddress.IPv4Network(self.cidr).prefixlen
+        if not 16 <= prefix <= 20:
+            raise ValueError(f"cidr {self.cidr} has prefix /{prefix}; allowed /16 to /20")
+        return self
+
+
+class Cluster(ConfigModel):
+    kubernetes_version: str = "1.33"
+    public_access_cidrs: Tuple[Cidr, ...] = ()
+    admin_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = ()
+
+
+class GpuDriver(ConfigModel):
+    branch: Annotated[str, _matches(DRIVER_BRANCH, "a driver branch such as \"580\"")] = "580"
+    version: Optional[Annotated[str, _matches(DRIVER_VERSION, "a driver version such as \"580.95.05\"")]] = None
+
+    @model_validator(mode="after")
+    def _version_on_branch(self) -> "GpuDriver":
+        if self.version and not self.version.startswith(self.branch + "."):
+            raise ValueError(f"version {self.version} is not on branch {self.branch}")
+        return self
+
+
+class GpuSharing(ConfigModel):
+    mode: Literal["none", "time-slicing", "mig"] = "none"
+    replicas: Optional[int] = Field(default=None, ge=2, le=48)
+    mig_profile: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _fields_for_mode(self) -> "GpuSharing":
+        if self.mode == "time-slicing" and self.replicas is None:
+            raise ValueError("mode time-slicing needs replicas (2 to 48)")
+        if self.mode != "time-slicing" and self.replicas is not None:
+            raise ValueError(f"replicas is only allowed with mode time-slicing, not {self.mode}")
+        if self.mode == "mig" and not self.mig_profile:
+            raise ValueError("mode mig needs migProfile (for example 1g.10gb)")
+        if self.mode != "mig" and self.mig_profile:
+            raise ValueError(f"migProfile is only allowed with mode mig, not {self.mode}")
+        return self
+
+
+class Taint(ConfigModel):
+    key: LabelKey
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+Capacity = Literal["on-demand", "spot", "reserved", "capacity-block"]
+RESERVED_CAPACITY: Tuple[str, ...] = ("reserved", "capacity-block")
+
+
+class NodePool(ConfigModel):
+    name: Annotated[str, _matches(DNS_LABEL, "a DNS-1123 label (lowercase letters, digits and '-', at most 63)")]
+    instance_types: Tuple[str, ...] = Field(min_length=1)
+    capacity: Capacity
+    capacity_reservation_id: Optional[Annotated[str, _matches(RESERVATION_ID, "a capacity reservation id (cr- and 8 or 17 hex digits)")]] = None
+    min_nodes: int = Field(ge=0)
+    desired_nodes: int = Field(ge=0)
+    max_nodes: int = Field(ge=0)
+    efa: Optional[bool] = None  # None: on where the instance type supports EFA (resolved by spec.validate)
+    availability_zone: Optional[str] = None
+    workload: Literal["training", "inference", "general"]
+    gpu_sharing: GpuSharing = GpuSharing()
+    labels: Dict[LabelKey, LabelValue] = {}
+    taints: Tuple[Taint, ...] = ()
+    # Cluster-autoscaler priority-expander weight; default comes from the capacity type.
+    autoscaler_priority: Optional[int] = Field(default=None, ge=1, le=100)
+
+    @property
+    def reserved_capacity(self) -> bool:
+        return self.capacity in RESERVED_CAPACITY
+
+
+class Lustre(ConfigModel):
+    capacity_gib: int = Field(alias="capacityGiB", gt=0)
+    throughput_per_tib: Literal[125, 250, 500, 1000] = Field(alias="throughputPerTiB", default=250)
+    import_path: Optional[S3Uri] = None
+    efa: bool = False
+
+    @model_validator(mode="after")
+    def _persistent2_size(self) -> "Lustre":
+        if self.capacity_gib != 1200 and self.capacity_gib % 2400:
+            raise ValueError(f"capacityGiB {self.capacity_gib} is not a PERSISTENT_2 size: use 1200 or a multiple of 2400")
+        return self
+
+
+class Storage(ConfigModel):
+    lustre: Optional[Lustre] = None
+    nvme_scratch: bool = True
+
+
+class Triton(ConfigModel):
+    enabled: bool = False
+    pool: Optional[str] = None
+    model_repository: Optional[S3Uri] = None
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=4, ge=1)
+    target_queue_ms: float = Field(default=10, gt=0)
+
+    @model_validator(mode="after")
+    def _enabled_needs(self) -> "Triton":
+        if self.enabled and (not self.pool or not self.model_repository):
+            raise ValueError("an enabled triton needs pool and modelRepository")
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas {self.min_replicas} > maxReplicas {self.max_replicas}")
+        return self
+
+
+class Inference(ConfigModel):
+    triton: Triton = Triton()
+
+
+class Alerts(ConfigModel):
+    gpu_temp_c: int = Field(alias="gpuTempC", default=85, ge=40, le=110)
+    gpu_util_high_pct: int = Field(default=90, ge=1, le=100)
+    gpu_mem_high_pct: int = Field(default=90, ge=1, le=100)
+
+
+class Monitoring(ConfigModel):
+    retention_days: int = Field(default=15, ge=1, le=3650)
+    alerts: Alerts = Alerts()
+
+
+class Dr(ConfigModel):
+    role: Literal["primary", "secondary", "none"] = "none"
+    peer_stack: Optional[Annotated[str, _matches(PEER_STACK, "a stack reference of the form org/gpu-cloud/<stack>")]] = None
+    domain: Optional[Annotated[str, _matches(DOMAIN, "a DNS domain name such as infer.example.com")]] = None
+    hosted_zone_id: Optional[Annotated[str, _matches(HOSTED_ZONE_ID, "a Route 53 hosted zone id such as Z0123456789ABC")]] = None
+
+    @model_validator(mode="after")
+    def _peer_fields(self) -> "Dr":
+        missing = [name for name, value in (("peerStack", self.peer_stack), ("domain", self.domain),
+                                            ("hostedZoneId", self.hosted_zone_id)) if not value]
+        if self.role != "none" and missing:
+            raise ValueError(f"role {self.role} needs {', '.join(missing)}")
+        return self
+
+
+class Budget(ConfigModel):
+    max_hourly_usd: float = Field(gt=0)
+
+
+Environment = Literal["prod", "staging", "dev"]
+Tags = Dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]]
+
+# The `gpu-cloud:` keys, their types and whether a stack must set them. Defaults for optional
+# top-level keys are declared in Pulumi.yaml (the CLI applies them; so does the offline plan).
+SECTIONS = {
+    "environment": (Environment, True),
+    "tags": (Tags, True),
+    "network": (Network, True),
+    "cluster": (Cluster, False),
+    "gpuDriver": (GpuDriver, False),
+    "nodePools": (List[NodePool], True),
+    "storage": (Storage, False),
+    "inference": (Inference, False),
+    "monitoring": (Monitoring, False),
+    "dr": (Dr, False),
+    "budget": (Optional[Budget], False),
+}

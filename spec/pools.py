@@ -1,0 +1,137 @@
+"""What a GPU node pool is, as plain values: Kubernetes labels and taints, autoscaler tags, priorities,
+instance-refresh pacing and the verifier's expectations. components/nodepool.py turns these into resources.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+from spec.efa import efa_device_count
+from spec.model import GpuDriver
+
+GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+LABEL_PREFIX = "gpu-cloud.io/"
+CA_PREFIX = "k8s.io/cluster-autoscaler"
+
+# Priority-expander weights (higher wins): capacity that is already paid for first, then spot, then on-demand.
+DEFAULT_PRIORITY = {"reserved": 50, "capacity-block": 50, "spot": 30, "on-demand": 10}
+
+# Launch lifecycle hook: the node verifies itself before this runs out, or the ASG abandons it.
+# Worst case is a driver install with a DKMS build plus the 60 s verifier: 20 minutes.
+VERIFY_HOOK_NAME = "gpu-cloud-verify"
+VERIFY_HOOK_TIMEOUT_S = 1200
+VERIFY_BUDGET_S = 60
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class RefreshPreferences:
+    min_healthy_percentage: int
+    max_healthy_percentage: int
+
+
+def asg_name(cluster_name: str, pool_name: str) -> str:
+    """Fixed physical ASG name: the autoscaler's priorities and the drain handler refer to it."""
+    return f"{cluster_name}-{pool_name}"
+
+
+def gpu_model_label(model: str) -> str:
+    """'A100 40GB' -> 'A100-40GB' (label values allow no spaces)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", model)
+
+
+def node_labels(pool) -> Dict[str, str]:
+    """Labels every node of the pool registers with (pool: a spec.validate.ResolvedPool)."""
+    s, itype = pool.spec, pool.primary_type
+    labels = {
+        f"{LABEL_PREFIX}pool": s.name,
+        f"{LABEL_PREFIX}capacity": s.capacity,
+        f"{LABEL_PREFIX}workload": s.workload,
+        f"{LABEL_PREFIX}gpu-model": gpu_model_label(itype.gpu.model),
+        f"{LABEL_PREFIX}gpu-count": str(itype.gpu.count),
+        f"{LABEL_PREFIX}efa": str(pool.efa).lower(),
+    }
+    sharing = s.gpu_sharing
+    if sharing.mode == "mig":
+        labels["nvidia.com/mig.config"] = f"all-{sharing.mig_profile}"   # read by the GPU operator's MIG manager
+    elif sharing.mode == "time-slicing":
+        labels["nvidia.com/device-plugin.config"] = f"time-slicing-{sharing.replicas}"
+    return {**labels, **dict(s.labels)}
+
+
+def node_taints(pool) -> Tuple[Taint, ...]:
+    return (Taint(*GPU_TAINT),) + tuple(Taint(t.key, t.value, t.effect) for t in pool.spec.taints)
+
+
+def advertised_gpus(pool) -> int:
+    """`nvidia.com/gpu` a node offers: GPUs x time-slicing replicas, or x MIG instances per GPU."""
+    s, count = pool.spec.gpu_sharing, pool.gpus_per_node
+    if s.mode == "time-slicing":
+        return count * s.replicas
+    if s.mode == "mig":
+        slices = int(s.mig_profile.split("g.", 1)[0])
+        return count * (7 // slices)
+    return count
+
+
+def efa_devices(pool) -> int:
+    return efa_device_count(pool.primary_type, efa=pool.efa)
+
+
+def autoscaler_priority(pool) -> int:
+    return pool.spec.autoscaler_priority or DEFAULT_PRIORITY[pool.spec.capacity]
+
+
+def autoscaler_tags(pool, cluster_name: str) -> Dict[str, str]:
+    """ASG tags for cluster-autoscaler auto-discovery and scale-from-zero node templates."""
+    template = f"{CA_PREFIX}/node-template"
+    tags = {f"{CA_PREFIX}/enabled": "true", f"{CA_PREFIX}/{cluster_name}": "owned"}
+    tags.update({f"{template}/label/{k}": v for k, v in node_labels(pool).items()})
+    tags.update({f"{template}/taint/{t.key}": f"{t.value}:{t.effect}" for t in node_taints(pool)})
+    tags[f"{template}/resources/nvidia.com/gpu"] = str(advertised_gpus(pool))
+    if pool.efa:
+        tags[f"{template}/resources/vpc.amazonaws.com/efa"] = str(efa_devices(pool))
+    return tags
+
+
+def refresh_preferences(pool) -> RefreshPreferences:
+    """Instance-refresh pacing. Reserved and capacity-block pools have no spare capacity to launch into,
+    so they never go above 100% and replace one node at a time; the others surge first."""
+    if pool.spec.reserved_capacity:
+        nodes = max(pool.spec.desired_nodes, 1)
+        return RefreshPreferences(min_healthy_percentage=(nodes - 1) * 100 // nodes, max_healthy_percentage=100)
+    return RefreshPreferences(min_healthy_percentage=90, max_healthy_percentage=120)
+
+
+def verify_expectations(pool, driver: GpuDriver, max_temp_c: int, catalog) -> Dict[str, Dict[str, object]]:
+    """EXPECT.json for userdata/gpu_verify.py per instance type of the pool: what such a node must be."""
+    return {itype.name: _expectation(itype, pool, driver, max_temp_c, catalog) for itype in pool.types}
+
+
+def _expectation(itype, pool, driver: GpuDriver, max_temp_c: int, catalog) -> Dict[str, object]:
+    gpu = catalog.gpus[itype.gpu.model]
+    return {
+        "instanceType": itype.name,
+        "gpuModel": itype.gpu.model,
+        "gpuCount": itype.gpu.count,
+        "gpuMemoryMiB": itype.gpu.memory_mib,
+        "nvlinkLinksPerGpu": gpu.nvlink_links_per_gpu,
+        "nvswitch": gpu.nvswitch,
+        "driverBranch": driver.branch,
+        "driverVersion": driver.version,
+        "maxTempC": max_temp_c,
+        "migMode": "enabled" if pool.spec.gpu_sharing.mode == "mig" else "disabled",
+        "eccExpected": gpu.ecc_expected,
+    }
+
+
+def pool_zones(pool, zones: Tuple[str, ...]) -> Tuple[str, ...]:
+    """Zones the pool's ASG spans: its pinned zone (EFA, reservations), else every zone of the VPC."""
+    return (pool.spec.availability_zone,) if pool.spec.availability_zone else tuple(zones)

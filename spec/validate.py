@@ -1,0 +1,314 @@
+"""Validate a stack's `gpu-cloud:` config once, reporting every mistake with its key path.
+
+Each top-level key, and each node pool, is parsed on its own, so one broken section does not hide
+the mistakes in another. Rules that need the catalog, the region or several sections run on the
+parts that parsed. Only a config with no mistake at all becomes a StackSpec.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args, get_origin
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from spec import cost
+from spec.catalog import Catalog, InstanceType, load_catalog
+from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
+from spec.model import (
+    SECTIONS, Budget, Cluster, Dr, GpuDriver, Inference, Monitoring, Network, NodePool, Storage,
+)
+
+NAMESPACE = "gpu-cloud"
+REQUIRED_TAGS = ("team", "costCenter")
+# EKS versions with a published AL2023 NVIDIA AMI and standard or extended support (2026-12).
+SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
+
+
+@dataclass(frozen=True)
+class ResolvedPool:
+    """A node pool with its catalog facts resolved: what the components build from."""
+
+    spec: NodePool
+    types: Tuple[InstanceType, ...]
+    efa: bool
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def primary_type(self) -> InstanceType:
+        return self.types[0]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.primary_type.gpu.count
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    project: str
+    stack: str
+    region: str
+    environment: str
+    tags: Mapping[str, str]
+    network: Network
+    cluster: Cluster
+    gpu_driver: GpuDriver
+    pools: Tuple[ResolvedPool, ...]
+    storage: Storage
+    inference: Inference
+    monitoring: Monitoring
+    dr: Dr
+    budget: Optional[Budget]
+    catalog: Catalog = field(repr=False, compare=False)
+
+    @property
+    def resource_tags(self) -> Dict[str, str]:
+        """The merged tag map for every taggable AWS resource."""
+        return {**self.tags, "environment": self.environment, "stack": self.stack, "managed-by": "gpu-cloud"}
+
+    def pool(self, name: str) -> ResolvedPool:
+        return next(p for p in self.pools if p.name == name)
+
+
+def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[str],
+                    project: str = "gpu-cloud", catalog: Optional[Catalog] = None) -> StackSpec:
+    """Turn the raw `gpu-cloud:` config (key -> parsed value) into a StackSpec or raise ConfigError."""
+    catalog = catalog or load_catalog()
+    issues: List[ConfigIssue] = []
+    parsed: Dict[str, Any] = {}
+
+    for key in sorted(set(config) - set(SECTIONS)):
+        issues.append(_issue((key,), f"unknown key{_did_you_mean(key, SECTIONS)}; allowed keys: {', '.join(SECTIONS)}"))
+    for key, (type_, required) in SECTIONS.items():
+        if key not in config:
+            if required:
+                issues.append(_issue((key,), "is required"))
+            else:
+                parsed[key] = TypeAdapter(type_).validate_python(None if key == "budget" else {})
+            continue
+        if key == "nodePools":
+            parsed[key] = _parse_pools(config[key], issues)
+            continue
+        try:
+            parsed[key] = TypeAdapter(type_).validate_python(config[key])
+        except ValidationError as err:
+            issues.extend(_pydantic_issues(err, (key,), type_))
+
+    if not region:
+        issues.append(ConfigIssue("aws:region", "is required (pulumi config set aws:region us-east-1)"))
+    elif region not in catalog.regions:
+        issues.append(ConfigIssue("aws:region", f"{region!r} has no GPU instance types in the catalog; "
+                                                f"known regions: {', '.join(catalog.regions)}"))
+
+    issues.extend(_check_tags(parsed.get("tags")))
+    issues.extend(_check_cluster(parsed.get("cluster")))
+    pools = [(i, pool, _resolve_pool(i, pool, catalog, region, parsed.get("gpuDriver"), issues))
+             for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
+    all_pools_parsed = None not in (parsed.get("nodePools") or [None])
+    issues.extend(_check_pool_set(pools, parsed, all_pools_parsed))
+    resolved = tuple(r for _, _, r in pools if r is not None)
+    if not issues and parsed.get("budget") is not None:
+        issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
+    if issues:
+        raise ConfigError(issues)
+
+    return StackSpec(
+        project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
+        network=parsed["network"], cluster=parsed["cluster"], gpu_driver=parsed["gpuDriver"], pools=resolved,
+        storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
+        dr=parsed["dr"], budget=parsed["budget"], catalog=catalog,
+    )
+
+
+def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]]:
+    if not isinstance(raw, list) or not raw:
+        issues.append(_issue(("nodePools",), "must be a non-empty list of node pools"))
+        return []
+    pools: List[Optional[NodePool]] = []
+    for i, item in enumerate(raw):
+        try:
+            pools.append(NodePool.model_validate(item))
+        except ValidationError as err:
+            issues.extend(_pydantic_issues(err, ("nodePools", i), NodePool))
+            pools.append(None)
+    return pools
+
+
+def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str],
+                  driver: Optional[GpuDriver], issues: List[ConfigIssue]) -> Optional[ResolvedPool]:
+    at = ("nodePools", i)
+    before = len(issues)
+    types: List[InstanceType] = []
+    for j, name in enumerate(pool.instance_types):
+        itype = catalog.instance_types.get(name)
+        if itype is None:
+            hint = catalog.suggest(name)
+            issues.append(_issue(at + ("instanceTypes", j), f"{name!r} is not a known GPU instance type"
+                                 + (f"; did you mean {hint}?" if hint else f"; known: {', '.join(catalog.instance_types)}")))
+            continue
+        if region and region in catalog.regions and region not in itype.regions:
+            issues.append(_issue(at + ("instanceTypes", j), f"{name} is not offered in {region}; types offered there: "
+                                 f"{', '.join(catalog.types_in_region(region))}"))
+        gpu = catalog.gpus[itype.gpu.model]
+        if driver and int(driver.branch) < gpu.min_driver_branch:
+            issues.append(_issue(at + ("instanceTypes", j), f"{name} ({itype.gpu.model}) needs NVIDIA driver branch "
+                                 f">= {gpu.min_driver_branch}; gpuDriver.branch is {driver.branch}"))
+        types.append(itype)
+
+    s = pool
+    if not s.min_nodes <= s.desired_nodes <= s.max_nodes:
+        issues.append(_issue(at, f"needs minNodes <= desiredNodes <= maxNodes; got {s.min_nodes}, {s.desired_nodes}, {s.max_nodes}"))
+    if s.reserved_capacity and not s.capacity_reservation_id:
+        issues.append(_issue(at + ("capacityReservationId",), f"is required for capacity {s.capacity}"))
+    if not s.reserved_capacity and s.capacity_reservation_id:
+        issues.append(_issue(at + ("capacityReservationId",), f"is only allowed for capacity reserved or capacity-block, not {s.capacity}"))
+    if len(set(s.instance_types)) != len(s.instance_types):
+        issues.append(_issue(at + ("instanceTypes",), "lists a type twice"))
+    if s.reserved_capacity and len(s.instance_types) > 1:
+        issues.append(_issue(at + ("instanceTypes",), f"a {s.capacity} pool has exactly one type: the reservation's"))
+    if len({t.gpu.count for t in types}) > 1:
+        counts = ", ".join(f"{t.name}={t.gpu.count}" for t in types)
+        issues.append(_issue(at + ("instanceTypes",), f"all types in a pool need the same GPU count; got {counts}"))
+
+    if len({catalog.gpus[t.gpu.model].nvswitch for t in types}) > 1:
+        issues.append(_issue(at + ("instanceTypes",), "mixes NVSwitch and PCIe GPU types; a pool's nodes need the "
+                             "same fabric manager setup"))
+
+    efa = s.efa if s.efa is not None else bool(types) and all(t.supports_efa for t in types)
+    if s.efa and types:
+        for j, t in enumerate(types):
+            if not t.supports_efa:
+                issues.append(_issue(at + ("efa",), f"{t.name} does not support EFA"))
+    if efa and len(s.instance_types) != 1:
+        issues.append(_issue(at + ("instanceTypes",), "an EFA pool has exactly one instance type (one placement group, "
+                             "one interface layout); set efa: false to mix types"))
+    if (efa or s.reserved_capacity) and not s.availability_zone:
+        why = "EFA pools" if efa else f"{s.capacity} pools"
+        issues.append(_issue(at + ("availabilityZone",), f"is required for {why} (placement groups and reservations are zonal)"))
+    if s.availability_zone and region and not re.fullmatch(re.escape(region) + r"[a-z]", s.availability_zone):
+        issues.append(_issue(at + ("availabilityZone",), f"{s.availability_zone!r} is not a zone of {region} "
+                             f"(expected {region}a, {region}b, ...)"))
+
+    mode = s.gpu_sharing.mode
+    for t in types[:1]:
+        gpu = catalog.gpus[t.gpu.model]
+        if mode == "mig" and not gpu.supports_mig:
+            issues.append(_issue(at + ("gpuSharing", "mode"), f"mig is not supported on {t.gpu.model} ({t.name}); "
+                                 "MIG GPUs: A100, H100, H200, B200"))
+        elif mode == "mig" and s.gpu_sharing.mig_profile not in gpu.mig_profiles:
+            issues.append(_issue(at + ("gpuSharing", "migProfile"), f"{s.gpu_sharing.mig_profile!r} is not a MIG profile "
+                                 f"of {t.gpu.model}; allowed: {', '.join(gpu.mig_profiles)}"))
+    if len(issues) > before or len(types) != len(s.instance_types):
+        return None
+    return ResolvedPool(spec=pool, types=tuple(types), efa=efa)
+
+
+def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]],
+                    parsed: Mapping[str, Any], all_pools_parsed: bool) -> List[ConfigIssue]:
+    issues: List[ConfigIssue] = []
+    seen: Dict[str, int] = {}
+    for i, pool, _ in pools:
+        if pool.name in seen:
+            issues.append(_issue(("nodePools", i, "name"), f"{pool.name!r} is already used by nodePools[{seen[pool.name]}]"))
+        seen.setdefault(pool.name, i)
+    network = parsed.get("network")
+    zones = {p.availability_zone for _, p, _ in pools if p.availability_zone}
+    if network is not None and len(zones) > network.az_count:
+        issues.append(_issue(("network", "azCount"), f"{network.az_count} zones cannot hold the pools' zones "
+                             f"{', '.join(sorted(zones))}; raise azCount to at least {len(zones)}"))
+    triton = parsed["inference"].triton if parsed.get("inference") else None
+    # Only with every pool parsed: a pool with a typo elsewhere would read as "no such pool".
+    if triton is not None and triton.enabled and triton.pool and all_pools_parsed:
+        target = next((p for _, p, _ in pools if p.name == triton.pool), None)
+        inference_pools = [p.name for _, p, _ in pools if p.workload == "inference"]
+        if target is None or target.workload != "inference":
+            issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} is not an inference pool of this "
+                                 f"stack; inference pools: {', '.join(inference_pools) or 'none'}"))
+    return issues
+
+
+def _check_tags(tags: Optional[Mapping[str, str]]) -> List[ConfigIssue]:
+    if tags is None:
+        return []
+    issues = [_issue(("tags", key), "must be set (every resource carries it for cost allocation)")
+              for key in REQUIRED_TAGS if not tags.get(key)]
+    issues += [_issue(("tags", key), "keys starting with aws: are reserved by AWS")
+               for key in tags if key.lower().startswith("aws:")]
+    issues += [_issue(("tags", key), "is set by gpu-cloud itself") for key in ("environment", "stack", "managed-by") if key in tags]
+    return issues
+
+
+def _check_cluster(cluster: Optional[Cluster]) -> List[ConfigIssue]:
+    if cluster is None or cluster.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS:
+        return []
+    return [_issue(("cluster", "kubernetesVersion"), f"{cluster.kubernetes_version!r} is not a supported EKS version; "
+                   f"allowed: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}")]
+
+
+def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str) -> List[ConfigIssue]:
+    estimate = cost.estimate(pools, catalog, region)
+    unpriced = [p.pool for p in estimate.pools if p.hourly_at_max is None]
+    if unpriced:
+        return [_issue(("budget", "maxHourlyUsd"), f"cannot be checked: no on-demand price in the catalog for pools "
+                       f"{', '.join(unpriced)} in {region}")]
+    if estimate.hourly_at_max > budget.max_hourly_usd:
+        return [_issue(("budget", "maxHourlyUsd"), f"pools at maxNodes cost ${estimate.hourly_at_max:,.2f}/hour, above the "
+                       f"budget ${budget.max_hourly_usd:,.2f}/hour; lower maxNodes or raise the budget")]
+    return []
+
+
+def _issue(parts: Sequence[PathPart], message: str) -> ConfigIssue:
+    return ConfigIssue(key_path(NAMESPACE, parts), message)
+
+
+def _did_you_mean(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _pydantic_issues(err: ValidationError, prefix: Tuple[PathPart, ...], root_type: Any) -> List[ConfigIssue]:
+    issues = []
+    for e in err.errors(include_url=False):
+        loc = tuple(part for part in e["loc"] if not (isinstance(part, str) and part.startswith(("function-", "literal["))))
+        loc = tuple(p for p in loc if p != "[key]")  # pydantic marks a failing dict key with "[key]"
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "missing":
+            message = "is required"
+        elif e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(root_type, loc[:-1])
+            message = f"unknown key{_did_you_mean(str(loc[-1]), allowed)}; allowed keys: {', '.join(allowed)}"
+        elif e["type"] not in ("value_error", "assertion_error"):
+            message = f"{e['input']!r}: {message}" if not isinstance(e["input"], (dict, list)) else message
+        issues.append(_issue(prefix + loc, message))
+    return issues
+
+
+def _allowed_keys(type_: Any, loc: Sequence[PathPart]) -> List[str]:
+    """The camelCase keys allowed at `loc` inside `type_` (for unknown-key messages)."""
+    for part in loc:
+        type_ = _unwrap(type_)
+        if isinstance(part, int):
+            continue
+        if isinstance(type_, type) and issubclass(type_, BaseModel):
+            match = next((f for f in type_.model_fields.values() if f.alias == part), None)
+            if match is None:
+                return []
+            type_ = match.annotation
+    type_ = _unwrap(type_)
+    if isinstance(type_, type) and issubclass(type_, BaseModel):
+        return [f.alias for f in type_.model_fields.values()]
+    return []
+
+
+def _unwrap(type_: Any) -> Any:
+    """Optional[X] / List[X] / Tuple[X, ...] -> X, so a path can walk through containers."""
+    while get_origin(type_) is not None:
+        args = [a for a in get_args(type_) if a is not type(None) and a is not Ellipsis]
+        if not args:
+            break
+        type_ = args[-1] if get_origin(type_) is dict else args[0]
+    return type_

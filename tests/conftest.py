@@ -1,0 +1,53 @@
+"""Shared test fixtures: external validators and the Pulumi mock harness."""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def require_tool(name: str) -> str:
+    """Path of an external validator (promtool, shellcheck, cloud-init, aws, ...).
+
+    Locally a missing tool skips the test with the reason; under CI (``CI`` set) it fails,
+    because `.ci/run` installs every tool and a silent skip there would hide a gap.
+    """
+    found = shutil.which(name) or shutil.which(name, path=str(VENV_BIN))
+    if found:
+        return found
+    message = f"{name} is not installed (.ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+# --- the Pulumi mock harness (plan/engine.py), shared by every test ----------------------------
+from plan.engine import ProgramRun, run_program  # noqa: E402
+from plan.stackfile import load_stack_config  # noqa: E402
+
+STACKS = ("prod-us-east-1", "prod-eu-west-1", "dev")
+
+
+def run_stack(stack: str, overrides=None) -> ProgramRun:
+    """Run __main__.py for a stack file (Pulumi.yaml defaults applied), with optional key overrides."""
+    config = load_stack_config(stack)
+    config.update(overrides or {})
+    return run_program(config, stack=stack)
+
+
+def run_component(build, region: str = "us-east-1", stack: str = "test") -> ProgramRun:
+    """Run `build()` (a function that creates one component) under the same mocks."""
+    return run_program({"aws:region": region}, stack=stack, program=build)
+
+
+@pytest.fixture(scope="session")
+def stack_runs():
+    """Each shipped stack run once per session (the runs are read-only for tests)."""
+    return {stack: run_stack(stack) for stack in STACKS}

@@ -1,0 +1,56 @@
+"""The GPU catalog: data loads, is consistent with the vetted reference, and answers questions."""
+import pytest
+
+from spec.catalog import load_catalog
+
+CATALOG = load_catalog()
+
+
+def test_catalog_covers_the_families_gpu_cloud_supports():
+    expected = {"g4dn.12xlarge", "g4dn.metal", "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "g6.48xlarge",
+                "g6e.12xlarge", "g6e.48xlarge", "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
+                "p5en.48xlarge", "p6-b200.48xlarge"}
+    assert expected <= set(CATALOG.instance_types)
+
+
+@pytest.mark.parametrize("name,model,count,links,nvswitch", [
+    ("p5.48xlarge", "H100", 8, 18, True), ("p4d.24xlarge", "A100 40GB", 8, 12, True),
+    ("p6-b200.48xlarge", "B200", 8, 18, True), ("g6e.48xlarge", "L40S", 8, 0, False), ("g4dn.12xlarge", "T4", 4, 0, False),
+])
+def test_interconnect_facts(name, model, count, links, nvswitch):
+    itype = CATALOG.instance_types[name]
+    gpu = CATALOG.gpu_model(name)
+    assert (itype.gpu.model, itype.gpu.count, gpu.nvlink_links_per_gpu, gpu.nvswitch) == (model, count, links, nvswitch)
+
+
+def test_mig_only_on_datacenter_hopper_ampere_blackwell():
+    mig = {name for name, gpu in CATALOG.gpus.items() if gpu.supports_mig}
+    assert mig == {"A100 40GB", "A100 80GB", "H100", "H200", "B200"}
+
+
+def test_driver_floors():
+    assert CATALOG.gpus["B200"].min_driver_branch == 570
+    assert CATALOG.gpus["H200"].min_driver_branch == 550
+    assert CATALOG.gpus["H100"].min_driver_branch == 525
+
+
+def test_region_offers_match_the_reference():
+    eu = set(CATALOG.types_in_region("eu-west-1"))
+    assert {"p4d.24xlarge", "g5.12xlarge", "g5.48xlarge", "g4dn.12xlarge"} <= eu
+    assert not eu & {"p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "g6.12xlarge", "g6e.12xlarge"}
+    assert CATALOG.instance_types["p5.48xlarge"].regions["us-east-1"].on_demand_usd == 55.04
+
+
+def test_prices_carry_source_and_date():
+    assert CATALOG.prices_as_of and "price list" in CATALOG.price_source
+    assert 0 < CATALOG.default_spot_discount < 1
+
+
+def test_suggestion_for_typos():
+    assert CATALOG.suggest("p5.48xlarg") == "p5.48xlarge"
+    assert CATALOG.suggest("nonsense") is None
+
+
+def test_efa_cards_never_exceed_network_cards():
+    for itype in CATALOG.instance_types.values():
+        assert itype.efa.cards <= itype.network_cards

@@ -1,0 +1,655 @@
+"""userdata/gpu_verify.py, the node verifier, against a fake pynvml (tests/fake_nvml.py).
+
+Most tests import the verifier and hand it the fake module; the CLI tests run it as a subprocess
+with a `pynvml.py` stub first on PYTHONPATH and a fake `nvidia-smi` first on PATH.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+from tests import fake_nvml as fk
+from tests.conftest import ROOT, require_tool
+
+VERIFIER = ROOT / "userdata" / "gpu_verify.py"
+_spec = importlib.util.spec_from_file_location("gpu_verify", VERIFIER)
+gv = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_verify"] = gv
+_spec.loader.exec_module(gv)
+
+NODE_CHECKS = ("nvml_init", "driver_version", "gpu_count", "nvidia_smi", "xid_kernel_log",
+               "xid_events")
+GPU_CHECK_NAMES = tuple(name for name, _ in gv.GPU_CHECKS)
+XID_79_LINE = ("Aug 01 10:05:00 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', "
+               "name=<unknown>, GPU has fallen off the bus.")
+
+
+def xid_line(xid: int, pci: str = "0000:53:00") -> str:
+    return "[  912.345678] NVRM: Xid (PCI:%s): %d, pid=4242, name=python3, Ch 00000008" % (pci, xid)
+
+
+@dataclass
+class Run:
+    report: Dict[str, Any]
+    exit_code: int
+    wall_s: float
+    driver: Optional[fk.FakeDriver] = None
+
+    def find(self, name: str, gpu: Optional[int] = None) -> Dict[str, Any]:
+        matches = [c for c in self.report["checks"] if c["name"] == name and c["gpu"] == gpu]
+        assert len(matches) == 1, (name, gpu, self.report["checks"])
+        return matches[0]
+
+    def with_status(self, status: str) -> set:
+        return {(c["name"], c["gpu"]) for c in self.report["checks"] if c["status"] == status}
+
+    def failing_names(self) -> set:
+        return {name for name, _ in self.with_status("fail")}
+
+
+@pytest.fixture(autouse=True)
+def _release_hung_calls():
+    fk.reset_hangs()
+    yield
+    fk.release_hangs()
+
+
+@pytest.fixture
+def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run]:
+    """Run the verifier in-process against `node`; returns the report it wrote."""
+    monkeypatch.delenv("GPU_CLOUD_INSTANCE_ID", raising=False)
+
+    def run(node: fk.NodeProfile, expect: Optional[Dict[str, Any]] = None, budget_s: float = 20.0,
+            module: Any = None, kernel_log_file: bool = True) -> Run:
+        expect_path = tmp_path / "expect.json"
+        expect_path.write_text(json.dumps(expect if expect is not None
+                                          else fk.expect_for(node.instance_type)))
+        kernel_log = tmp_path / "kern.log"
+        kernel_log.write_text("\n".join(node.kernel_log) + "\n")
+        monkeypatch.setenv(gv.NVIDIA_SMI_ENV, str(fk.write_fake_nvidia_smi(tmp_path / "bin", node)))
+        module = module if module is not None else fk.build_module(node)
+        report_path = tmp_path / "out" / "verify.json"
+        started = time.monotonic()
+        argv = ["--expect", str(expect_path), "--report", str(report_path),
+                "--budget-s", str(budget_s)]
+        if kernel_log_file:
+            argv += ["--kernel-log", str(kernel_log)]
+        code = gv.main(argv, nvml=module)
+        wall_s = time.monotonic() - started
+        return Run(json.loads(report_path.read_text()), code, wall_s,
+                   getattr(module, "fake_driver", None))
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Healthy nodes
+# ---------------------------------------------------------------------------------------------
+
+# Checks a healthy node of each type skips: name (every GPU) or (name, gpu) -> why (in the detail).
+NOT_SUPPORTED = "Not Supported"
+HEALTHY_SKIPS: Dict[str, Dict[Any, str]] = {
+    "p5.48xlarge": {"retired_pages": "remaps rows"},
+    "p4d.24xlarge": {"retired_pages": "remaps rows", "fabric": NOT_SUPPORTED},
+    "g6e.48xlarge": {"retired_pages": "remaps rows", "ecc_mode": "not expected",
+                     "ecc_uncorrected": NOT_SUPPORTED, "nvlink": "no NVLink expected",
+                     "fabric": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
+    "g4dn.12xlarge": {"remapped_rows": NOT_SUPPORTED, "ecc_mode": "not expected",
+                      ("ecc_uncorrected", 2): NOT_SUPPORTED, ("ecc_uncorrected", 3): NOT_SUPPORTED,
+                      ("retired_pages", 2): NOT_SUPPORTED, ("retired_pages", 3): NOT_SUPPORTED,
+                      "nvlink": "no NVLink expected", "fabric": "no NVSwitch",
+                      "mig_mode": NOT_SUPPORTED},
+}
+
+
+def _expand(skips: Dict[Any, str], gpu_count: int) -> Dict[tuple, str]:
+    expanded = {}
+    for key, why in skips.items():
+        for gpu in ([key[1]] if isinstance(key, tuple) else range(gpu_count)):
+            expanded[(key if isinstance(key, str) else key[0], gpu)] = why
+    return expanded
+
+
+@pytest.mark.parametrize("instance_type", sorted(fk.HEALTHY_NODES))
+def test_healthy_node_passes_with_unsupported_features_skipped(verify, instance_type):
+    node = fk.healthy(instance_type)
+    run = verify(node)
+
+    assert run.exit_code == 0 and run.report["verdict"] == "pass", run.with_status("fail")
+    assert run.with_status("fail") == set() and run.with_status("warn") == set()
+    gpus = range(len(node.gpus))
+    every_check = {(n, None) for n in NODE_CHECKS} | {(n, g) for n in GPU_CHECK_NAMES for g in gpus}
+    assert {(c["name"], c["gpu"]) for c in run.report["checks"]} == every_check
+    assert len(run.report["checks"]) == len(every_check)  # each check reported once
+    expected_skips = _expand(HEALTHY_SKIPS[instance_type], len(node.gpus))
+    assert run.with_status("skip") == set(expected_skips)
+    for (name, gpu), why in expected_skips.items():
+        assert why in run.find(name, gpu)["detail"]
+
+
+def test_healthy_report_has_the_contract_shape(verify, monkeypatch):
+    monkeypatch.setenv("GPU_CLOUD_INSTANCE_ID", "i-0abc1234def567890")
+    run = verify(fk.healthy("p5.48xlarge"))
+    report = run.report
+    assert set(report) == {"verdict", "instanceType", "instanceId", "durationS", "checks"}
+    assert (report["instanceType"], report["instanceId"]) == ("p5.48xlarge", "i-0abc1234def567890")
+    assert 0 <= report["durationS"] < 5
+    for check in report["checks"]:
+        assert set(check) == {"name", "status", "gpu", "value", "threshold", "detail"}
+        assert check["status"] in ("pass", "fail", "warn", "skip")
+    assert run.find("gpu_memory", 0)["value"] == 81559
+    assert run.find("nvlink", 3)["value"] == 18
+    assert run.find("driver_version")["value"] == "570.133.20"
+
+
+def test_uses_current_nvml_calls_not_deprecated_ones(verify):
+    run = verify(fk.healthy("p5.48xlarge"))
+    called = {function for function, _ in run.driver.calls}
+    assert {"nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetTemperatureV",
+            "nvmlDeviceGetCurrentClocksEventReasons"} <= called
+    assert not called & {"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetTemperature",
+                         "nvmlDeviceGetCurrentClocksThrottleReasons"}
+    assert run.driver.calls[0] == ("nvmlInit", None) and ("nvmlShutdown", None) in run.driver.calls
+
+
+# ---------------------------------------------------------------------------------------------
+# Injected faults: each must fail exactly the named check
+# ---------------------------------------------------------------------------------------------
+
+def gpu_set(index: int, **values: Any) -> Callable:
+    def mutate(node, expect):
+        for key, value in values.items():
+            setattr(node.gpus[index], key, value)
+    return mutate
+
+
+def node_set(**values: Any) -> Callable:
+    def mutate(node, expect):
+        for key, value in values.items():
+            setattr(node, key, value)
+    return mutate
+
+
+def expect_set(**values: Any) -> Callable:
+    def mutate(node, expect):
+        expect.update(values)
+    return mutate
+
+
+def drop_last_gpu(node, expect):
+    node.gpus.pop()
+
+
+def link_down(gpu: int, link: int) -> Callable:
+    def mutate(node, expect):
+        node.gpus[gpu].nvlink_active[link] = False
+    return mutate
+
+
+def smi_lists_one_fewer(node, expect):
+    node.nvidia_smi_names = [g.name for g in node.gpus][:-1]
+
+
+FAULTS = [
+    # (fault, node type, mutation, failing check, failing GPU or None for node-level/all GPUs)
+    ("missing GPU", "p5.48xlarge", drop_last_gpu, "gpu_count", None),
+    ("wrong model", "p5.48xlarge", gpu_set(3, name="NVIDIA A100-SXM4-80GB"), "gpu_model", 3),
+    ("memory far from catalog", "p5.48xlarge", gpu_set(1, memory_total_mib=40960), "gpu_memory", 1),
+    ("driver too old", "p5.48xlarge", node_set(driver_version="470.256.02"), "driver_version", None),
+    ("driver not the pinned version", "p5.48xlarge", expect_set(driverVersion="570.124.06"),
+     "driver_version", None),
+    ("ECC disabled", "p4d.24xlarge", gpu_set(0, ecc_mode=[0, 0]), "ecc_mode", 0),
+    ("uncorrected ECC", "p5.48xlarge", gpu_set(2, ecc_uncorrected_volatile=3), "ecc_uncorrected", 2),
+    ("pending row remap", "p4d.24xlarge", gpu_set(1, remapped_rows=[0, 2, 1, 0]), "remapped_rows", 1),
+    ("row remap failure", "p5.48xlarge", gpu_set(6, remapped_rows=[0, 0, 0, 1]), "remapped_rows", 6),
+    ("pending retired pages (T4)", "g4dn.12xlarge", gpu_set(0, retired_pages_pending=1),
+     "retired_pages", 0),
+    ("fatal XID in kernel log", "p5.48xlarge", node_set(kernel_log=[XID_79_LINE]),
+     "xid_kernel_log", None),
+    ("XID event during the run", "p5.48xlarge", node_set(xid_events=[[5, 79]]), "xid_events", None),
+    ("NVLink down", "p5.48xlarge", link_down(4, 7), "nvlink", 4),
+    ("fabric failure", "p5.48xlarge", gpu_set(0, fabric_status=fk.real.NVML_ERROR_UNKNOWN),
+     "fabric", 0),
+    ("PCIe x8 on x16", "g6e.48xlarge", gpu_set(5, pcie_width=8), "pcie_width", 5),
+    ("HW slowdown", "p5.48xlarge", gpu_set(2, clock_event_reasons=0x8 | 0x1), "clock_events", 2),
+    ("HW thermal slowdown", "p5.48xlarge", gpu_set(2, clock_event_reasons=0x40), "clock_events", 2),
+    ("HW power brake", "p4d.24xlarge", gpu_set(2, clock_event_reasons=0x80), "clock_events", 2),
+    ("over temperature", "p5.48xlarge", gpu_set(7, temperature_c=91), "temperature", 7),
+    ("persistence off", "p5.48xlarge", gpu_set(0, persistence_mode=0), "persistence_mode", 0),
+    ("MIG mismatch (pending differs)", "p5.48xlarge", gpu_set(3, mig_mode=[0, 1]), "mig_mode", 3),
+    ("MIG expected on GPUs without MIG", "g6e.48xlarge", expect_set(migMode="enabled"),
+     "mig_mode", None),
+    ("stray compute process", "p4d.24xlarge", gpu_set(2, processes=[[4242, 1024]]),
+     "compute_processes", 2),
+    ("nvidia-smi disagrees with NVML", "p5.48xlarge", smi_lists_one_fewer, "nvidia_smi", None),
+    ("nvidia-smi fails", "p5.48xlarge", node_set(nvidia_smi_exit_code=9), "nvidia_smi", None),
+]
+
+
+@pytest.mark.parametrize("instance_type, mutate, check, gpu",
+                         [pytest.param(*row[1:], id=row[0]) for row in FAULTS])
+def test_fault_fails_the_right_check(verify, instance_type, mutate, check, gpu):
+    node, expect = fk.healthy(instance_type), fk.expect_for(instance_type)
+    mutate(node, expect)
+    run = verify(node, expect)
+
+    assert run.exit_code == 1 and run.report["verdict"] == "fail"
+    assert run.failing_names() == {check}
+    if gpu is not None:
+        assert run.with_status("fail") == {(check, gpu)}
+    for name, index in run.with_status("fail"):
+        assert run.find(name, index)["detail"], "a failure must say why"
+
+
+def test_fabric_still_training_at_boot_is_waited_for(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[0].fabric_in_progress_polls = 2
+    run = verify(node)
+    assert run.report["verdict"] == "pass"
+    assert run.find("fabric", 0)["value"] == {"state": "completed", "status": 0}
+
+
+def test_fabric_that_never_completes_fails(verify, monkeypatch):
+    monkeypatch.setattr(gv, "FABRIC_SETTLE_S", 0.3)
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[2].fabric_state = fk.real.NVML_GPU_FABRIC_STATE_NOT_STARTED
+    run = verify(node)
+    assert run.with_status("fail") == {("fabric", 2)}
+    assert "not started" in run.find("fabric", 2)["detail"]
+
+
+# ---------------------------------------------------------------------------------------------
+# XIDs
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("xids, status, counted", [
+    ([79], "fail", [79]),                 # fallen off the bus
+    ([48], "fail", [48]),                 # double-bit ECC
+    ([92], "fail", [92]),                 # Azure NHC's addition
+    ([68], "warn", [68]),                 # fatal for Azure, application-caused for the device plugin
+    ([109], "warn", [109]),               # fatal for EKS, application-caused for the device plugin
+    ([13, 31, 43, 45], "pass", []),       # application-caused only: not counted
+    ([94], "pass", []),                   # contained ECC error: in no fatal list
+    ([13, 68, 79, 79], "fail", [79]),
+])
+def test_kernel_log_xids_are_classified(verify, xids, status, counted):
+    node = fk.healthy("p4d.24xlarge")
+    node.kernel_log += [xid_line(x) for x in xids]
+    run = verify(node)
+    check = run.find("xid_kernel_log")
+    assert (check["status"], check["value"]) == (status, counted)
+    assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
+    if status == "warn":
+        assert "device plugin" in check["detail"] and "warns rather than fails" in check["detail"]
+    if 13 in xids:
+        assert "not counted: XID 13" in check["detail"]
+
+
+def test_xid_68_event_during_the_run_warns(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.xid_events = [[2, 68], [3, 13]]
+    run = verify(node)
+    check = run.find("xid_events")
+    assert check["status"] == "warn" and run.report["verdict"] == "pass"
+    assert check["value"] == [68] and "GPU 2" in check["detail"]
+
+
+def test_unreadable_kernel_log_file_fails(tmp_path):
+    node = fk.healthy("p5.48xlarge")
+    module = fk.build_module(node)
+    (tmp_path / "expect.json").write_text(json.dumps(fk.expect_for("p5.48xlarge")))
+    args = gv.parse_args(["--expect", str(tmp_path / "expect.json"), "--report",
+                          str(tmp_path / "r.json"), "--kernel-log", str(tmp_path / "missing.log")])
+    report = gv.verify(args, module)
+    check = [c for c in report["checks"] if c["name"] == "xid_kernel_log"][0]
+    assert check["status"] == "fail" and "missing.log" in check["detail"]
+
+
+def fake_commands(directory: Path, scripts: Dict[str, str]) -> str:
+    """Write executable shell scripts into `directory`; returns a PATH that finds them first."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        (directory / name).write_text("#!/bin/sh\n" + body)
+        (directory / name).chmod(0o755)
+    return os.pathsep.join([str(directory), "/usr/bin", "/bin"])
+
+
+def prints(text: str, exit_code: int = 0) -> str:
+    return "cat <<'EOF'\n%s\nEOF\nexit %d\n" % (text, exit_code)
+
+
+NO_JOURNAL = prints("No journal files were found.\n-- No entries --")  # and exit 0
+
+
+@pytest.mark.parametrize("scripts, status, source", [
+    pytest.param({"journalctl": prints(XID_79_LINE), "dmesg": prints("", 1)}, "fail",
+                 "journalctl", id="journalctl has the XID"),
+    pytest.param({"journalctl": NO_JOURNAL, "dmesg": prints(xid_line(79))}, "fail", "dmesg",
+                 id="empty journal falls back to dmesg"),
+    pytest.param({"journalctl": prints("", 1), "dmesg": prints("[    0.000000] Linux version 6.1")},
+                 "pass", "dmesg", id="journalctl fails, dmesg clean"),
+    pytest.param({"journalctl": NO_JOURNAL, "dmesg": prints("dmesg: read kernel buffer failed", 1)},
+                 "warn", "no entries", id="no kernel log anywhere"),
+])
+def test_default_kernel_log_sources(verify, tmp_path, monkeypatch, scripts, status, source):
+    monkeypatch.setenv("PATH", fake_commands(tmp_path / "kernel-log-bin", scripts))
+    run = verify(fk.healthy("p5.48xlarge"), kernel_log_file=False)
+    check = run.find("xid_kernel_log")
+    assert check["status"] == status and source in check["detail"]
+
+
+# ---------------------------------------------------------------------------------------------
+# NotSupported / FunctionNotFound: always skip
+# ---------------------------------------------------------------------------------------------
+
+def _drop_binding_function(name: str) -> Callable:
+    def alter(module):
+        delattr(module, name)
+    return alter
+
+
+@pytest.mark.parametrize("instance_type, expect_changes, gpu_faults, alter_module, check, why", [
+    pytest.param("g6e.48xlarge", {"nvlinkLinksPerGpu": 18}, {}, None, "nvlink", NOT_SUPPORTED,
+                 id="NVLink asked of a PCIe card"),
+    pytest.param("g4dn.12xlarge", {"nvswitch": True}, {}, None, "fabric", "Function Not Found",
+                 id="fabric call missing from the driver"),
+    pytest.param("p5.48xlarge", {}, {"nvmlDeviceGetTemperatureV": fk.NOT_SUPPORTED}, None,
+                 "temperature", NOT_SUPPORTED, id="temperature not supported"),
+    pytest.param("p5.48xlarge", {}, {}, _drop_binding_function("nvmlDeviceGetCurrentClocksEventReasons"),
+                 "clock_events", "Function Not Found", id="binding too old for clock events"),
+    pytest.param("p5.48xlarge", {}, {"nvmlDeviceGetComputeRunningProcesses": fk.FUNCTION_NOT_FOUND},
+                 None, "compute_processes", "Function Not Found", id="process list not found"),
+])
+def test_unsupported_call_skips_never_passes_or_fails(verify, instance_type, expect_changes,
+                                                      gpu_faults, alter_module, check, why):
+    node, expect = fk.healthy(instance_type), fk.expect_for(instance_type)
+    expect.update(expect_changes)
+    for gpu in node.gpus:
+        gpu.faults.update(gpu_faults)
+    module = fk.build_module(node)
+    if alter_module:
+        alter_module(module)
+    run = verify(node, expect, module=module)
+    for gpu in range(len(node.gpus)):
+        result = run.find(check, gpu)
+        assert result["status"] == "skip" and why in result["detail"] and result["value"] is None
+    assert run.report["verdict"] == "pass"
+
+
+def test_temperature_falls_back_only_when_v_call_is_missing(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[1].faults["nvmlDeviceGetTemperatureV"] = fk.FUNCTION_NOT_FOUND
+    node.gpus[1].temperature_c = 90
+    run = verify(node)
+    assert run.with_status("fail") == {("temperature", 1)}
+    assert run.find("temperature", 1)["value"] == 90
+    legacy_calls = [gpu for name, gpu in run.driver.calls if name == "nvmlDeviceGetTemperature"]
+    assert legacy_calls == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hangs, budget, unexpected errors, could-not-run
+# ---------------------------------------------------------------------------------------------
+
+def test_one_hung_call_fails_that_gpu_and_the_rest_is_still_checked(verify):
+    budget_s = 3.0
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[4].faults["nvmlDeviceGetCurrPcieLinkWidth"] = fk.HANG
+    run = verify(node, budget_s=budget_s)
+
+    assert run.exit_code == 1 and run.report["verdict"] == "fail"
+    assert "timed out after" in run.find("pcie_width", 4)["detail"]
+    later = GPU_CHECK_NAMES[GPU_CHECK_NAMES.index("pcie_width") + 1:]
+    assert run.with_status("fail") == {("pcie_width", 4)} | {(n, 4) for n in later}
+    assert all("not run" in run.find(n, 4)["detail"] for n in later)
+    assert run.find("xid_events")["status"] == "pass"
+    assert run.wall_s < budget_s + 1.0
+
+
+def test_hangs_everywhere_still_give_a_verdict_within_the_budget(verify):
+    budget_s = 3.0
+    node = fk.healthy("p5.48xlarge")
+    for gpu in node.gpus:
+        gpu.faults["nvmlDeviceGetPersistenceMode"] = fk.HANG
+    run = verify(node, budget_s=budget_s)
+
+    assert run.exit_code == 1 and run.report["verdict"] == "fail"
+    assert run.wall_s < budget_s + 1.0
+    details = [c["detail"] for c in run.report["checks"] if c["status"] == "fail"]
+    assert any("timed out after" in d for d in details)
+    assert any(d == "budget exhausted" for d in details)
+    assert run.find("xid_events")["detail"] == "budget exhausted"
+
+
+def test_hung_nvidia_smi_fails_its_check_within_the_budget(verify):
+    budget_s = 3.0
+    node = fk.healthy("p5.48xlarge")
+    node.nvidia_smi_hangs = True
+    run = verify(node, budget_s=budget_s)
+    assert run.with_status("fail") == {("nvidia_smi", None)}
+    assert "nvidia-smi timed out after" in run.find("nvidia_smi")["detail"]
+    assert run.wall_s < budget_s
+
+
+def test_unexpected_exception_fails_the_check_with_its_text(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[1].faults["nvmlDeviceGetPersistenceMode"] = fk.RAISE_PREFIX + "driver returned garbage"
+    run = verify(node)
+    assert run.exit_code == 1 and run.with_status("fail") == {("persistence_mode", 1)}
+    assert "driver returned garbage" in run.find("persistence_mode", 1)["detail"]
+
+
+def test_nvml_init_failure_is_an_error_with_a_report(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.faults["nvmlInit"] = "DriverNotLoaded"
+    run = verify(node)
+    assert run.exit_code == 2 and run.report["verdict"] == "error"
+    assert run.find("nvml_init")["status"] == "fail"
+    assert "Driver Not Loaded" in run.find("nvml_init")["detail"]
+
+
+def test_missing_pynvml_is_an_error_with_a_report(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    (tmp_path / "expect.json").write_text(json.dumps(fk.expect_for("p5.48xlarge")))
+    report_path = tmp_path / "verify.json"
+    code = gv.main(["--expect", str(tmp_path / "expect.json"), "--report", str(report_path)])
+    report = json.loads(report_path.read_text())
+    assert code == 2 and report["verdict"] == "error"
+    assert [c["name"] for c in report["checks"]] == ["pynvml_import"]
+
+
+def _without(key: str) -> Dict[str, Any]:
+    expect = fk.expect_for("p5.48xlarge")
+    del expect[key]
+    return expect
+
+
+@pytest.mark.parametrize("content, complaint", [
+    pytest.param(None, "cannot read", id="missing file"),
+    pytest.param("{not json", "cannot read", id="not JSON"),
+    pytest.param(json.dumps(_without("gpuCount")), "missing gpuCount", id="missing key"),
+    pytest.param(json.dumps(dict(fk.expect_for("p5.48xlarge"), gpuModel="H100 SXM")), "gpuModel",
+                 id="unknown model"),
+    pytest.param(json.dumps(dict(fk.expect_for("p5.48xlarge"), migMode="on")), "migMode",
+                 id="bad migMode"),
+    pytest.param(json.dumps(dict(fk.expect_for("p5.48xlarge"), gpuCount="8")), "gpuCount",
+                 id="count as string"),
+    pytest.param(json.dumps(dict(fk.expect_for("p5.48xlarge"), driverBranch="latest")),
+                 "driverBranch", id="bad driver branch"),
+])
+def test_bad_expect_is_an_error(tmp_path, content, complaint):
+    expect_path = tmp_path / "expect.json"
+    if content is not None:
+        expect_path.write_text(content)
+    report_path = tmp_path / "verify.json"
+    module = fk.build_module(fk.healthy("p5.48xlarge"))
+    code = gv.main(["--expect", str(expect_path), "--report", str(report_path)], nvml=module)
+    report = json.loads(report_path.read_text())
+    assert code == 2 and report["verdict"] == "error"
+    assert report["checks"][0]["name"] == "expect" and complaint in report["checks"][0]["detail"]
+    assert module.fake_driver.calls == []  # nothing touched NVML
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pieces
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nvml_name, short_name", [
+    ("NVIDIA H100 80GB HBM3", "H100"),
+    ("NVIDIA H200", "H200"),
+    ("NVIDIA B200", "B200"),
+    ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA A10G", "A10G"),
+    ("Tesla T4", "T4"),
+    ("NVIDIA GH200 480GB", None),
+    ("NVIDIA A10", None),
+])
+def test_gpu_names_map_to_catalog_models(nvml_name, short_name):
+    assert gv.classify_gpu_name(nvml_name) == short_name
+
+
+@pytest.mark.parametrize("branch, number", [(550, 550), ("550", 550), ("R550", 550), ("r525", 525)])
+def test_driver_branch_forms(branch, number):
+    assert gv.parse_driver_branch(branch) == number
+
+
+def test_verifier_runs_on_python_39_with_stdlib_and_pynvml_only():
+    # AL2023 nodes run python3.9: no newer syntax, no third-party imports beyond pynvml.
+    tree = ast.parse(VERIFIER.read_text(), feature_version=(3, 9))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == {"pynvml"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI, as the bootstrap script runs it
+# ---------------------------------------------------------------------------------------------
+
+def run_cli(tmp_path: Path, node: fk.NodeProfile, expect: Any, textfile: bool = True,
+            budget_s: float = 20.0) -> subprocess.CompletedProcess:
+    fk.write_pynvml_stub(tmp_path / "stub", node)
+    bin_dir = tmp_path / "bin"
+    fk.write_fake_nvidia_smi(bin_dir, node)
+    expect_path = tmp_path / "expect.json"
+    expect_path.write_text(expect if isinstance(expect, str) else json.dumps(expect))
+    (tmp_path / "kern.log").write_text("\n".join(node.kernel_log) + "\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stub"),
+               PATH="%s%s%s" % (bin_dir, os.pathsep, os.environ.get("PATH", "")),
+               GPU_CLOUD_INSTANCE_ID="i-0123456789abcdef0")
+    env.pop(gv.NVIDIA_SMI_ENV, None)  # resolve nvidia-smi from PATH, as on a node
+    argv = [sys.executable, str(VERIFIER), "--expect", str(expect_path),
+            "--report", str(tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json"),
+            "--kernel-log", str(tmp_path / "kern.log"), "--budget-s", str(budget_s)]
+    if textfile:
+        argv += ["--textfile", str(tmp_path / "textfile" / "gpu_cloud_verify.prom")]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
+                    r'(\S+)$')
+
+
+def parse_exposition(text: str) -> Dict[str, List[tuple]]:
+    """A strict little parser for the text format: HELP and TYPE before samples, no duplicates."""
+    helped, typed, samples, seen = set(), set(), {}, set()
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            assert kind in ("gauge", "counter", "untyped"), line
+            typed.add(name)
+        else:
+            match = SAMPLE.match(line)
+            assert match, "not a sample line: %r" % line
+            name, labels, value = match.group(1), match.group(2) or "", match.group(3)
+            assert name in helped and name in typed, "sample before HELP/TYPE: %r" % line
+            assert (name, labels) not in seen, "duplicate series: %r" % line
+            seen.add((name, labels))
+            samples.setdefault(name, []).append((labels, float(value)))
+    return samples
+
+
+def test_cli_healthy_node_writes_report_and_textfile(tmp_path):
+    result = run_cli(tmp_path, fk.healthy("p5.48xlarge"), fk.expect_for("p5.48xlarge"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json").read_text())
+    assert report["verdict"] == "pass" and report["instanceId"] == "i-0123456789abcdef0"
+    assert report["instanceType"] == "p5.48xlarge"
+    assert [c for c in report["checks"] if c["name"] == "nvidia_smi"][0]["value"] == 8
+
+    prom = tmp_path / "textfile" / "gpu_cloud_verify.prom"
+    assert oct(prom.stat().st_mode & 0o777) == "0o644"
+    assert not [p for p in prom.parent.iterdir() if p != prom]  # no temp file left behind
+    samples = parse_exposition(prom.read_text())
+    assert samples["gpu_cloud_node_verify_pass"] == [("", 1.0)]
+    assert abs(samples["gpu_cloud_node_verify_timestamp_seconds"][0][1] - time.time()) < 60
+    assert len(samples["gpu_cloud_node_verify_check_status"]) == len(report["checks"])
+    assert '{check="nvlink",gpu="7",status="pass"}' in dict(samples["gpu_cloud_node_verify_check_status"])
+
+
+def test_cli_failure_exits_1_and_textfile_names_the_check(tmp_path):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[4].nvlink_active[0] = False
+    result = run_cli(tmp_path, node, fk.expect_for("p5.48xlarge"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "fail nvlink gpu4" in result.stdout
+    samples = parse_exposition((tmp_path / "textfile" / "gpu_cloud_verify.prom").read_text())
+    assert samples["gpu_cloud_node_verify_pass"] == [("", 0.0)]
+    statuses = dict(samples["gpu_cloud_node_verify_check_status"])
+    assert statuses['{check="nvlink",gpu="4",status="fail"}'] == 1.0
+
+
+def test_cli_bad_expect_exits_2_with_error_report(tmp_path):
+    result = run_cli(tmp_path, fk.healthy("p5.48xlarge"), "[]")
+    assert result.returncode == 2, result.stdout + result.stderr
+    report = json.loads((tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json").read_text())
+    assert report["verdict"] == "error" and report["instanceType"] is None
+    samples = parse_exposition((tmp_path / "textfile" / "gpu_cloud_verify.prom").read_text())
+    assert samples["gpu_cloud_node_verify_verdict"] == [('{verdict="error"}', 1.0)]
+
+
+def test_unwritable_report_exits_2_and_prints_the_report(tmp_path, capsys):
+    (tmp_path / "expect.json").write_text(json.dumps(fk.expect_for("p5.48xlarge")))
+    (tmp_path / "kern.log").write_text("")
+    (tmp_path / "a-file").write_text("")  # the report's parent is a file: cannot be created
+    code = gv.main(["--expect", str(tmp_path / "expect.json"), "--kernel-log", str(tmp_path / "kern.log"),
+                    "--report", str(tmp_path / "a-file" / "verify.json")],
+                   nvml=fk.build_module(fk.healthy("p5.48xlarge")))
+    assert code == 2
+    assert '"verdict"' in capsys.readouterr().out
+
+
+def test_textfile_passes_promtool(tmp_path, monkeypatch):
+    promtool = require_tool("promtool")
+    node = fk.healthy("g4dn.12xlarge")
+    node.kernel_log.append(xid_line(68))
+    (tmp_path / "expect.json").write_text(json.dumps(fk.expect_for("g4dn.12xlarge")))
+    (tmp_path / "kern.log").write_text("\n".join(node.kernel_log))
+    args = gv.parse_args(["--expect", str(tmp_path / "expect.json"), "--report",
+                          str(tmp_path / "r.json"), "--kernel-log", str(tmp_path / "kern.log")])
+    monkeypatch.setenv(gv.NVIDIA_SMI_ENV, str(fk.write_fake_nvidia_smi(tmp_path / "bin", node)))
+    report = gv.verify(args, fk.build_module(node))
+    text = gv.render_textfile(report, time.time())
+    assert '{check="xid_kernel_log",gpu="",status="warn"} 1' in text
+    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr

@@ -1,0 +1,195 @@
+"""GPU node pools as registered resources: EFA wiring, capacity targeting, launch template safety,
+autoscaler tags, the verification hook and the node's own verifier bundle."""
+import base64
+import email
+import hashlib
+import json
+
+import pytest
+import yaml
+
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, accelerated_ami_parameter
+from spec import pools as pool_rules
+from tests.conftest import run_component
+from tests.test_validate import load, valid_config
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+ASG = "aws:autoscaling/group:Group"
+CLUSTER = "gpu-cloud-test"
+ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+
+
+def pool_run(pool_fields=None, index=0, mutate=None):
+    """Run one GpuNodePool for nodePools[index] of the test config, with pool fields overridden."""
+    config = valid_config()
+    config["nodePools"][index].update(pool_fields or {})
+    if mutate:
+        mutate(config)
+    spec = load(config)
+    pool = spec.pools[index]
+
+    def build():
+        GpuNodePool(pool.name, NodePoolArgs(
+            pool=pool, cluster_name=CLUSTER,
+            cluster=ClusterConnection(endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
+                                      certificate_authority=base64.b64encode(
+                                          b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n").decode(),
+                                      service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
+            kubernetes_version="1.33", region="us-east-1", account_id="123456789012", vpc_id="vpc-0123",
+            subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, driver=spec.gpu_driver, nvme_scratch=True,
+            max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
+            instance_tags=spec.resource_tags))
+    return run_component(build), pool
+
+
+EFA_TYPES = [("p5.48xlarge", 32), ("p4d.24xlarge", 4), ("p5en.48xlarge", 16), ("p6-b200.48xlarge", 8),
+             ("g6e.48xlarge", 4), ("g5.48xlarge", 1)]
+
+
+@pytest.mark.parametrize("itype,count", EFA_TYPES)
+def test_efa_pool_wires_one_efa_device_per_card(itype, count):
+    run, _ = pool_run({"instanceTypes": [itype], "capacity": "on-demand", "capacityReservationId": None,
+                       "desiredNodes": 1, "maxNodes": 2})
+    interfaces = run.one(LT).inputs["networkInterfaces"]
+    efa = [i for i in interfaces if i.get("interfaceType") == "efa-only"]
+    assert len(efa) == count
+    assert sorted(int(i["networkCardIndex"]) for i in efa) == list(range(count))
+    assert all(int(i["deviceIndex"]) == (1 if int(i["networkCardIndex"]) == 0 else 0) for i in efa)
+    primary = [i for i in interfaces if int(i["networkCardIndex"]) == 0 and int(i["deviceIndex"]) == 0]
+    assert len(primary) == 1 and "interfaceType" not in primary[0]          # plain ENA primary, no public IP
+    assert primary[0]["associatePublicIpAddress"] == "false"
+    efa_sg = run.one("aws:ec2/securityGroup:SecurityGroup").state["id"]
+    assert all(efa_sg in i["securityGroups"] and "sg-0cluster" in i["securityGroups"] for i in interfaces)
+
+
+def test_pool_without_efa_has_no_efa_device_placement_group_or_efa_group():
+    run, _ = pool_run({"efa": False, "instanceTypes": ["p5.48xlarge"]})
+    interfaces = run.one(LT).inputs["networkInterfaces"]
+    assert [i.get("interfaceType") for i in interfaces] == [None]
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
+    assert not run.of_type("aws:ec2/securityGroup:SecurityGroup")
+
+
+def test_efa_pool_sits_in_a_cluster_placement_group_in_one_zone_with_self_referencing_rules():
+    run, pool = pool_run()
+    group = run.one("aws:ec2/placementGroup:PlacementGroup")
+    assert group.inputs["strategy"] == "cluster"
+    placement = run.one(LT).inputs["placement"]
+    assert placement == {"groupName": group.state["name"], "availabilityZone": "us-east-1a"}
+    assert run.one(ASG).inputs["vpcZoneIdentifiers"] == ["subnet-a"]
+    sg = run.one("aws:ec2/securityGroup:SecurityGroup").state["id"]
+    for kind in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                 "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"):
+        rule = run.one(kind).inputs
+        assert rule["ipProtocol"] == "-1" and rule["securityGroupId"] == sg and rule["referencedSecurityGroupId"] == sg
+
+
+def test_reserved_pool_targets_only_its_reservation():
+    run, _ = pool_run()
+    spec = run.one(LT).inputs["capacityReservationSpecification"]
+    assert spec == {"capacityReservationPreference": "capacity-reservations-only",
+                    "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}}
+    assert "instanceMarketOptions" not in run.one(LT).inputs
+
+
+def test_capacity_block_pool_uses_the_capacity_block_market_and_targets_the_block():
+    run, _ = pool_run({"capacity": "capacity-block", "capacityReservationId": "cr-0aaaaaaaaaaaaaaaa"})
+    inputs = run.one(LT).inputs
+    assert inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert inputs["capacityReservationSpecification"]["capacityReservationTarget"] == {
+        "capacityReservationId": "cr-0aaaaaaaaaaaaaaaa"}
+
+
+def test_spot_pool_is_price_capacity_optimized_over_every_type_and_zone():
+    run, pool = pool_run(index=1)
+    asg = run.one(ASG).inputs
+    policy = asg["mixedInstancesPolicy"]
+    assert policy["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
+    assert policy["instancesDistribution"]["onDemandPercentageAboveBaseCapacity"] == 0
+    assert [o["instanceType"] for o in policy["launchTemplate"]["overrides"]] == ["g6e.12xlarge", "g6.12xlarge"]
+    assert asg["capacityRebalance"] is True
+    assert asg["vpcZoneIdentifiers"] == [f"subnet-{z[-1]}" for z in ZONES]
+    assert "launchTemplate" not in asg
+    assert "capacityReservationSpecification" not in run.one(LT).inputs
+
+
+def test_launch_template_is_safe_by_default():
+    for index in (0, 1):
+        run, _ = pool_run(index=index)
+        lt = run.one(LT).inputs
+        assert lt["metadataOptions"]["httpTokens"] == "required"
+        assert lt["metadataOptions"]["httpPutResponseHopLimit"] == 1
+        root = lt["blockDeviceMappings"][0]
+        assert root["deviceName"] == "/dev/xvda" and root["ebs"]["encrypted"] == "true"
+        assert root["ebs"]["volumeType"] == "gp3" and root["ebs"]["volumeSize"] >= 200
+        assert lt["monitoring"] == {"enabled": True}
+        ami_parameter = accelerated_ami_parameter("1.33")
+        assert "nvidia" in ami_parameter and lt["imageId"].startswith("ami-")
+
+
+def test_asg_carries_autoscaler_tags_for_labels_taints_and_resources():
+    run, pool = pool_run()
+    tags = {t["key"]: t["value"] for t in run.one(ASG).inputs["tags"]}
+    for key, value in pool_rules.autoscaler_tags(pool, CLUSTER).items():
+        assert tags[key] == value
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "8"
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "32"
+    assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
+    propagated = [t["key"] for t in run.one(ASG).inputs["tags"] if t["propagateAtLaunch"]]
+    assert propagated == ["aws-node-termination-handler/managed"] and tags[propagated[0]] == "true"
+    assert tags["team"] == "ml"          # the ASG is not covered by the provider's default tags
+
+
+def test_lifecycle_hooks_gate_launch_and_drain_termination():
+    run, _ = pool_run()
+    hooks = {h["lifecycleTransition"]: h for h in run.one(ASG).inputs["initialLifecycleHooks"]}
+    launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
+    assert launch["defaultResult"] == "ABANDON" and launch["name"] == pool_rules.VERIFY_HOOK_NAME
+    assert launch["heartbeatTimeout"] >= 600
+    assert hooks["autoscaling:EC2_INSTANCE_TERMINATING"]["defaultResult"] == "CONTINUE"
+
+
+def test_reserved_refresh_never_surges_and_cluster_autoscaler_owns_desired():
+    run, _ = pool_run()
+    prefs = run.one(ASG).inputs["instanceRefresh"]["preferences"]
+    assert prefs["maxHealthyPercentage"] == 100 and prefs["minHealthyPercentage"] == 50
+
+
+def test_user_data_renders_the_pool_and_points_at_its_verified_bundle():
+    run, pool = pool_run()
+    user_data = base64.b64decode(run.one(LT).inputs["userData"]).decode()
+    assert len(user_data.encode()) <= 16384
+    message = email.message_from_string(user_data)
+    parts = {p.get_content_type(): p.get_payload() for p in message.walk() if not p.is_multipart()}
+    node_config = yaml.safe_load(parts["application/node.eks.aws"])["spec"]
+    assert node_config["cluster"]["name"] == CLUSTER and node_config["cluster"]["cidr"] == "172.20.0.0/16"
+    assert node_config["instance"]["localStorage"]["strategy"] == "RAID0"     # p5 has 8 NVMe disks
+    assert "gpu-cloud.io/pool=train" in " ".join(node_config["kubelet"]["flags"])
+    assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in node_config["kubelet"]["config"]["registerWithTaints"]
+    shell = parts["text/x-shellscript"]
+    obj = run.one("aws:s3/bucketObjectv2:BucketObjectv2")
+    artifact = base64.b64decode(obj.inputs["contentBase64"])
+    sha = hashlib.sha256(artifact).hexdigest()
+    assert obj.inputs["key"] == f"verifier/train/{sha}.tar.gz"
+    assert f"GPU_CLOUD_ARTIFACT_SHA256={sha}" in shell
+    assert f"s3://artifacts-bucket/verifier/train/{sha}.tar.gz" in shell
+    assert "GPU_CLOUD_EFA_COUNT=32" in shell and "GPU_CLOUD_NVSWITCH=true" in shell
+    assert "GPU_CLOUD_ASG_NAME=gpu-cloud-test-train" in shell
+
+
+def test_node_role_may_only_gate_itself():
+    run, _ = pool_run()
+    gate = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    by_sid = {s["Sid"]: s for s in gate["Statement"]}
+    assert by_sid["CompleteOwnLifecycleAction"]["Resource"].endswith("autoScalingGroupName/gpu-cloud-test-train")
+    assert by_sid["TagSelfWithVerdict"]["Condition"]["StringEquals"] == {"aws:ARN": "${ec2:SourceInstanceARN}"}
+    assert by_sid["ReadVerifierBundle"]["Resource"].startswith("arn:aws:s3:::artifacts-bucket/verifier/train/")
+    assert run.one("aws:eks/accessEntry:AccessEntry").inputs["type"] == "EC2_LINUX"
+
+
+def test_children_are_parented_and_prefixed():
+    run, _ = pool_run()
+    component = run.one("gpu-cloud:nodepool:GpuNodePool")
+    for resource in run.resources:
+        if resource.custom and not resource.type.startswith("pulumi:providers:"):
+            assert resource.parent == component.urn and resource.name.startswith("train-")

@@ -1,0 +1,87 @@
+"""Pool decisions: labels, taints, autoscaler tags, priorities, refresh pacing, verifier expectations."""
+from spec import pools
+from spec.model import GpuDriver
+from tests.test_validate import load, valid_config
+
+
+def pools_of(mutate=None):
+    config = valid_config()
+    if mutate:
+        mutate(config)
+    return load(config).pools
+
+
+def test_every_gpu_pool_is_tainted_and_labelled():
+    train, infer = pools_of()
+    for pool in (train, infer):
+        assert pools.Taint("nvidia.com/gpu", "true", "NoSchedule") in pools.node_taints(pool)
+        labels = pools.node_labels(pool)
+        assert labels["gpu-cloud.io/pool"] == pool.name and labels["gpu-cloud.io/capacity"] == pool.spec.capacity
+    assert pools.node_labels(train)["gpu-cloud.io/gpu-model"] == "H100"
+    assert pools.node_labels(train)["gpu-cloud.io/efa"] == "true"
+
+
+def test_user_labels_and_taints_are_carried():
+    def extra(c):
+        c["nodePools"][1].update(labels={"team": "search"}, taints=[{"key": "dedicated", "value": "search", "effect": "NoExecute"}])
+    _, infer = pools_of(extra)
+    assert pools.node_labels(infer)["team"] == "search"
+    assert pools.Taint("dedicated", "search", "NoExecute") in pools.node_taints(infer)
+
+
+def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
+    train, infer = pools_of()
+    tags = pools.autoscaler_tags(train, "gpu-cloud-test")
+    assert tags["k8s.io/cluster-autoscaler/enabled"] == "true"
+    assert tags["k8s.io/cluster-autoscaler/gpu-cloud-test"] == "owned"
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "8"
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "32"
+    assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
+    for key, value in pools.node_labels(train).items():
+        assert tags[f"k8s.io/cluster-autoscaler/node-template/label/{key}"] == value
+    assert "k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa" not in pools.autoscaler_tags(infer, "c")
+
+
+def test_shared_gpus_advertise_their_slices():
+    _, infer = pools_of(lambda c: c["nodePools"][1].update(gpuSharing={"mode": "time-slicing", "replicas": 4}))
+    assert pools.advertised_gpus(infer) == 4 * 4
+    assert pools.node_labels(infer)["nvidia.com/device-plugin.config"] == "time-slicing-4"
+    train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}))
+    assert pools.advertised_gpus(train) == 8 * 7
+    assert pools.node_labels(train)["nvidia.com/mig.config"] == "all-1g.10gb"
+
+
+def test_priorities_prefer_paid_for_capacity_then_spot_then_on_demand():
+    train, infer = pools_of()
+    assert pools.autoscaler_priority(train) > pools.autoscaler_priority(infer)
+    _, od = pools_of(lambda c: c["nodePools"][1].update(capacity="on-demand"))
+    assert pools.autoscaler_priority(infer) > pools.autoscaler_priority(od)
+    _, pinned = pools_of(lambda c: c["nodePools"][1].update(autoscalerPriority=99))
+    assert pools.autoscaler_priority(pinned) == 99
+
+
+def test_reserved_capacity_is_never_replaced_faster_than_it_refills():
+    train, infer = pools_of()
+    reserved = pools.refresh_preferences(train)
+    assert reserved.max_healthy_percentage == 100           # no surge: the reservation has no spare slot
+    assert reserved.min_healthy_percentage == 50            # 2 nodes: one at a time
+    surge = pools.refresh_preferences(infer)
+    assert surge.max_healthy_percentage > 100 and surge.min_healthy_percentage >= 90
+
+
+def test_verifier_expectations_per_instance_type():
+    train, infer = pools_of()
+    catalog = load(valid_config()).catalog
+    expect = pools.verify_expectations(train, GpuDriver(branch="580"), 85, catalog)["p5.48xlarge"]
+    assert expect == {"instanceType": "p5.48xlarge", "gpuModel": "H100", "gpuCount": 8, "gpuMemoryMiB": 81920,
+                      "nvlinkLinksPerGpu": 18, "nvswitch": True, "driverBranch": "580", "driverVersion": None,
+                      "maxTempC": 85, "migMode": "disabled", "eccExpected": True}
+    both = pools.verify_expectations(infer, GpuDriver(branch="580"), 85, catalog)
+    assert set(both) == {"g6e.12xlarge", "g6.12xlarge"} and both["g6.12xlarge"]["gpuModel"] == "L4"
+
+
+def test_pool_zones():
+    train, infer = pools_of()
+    zones = ("us-east-1a", "us-east-1b", "us-east-1c")
+    assert pools.pool_zones(train, zones) == ("us-east-1a",)
+    assert pools.pool_zones(infer, zones) == zones

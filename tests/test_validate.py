@@ -1,0 +1,180 @@
+"""Config validation: every mistake is reported, by full key path, with what is allowed."""
+import copy
+
+import pytest
+
+from spec.catalog import EfaSpec, load_catalog
+from spec.errors import ConfigError
+from spec.validate import load_stack_spec
+
+
+def valid_config():
+    return {
+        "environment": "prod",
+        "tags": {"team": "ml", "costCenter": "cc-1"},
+        "network": {"cidr": "10.0.0.0/16"},
+        "nodePools": [
+            {"name": "train", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved",
+             "capacityReservationId": "cr-0123456789abcdef0", "minNodes": 1, "desiredNodes": 2, "maxNodes": 2,
+             "availabilityZone": "us-east-1a", "workload": "training"},
+            {"name": "infer", "instanceTypes": ["g6e.12xlarge", "g6.12xlarge"], "capacity": "spot", "efa": False,
+             "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "inference"},
+        ],
+        "inference": {"triton": {"enabled": True, "pool": "infer", "modelRepository": "s3://models/triton"}},
+        "dr": {"role": "none"},
+    }
+
+
+def load(config, region="us-east-1"):
+    return load_stack_spec(config, stack="test", region=region)
+
+
+def issues_of(mutate, region="us-east-1"):
+    config = valid_config()
+    mutate(config)
+    with pytest.raises(ConfigError) as raised:
+        load(config, region)
+    return raised.value.issues
+
+
+def pool(i):
+    return lambda c: c["nodePools"][i]
+
+
+def setter(path, value):
+    def mutate(config):
+        target = config
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+    return mutate
+
+
+def deleter(path):
+    def mutate(config):
+        target = config
+        for part in path[:-1]:
+            target = target[part]
+        del target[path[-1]]
+    return mutate
+
+
+MISTAKES = [
+    # (what the user got wrong, mutation, key path reported, words the message must contain)
+    ("missing environment", deleter(["environment"]), "gpu-cloud:environment", "required"),
+    ("unknown environment", setter(["environment"], "production"), "gpu-cloud:environment", "'prod', 'staging' or 'dev'"),
+    ("misspelt top-level key", setter(["nodepools"], []), "gpu-cloud:nodepools", "did you mean nodePools"),
+    ("tags without costCenter", setter(["tags"], {"team": "ml"}), "gpu-cloud:tags.costCenter", "must be set"),
+    ("tag key reserved by AWS", setter(["tags", "aws:owner"], "x"), "gpu-cloud:tags.aws:owner", "reserved by AWS"),
+    ("CIDR is not a CIDR", setter(["network", "cidr"], "10.0.0.0/33"), "gpu-cloud:network.cidr", "not an IPv4 CIDR"),
+    ("VPC too large", setter(["network", "cidr"], "10.0.0.0/12"), "gpu-cloud:network", "/16 to /20"),
+    ("too many zones", setter(["network", "azCount"], 7), "gpu-cloud:network.azCount", "less than or equal to 6"),
+    ("unknown NAT mode", setter(["network", "natGateways"], "none"), "gpu-cloud:network.natGateways", "'one-per-az' or 'single'"),
+    ("misspelt nested key", setter(["network", "azcount"], 3), "gpu-cloud:network.azcount", "did you mean azCount"),
+    ("unsupported Kubernetes version", setter(["cluster"], {"kubernetesVersion": "1.21"}), "gpu-cloud:cluster.kubernetesVersion", "allowed:"),
+    ("public CIDR not a CIDR", setter(["cluster"], {"publicAccessCidrs": ["0.0.0.0"] * 1 + ["1.2.3.4/40"]}), "gpu-cloud:cluster.publicAccessCidrs[1]", "not an IPv4 CIDR"),
+    ("admin ARN is a user", setter(["cluster"], {"adminRoleArns": ["arn:aws:iam::123456789012:user/bob"]}), "gpu-cloud:cluster.adminRoleArns[0]", "IAM role ARN"),
+    ("driver branch too old for H100", setter(["gpuDriver"], {"branch": "470"}), "gpu-cloud:nodePools[0].instanceTypes[0]", "needs NVIDIA driver branch >= 525"),
+    ("driver version off its branch", setter(["gpuDriver"], {"branch": "580", "version": "570.1.2"}), "gpu-cloud:gpuDriver", "not on branch 580"),
+    ("empty node pool list", setter(["nodePools"], []), "gpu-cloud:nodePools", "non-empty list"),
+    ("misspelt instance type", lambda c: pool(1)(c)["instanceTypes"].__setitem__(0, "g6e.12xlarg"), "gpu-cloud:nodePools[1].instanceTypes[0]", "did you mean g6e.12xlarge"),
+    ("type not offered in region", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge"]), "gpu-cloud:nodePools[1].instanceTypes[0]", "not offered in eu-west-1", "eu-west-1"),
+    ("pool name not DNS-1123", lambda c: pool(1)(c).update(name="Infer_Pool"), "gpu-cloud:nodePools[1].name", "DNS-1123"),
+    ("duplicate pool name", lambda c: pool(1)(c).update(name="train"), "gpu-cloud:nodePools[1].name", "already used by nodePools[0]"),
+    ("unknown capacity type", lambda c: pool(1)(c).update(capacity="preemptible"), "gpu-cloud:nodePools[1].capacity", "'on-demand', 'spot', 'reserved' or 'capacity-block'"),
+    ("reserved pool without reservation", lambda c: pool(0)(c).pop("capacityReservationId"), "gpu-cloud:nodePools[0].capacityReservationId", "required for capacity reserved"),
+    ("reservation on a spot pool", lambda c: pool(1)(c).update(capacityReservationId="cr-0123456789abcdef0"), "gpu-cloud:nodePools[1].capacityReservationId", "only allowed"),
+    ("malformed reservation id", lambda c: pool(0)(c).update(capacityReservationId="cr-12345"), "gpu-cloud:nodePools[0].capacityReservationId", "8 or 17 hex digits"),
+    ("min greater than desired", lambda c: pool(0)(c).update(minNodes=3), "gpu-cloud:nodePools[0]", "minNodes <= desiredNodes <= maxNodes"),
+    ("negative max", lambda c: pool(1)(c).update(maxNodes=-1), "gpu-cloud:nodePools[1].maxNodes", "greater than or equal to 0"),
+    ("EFA pool with two types", lambda c: pool(1)(c).update(efa=True, availabilityZone="us-east-1a"), "gpu-cloud:nodePools[1].instanceTypes", "exactly one instance type"),
+    ("EFA pool without a zone", lambda c: pool(0)(c).update(capacity="on-demand", capacityReservationId=None) or pool(0)(c).pop("availabilityZone"), "gpu-cloud:nodePools[0].availabilityZone", "required for EFA pools"),
+    ("zone of another region", lambda c: pool(0)(c).update(availabilityZone="us-west-2a"), "gpu-cloud:nodePools[0].availabilityZone", "not a zone of us-east-1"),
+    ("mixed GPU counts in a pool", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge", "g6e.48xlarge"]), "gpu-cloud:nodePools[1].instanceTypes", "same GPU count"),
+    ("MIG on a GPU without MIG", lambda c: pool(1)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}), "gpu-cloud:nodePools[1].gpuSharing.mode", "mig is not supported on L40S"),
+    ("MIG profile of another GPU", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.5gb"}), "gpu-cloud:nodePools[0].gpuSharing.migProfile", "allowed: 1g.10gb"),
+    ("time-slicing replicas out of range", lambda c: pool(1)(c).update(gpuSharing={"mode": "time-slicing", "replicas": 64}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
+    ("label key with a space", lambda c: pool(1)(c).update(labels={"my label": "x"}), "gpu-cloud:nodePools[1].labels.my label", "Kubernetes label key"),
+    ("label in gpu-cloud's prefix", lambda c: pool(1)(c).update(labels={"gpu-cloud.io/pool": "x"}), "gpu-cloud:nodePools[1].labels.gpu-cloud.io/pool", "gpu-cloud sets itself"),
+    ("taint with unknown effect", lambda c: pool(1)(c).update(taints=[{"key": "a", "effect": "NoRun"}]), "gpu-cloud:nodePools[1].taints[0].effect", "'NoSchedule', 'PreferNoSchedule' or 'NoExecute'"),
+    ("Lustre size not PERSISTENT_2", setter(["storage"], {"lustre": {"capacityGiB": 3000}}), "gpu-cloud:storage.lustre", "1200 or a multiple of 2400"),
+    ("Lustre throughput not offered", setter(["storage"], {"lustre": {"capacityGiB": 2400, "throughputPerTiB": 300}}), "gpu-cloud:storage.lustre.throughputPerTiB", "125, 250, 500 or 1000"),
+    ("Lustre import path not S3", setter(["storage"], {"lustre": {"capacityGiB": 1200, "importPath": "/data"}}), "gpu-cloud:storage.lustre.importPath", "s3://"),
+    ("Triton on a training pool", setter(["inference", "triton", "pool"], "train"), "gpu-cloud:inference.triton.pool", "not an inference pool"),
+    ("Triton min above max", setter(["inference", "triton", "minReplicas"], 9), "gpu-cloud:inference.triton", "minReplicas 9 > maxReplicas 4"),
+    ("alert temperature out of range", setter(["monitoring"], {"alerts": {"gpuTempC": 150}}), "gpu-cloud:monitoring.alerts.gpuTempC", "less than or equal to 110"),
+    ("DR role without peer", setter(["dr"], {"role": "primary"}), "gpu-cloud:dr", "needs peerStack, domain, hostedZoneId"),
+    ("DR peer stack of another project", setter(["dr"], {"role": "secondary", "peerStack": "acme/other/prod", "domain": "a.example.com", "hostedZoneId": "Z123"}), "gpu-cloud:dr.peerStack", "org/gpu-cloud/<stack>"),
+    ("budget below the pools' cost", setter(["budget"], {"maxHourlyUsd": 10}), "gpu-cloud:budget.maxHourlyUsd", "above the budget"),
+    ("pinned zones exceed azCount", lambda c: (c["network"].update(azCount=2), pool(0)(c).update(availabilityZone="us-east-1a"),
+                                               c["nodePools"].append({**copy.deepcopy(c["nodePools"][0]), "name": "t2", "availabilityZone": "us-east-1b"}),
+                                               c["nodePools"].append({**copy.deepcopy(c["nodePools"][0]), "name": "t3", "availabilityZone": "us-east-1c"})),
+     "gpu-cloud:network.azCount", "raise azCount to at least 3"),
+]
+
+
+@pytest.mark.parametrize("what,mutate,path,words,region", [(*m, "us-east-1")[:5] for m in MISTAKES],
+                         ids=[m[0] for m in MISTAKES])
+def test_each_mistake_is_named_by_key_path(what, mutate, path, words, region):
+    found = issues_of(mutate, region)
+    matching = [i for i in found if i.path == path]
+    assert matching, f"{what}: no issue at {path}; got {[str(i) for i in found]}"
+    assert any(words in i.message for i in matching), f"{what}: {[str(i) for i in matching]}"
+
+
+def test_efa_on_a_type_without_efa_is_an_error():
+    # Every shipped type has EFA; a catalog entry without it (as a new type might be) must refuse efa: true.
+    catalog = load_catalog()
+    no_efa = catalog.instance_types["g6.12xlarge"].model_copy(update={"efa": EfaSpec(cards=0)})
+    catalog = catalog.model_copy(update={"instance_types": {**catalog.instance_types, "g6.12xlarge": no_efa}})
+    config = valid_config()
+    config["nodePools"][1].update(instanceTypes=["g6.12xlarge"], efa=True, availabilityZone="us-east-1b")
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog)
+    assert any(i.path == "gpu-cloud:nodePools[1].efa" and "does not support EFA" in i.message
+               for i in raised.value.issues)
+    config["nodePools"][1]["efa"] = None
+    del config["nodePools"][1]["efa"]
+    assert load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog).pools[1].efa is False
+
+
+def test_all_mistakes_are_reported_at_once():
+    def many(config):
+        config["environment"] = "qa"
+        config["network"]["cidr"] = "bad"
+        config["nodePools"][0]["instanceTypes"] = ["p5.48xlarg"]
+        config["nodePools"][1]["minNodes"] = 9
+        config["dr"] = {"role": "primary"}
+    paths = {i.path for i in issues_of(many)}
+    assert {"gpu-cloud:environment", "gpu-cloud:network.cidr", "gpu-cloud:nodePools[0].instanceTypes[0]",
+            "gpu-cloud:nodePools[1]", "gpu-cloud:dr"} <= paths
+
+
+def test_missing_region_is_named():
+    with pytest.raises(ConfigError) as raised:
+        load(valid_config(), region=None)
+    assert [str(i) for i in raised.value.issues if i.path == "aws:region"]
+
+
+def test_region_without_catalog_types_is_named():
+    with pytest.raises(ConfigError) as raised:
+        load(valid_config(), region="ap-south-1")
+    assert any(i.path == "aws:region" and "known regions" in i.message for i in raised.value.issues)
+
+
+def test_valid_config_resolves_defaults_and_catalog_facts():
+    spec = load(valid_config())
+    train, infer = spec.pools
+    assert train.efa is True and train.gpus_per_node == 8          # EFA defaults on where the type has it
+    assert infer.efa is False and [t.name for t in infer.types] == ["g6e.12xlarge", "g6.12xlarge"]
+    assert spec.network.az_count == 3 and spec.network.nat_gateways == "one-per-az"
+    assert spec.gpu_driver.branch == "580" and spec.cluster.kubernetes_version == "1.33"
+    assert spec.monitoring.alerts.gpu_temp_c == 85
+    assert spec.resource_tags == {"team": "ml", "costCenter": "cc-1", "environment": "prod", "stack": "test",
+                                  "managed-by": "gpu-cloud"}
+
+
+def test_spec_is_frozen():
+    spec = load(valid_config())
+    with pytest.raises(Exception):
+        spec.network.az_count = 5  # type: ignore[misc]

@@ -1,0 +1,391 @@
+"""EC2 user-data for gpu-cloud GPU nodes (EKS AL2023 accelerated AMI, self-managed ASGs).
+
+Pure functions, no Pulumi imports. :func:`render_user_data` returns a MIME multipart/mixed
+document with two parts:
+
+1. ``application/node.eks.aws``: a nodeadm ``NodeConfig`` (apiVersion node.eks.aws/v1alpha1).
+   Field names follow awslabs/amazon-eks-ami ``nodeadm/doc/api.md``: spec.cluster
+   {name, apiServerEndpoint, certificateAuthority, cidr}, spec.kubelet {config (a
+   KubeletConfiguration merged over the defaults: maxPods, registerWithTaints), flags},
+   spec.instance.localStorage.strategy (enum RAID0 | RAID10 | Mount).
+2. ``text/x-shellscript``: ``export`` lines for the bootstrap environment contract followed by
+   the body of ``userdata/bootstrap.sh``. cloud-init runs it in cloud-final, before
+   nodeadm-run.service starts the kubelet.
+
+:func:`build_verifier_artifact` builds the byte-reproducible tar.gz the bootstrap downloads
+from S3 and checks against its sha256.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import ipaddress
+import json
+import re
+import shlex
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Sequence
+
+USER_DATA_LIMIT_BYTES = 16384  # EC2 user-data limit, before base64
+MIME_BOUNDARY = "==GPU-CLOUD-USER-DATA=="
+BOOTSTRAP_SH = Path(__file__).resolve().parent / "bootstrap.sh"
+GPU_VERIFY_PY = Path(__file__).resolve().parent / "gpu_verify.py"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Fixed archive metadata so equal inputs give byte-identical output (and the same sha256).
+_ARCHIVE_MTIME = 946684800  # 2000-01-01T00:00:00Z
+_ARCHIVE_MODE = 0o644
+
+# Labels in the kubernetes.io / k8s.io namespaces that a kubelet may set on itself with
+# --node-labels (KEP "Bounding Self-Labeling Kubelets"); any other label in those namespaces
+# makes the kubelet refuse to start.
+_KUBELET_ALLOWED_LABELS = frozenset(
+    {
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "kubernetes.io/arch",
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+_KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS_SUBDOMAIN_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_S3_URI_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/\S+$")
+_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9._/@:+-]{1,255}$")
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class NodeBootstrap:
+    cluster_name: str
+    api_server_endpoint: str
+    certificate_authority: str  # base64 PEM as EKS returns it
+    service_cidr: str
+    labels: Mapping[str, str]
+    taints: Sequence[Taint]
+    max_pods: Optional[int]
+    raid0_instance_store: bool
+    region: str
+    asg_name: str
+    lifecycle_hook_name: str
+    pool_name: str
+    artifact_uri: str
+    artifact_sha256: str
+    driver_branch: str
+    driver_version: Optional[str]
+    nvswitch: bool
+    efa_count: int
+    verify_budget_s: int = 60
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_qualified_key(key: str, what: str) -> None:
+    """Kubernetes qualified name: optional DNS-subdomain prefix + '/' + name (<= 63)."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{what} key must be a non-empty string, got {key!r}")
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.match(prefix)):
+        raise ValueError(f"{what} key {key!r}: prefix {prefix!r} is not a DNS subdomain")
+    if not _NAME_RE.match(name):
+        raise ValueError(
+            f"{what} key {key!r}: name part must be <= 63 characters of [A-Za-z0-9-_.], "
+            "starting and ending alphanumeric"
+        )
+
+
+def _check_value(value: str, what: str) -> None:
+    if not isinstance(value, str) or (value and not _NAME_RE.match(value)):
+        raise ValueError(
+            f"{what} value {value!r} must be empty or <= 63 characters of [A-Za-z0-9-_.], "
+            "starting and ending alphanumeric"
+        )
+
+
+def _check_self_label(key: str) -> None:
+    namespace = key.rpartition("/")[0]
+    reserved = any(
+        namespace == ns or namespace.endswith("." + ns) for ns in ("kubernetes.io", "k8s.io")
+    )
+    allowed = key in _KUBELET_ALLOWED_LABELS or any(
+        namespace == ns or namespace.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
+    )
+    if reserved and not allowed:
+        raise ValueError(
+            f"label {key!r} is in a reserved kubernetes.io/k8s.io namespace that the kubelet may "
+            "not set on itself (use node.kubernetes.io/ or your own prefix)"
+        )
+
+
+def _validate(node: NodeBootstrap) -> None:
+    if not node.cluster_name or not _SAFE_NAME_RE.match(node.cluster_name):
+        raise ValueError(f"cluster_name {node.cluster_name!r} is not a valid EKS cluster name")
+    if not re.match(r"^https://[^\s/]+(/\S*)?$", node.api_server_endpoint or ""):
+        raise ValueError(f"api_server_endpoint must be an https:// URL, got {node.api_server_endpoint!r}")
+    try:
+        pem = base64.b64decode(node.certificate_authority, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise ValueError(f"certificate_authority is not base64 ({exc})") from None
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ValueError("certificate_authority must be the base64 of a PEM certificate bundle")
+    try:
+        ipaddress.ip_network(node.service_cidr, strict=True)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"service_cidr {node.service_cidr!r} is not a network CIDR: {exc}") from None
+    for key, value in node.labels.items():
+        _check_qualified_key(key, "label")
+        _check_value(value, f"label {key!r}")
+        _check_self_label(key)
+    seen = set()
+    for taint in node.taints:
+        if not isinstance(taint, Taint):
+            raise ValueError(f"taints must be Taint instances, got {taint!r}")
+        _check_qualified_key(taint.key, "taint")
+        _check_value(taint.value, f"taint {taint.key!r}")
+        if taint.effect not in TAINT_EFFECTS:
+            raise ValueError(f"taint {taint.key!r}: effect {taint.effect!r} not in {TAINT_EFFECTS}")
+        if (taint.key, taint.effect) in seen:
+            raise ValueError(f"duplicate taint {taint.key}:{taint.effect}")
+        seen.add((taint.key, taint.effect))
+    if node.max_pods is not None and (
+        isinstance(node.max_pods, bool) or not isinstance(node.max_pods, int) or node.max_pods < 1
+    ):
+        raise ValueError(f"max_pods must be a positive integer or None, got {node.max_pods!r}")
+    if not _REGION_RE.match(node.region or ""):
+        raise ValueError(f"region {node.region!r} is not an AWS region name")
+    for field, value in (
+        ("asg_name", node.asg_name),
+        ("lifecycle_hook_name", node.lifecycle_hook_name),
+        ("pool_name", node.pool_name),
+    ):
+        if not isinstance(value, str) or not _SAFE_NAME_RE.match(value):
+            raise ValueError(f"{field} {value!r} must be 1-255 characters of [A-Za-z0-9._/@:+-]")
+    if not _S3_URI_RE.match(node.artifact_uri or ""):
+        raise ValueError(f"artifact_uri must look like s3://bucket/key.tar.gz, got {node.artifact_uri!r}")
+    if not _SHA256_RE.match(node.artifact_sha256 or ""):
+        raise ValueError("artifact_sha256 must be 64 lowercase hex characters")
+    if not re.match(r"^\d{3,4}$", node.driver_branch or ""):
+        raise ValueError(f"driver_branch must be a driver branch number like '580', got {node.driver_branch!r}")
+    if node.driver_version is not None and not re.match(
+        rf"^{re.escape(node.driver_branch)}(\.\d+){{1,2}}$", node.driver_version
+    ):
+        raise ValueError(
+            f"driver_version {node.driver_version!r} must be a full version on branch "
+            f"{node.driver_branch} (e.g. {node.driver_branch}.65.06) or None"
+        )
+    if isinstance(node.efa_count, bool) or not isinstance(node.efa_count, int) or node.efa_count < 0:
+        raise ValueError(f"efa_count must be an integer >= 0, got {node.efa_count!r}")
+    if (
+        isinstance(node.verify_budget_s, bool)
+        or not isinstance(node.verify_budget_s, int)
+        or not 1 <= node.verify_budget_s <= 3600
+    ):
+        raise ValueError(f"verify_budget_s must be an integer in 1..3600, got {node.verify_budget_s!r}")
+
+
+# --------------------------------------------------------------------------- NodeConfig
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid YAML double-quoted scalar
+    raise TypeError(f"unsupported YAML scalar {value!r}")
+
+
+def _yaml_lines(obj: Any, indent: int = 0) -> List[str]:
+    """Block-style YAML for the small dict/list/scalar trees NodeConfig needs (deterministic)."""
+    pad = "  " * indent
+    lines: List[str] = []
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if isinstance(value, (Mapping, list)) and value:
+                lines.append(f"{pad}{key}:")
+                lines.extend(_yaml_lines(value, indent + 1))
+            elif isinstance(value, (Mapping, list)):
+                lines.append(f"{pad}{key}: {'{}' if isinstance(value, Mapping) else '[]'}")
+            else:
+                lines.append(f"{pad}{key}: {_yaml_scalar(value)}")
+    elif isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, (Mapping, list)) and item:
+                sub = _yaml_lines(item, indent + 1)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines.extend(sub[1:])
+            else:
+                lines.append(f"{pad}- {_yaml_scalar(item)}")
+    else:
+        raise TypeError(f"unsupported YAML node {obj!r}")
+    return lines
+
+
+def node_config(node: NodeBootstrap) -> dict:
+    """The nodeadm NodeConfig document as a plain dict (field names per nodeadm/doc/api.md)."""
+    kubelet_config: dict = {}
+    if node.max_pods is not None:
+        kubelet_config["maxPods"] = node.max_pods
+    if node.taints:
+        kubelet_config["registerWithTaints"] = [
+            {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+            for t in node.taints
+        ]
+    kubelet: dict = {}
+    if kubelet_config:
+        kubelet["config"] = kubelet_config
+    if node.labels:
+        labels = ",".join(f"{k}={node.labels[k]}" for k in sorted(node.labels))
+        kubelet["flags"] = [f"--node-labels={labels}"]
+    spec: dict = {
+        "cluster": {
+            "name": node.cluster_name,
+            "apiServerEndpoint": node.api_server_endpoint,
+            "certificateAuthority": node.certificate_authority,
+            "cidr": node.service_cidr,
+        }
+    }
+    if kubelet:
+        spec["kubelet"] = kubelet
+    if node.raid0_instance_store:
+        spec["instance"] = {"localStorage": {"strategy": "RAID0"}}
+    return {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
+
+
+# --------------------------------------------------------------------------- shell part
+
+
+def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
+    """The environment contract of userdata/bootstrap.sh, in a fixed order."""
+    return {
+        "GPU_CLOUD_REGION": node.region,
+        "GPU_CLOUD_ASG_NAME": node.asg_name,
+        "GPU_CLOUD_LIFECYCLE_HOOK": node.lifecycle_hook_name,
+        "GPU_CLOUD_POOL": node.pool_name,
+        "GPU_CLOUD_ARTIFACT_URI": node.artifact_uri,
+        "GPU_CLOUD_ARTIFACT_SHA256": node.artifact_sha256,
+        "GPU_CLOUD_DRIVER_BRANCH": node.driver_branch,
+        "GPU_CLOUD_DRIVER_VERSION": node.driver_version or "",
+        "GPU_CLOUD_NVSWITCH": "true" if node.nvswitch else "false",
+        "GPU_CLOUD_EFA_COUNT": str(node.efa_count),
+        "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
+    }
+
+
+def _bootstrap_body() -> str:
+    text = BOOTSTRAP_SH.read_text(encoding="utf-8")
+    if text.startswith("#!"):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    return text
+
+
+def render_shell_part(node: NodeBootstrap) -> str:
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in bootstrap_env(node).items())
+    return "#!/usr/bin/env bash\n" + exports + _bootstrap_body()
+
+
+# --------------------------------------------------------------------------- user-data
+
+
+def render_user_data(node: NodeBootstrap) -> str:
+    """MIME multipart/mixed user-data (text, not base64). Raises ValueError on bad input or
+    when the document exceeds EC2's 16 KB user-data limit."""
+    _validate(node)
+    nodeadm = "---\n" + "\n".join(_yaml_lines(node_config(node))) + "\n"
+    script = render_shell_part(node)
+    for name, body in (("NodeConfig", nodeadm), ("shell script", script)):
+        if MIME_BOUNDARY in body:
+            raise ValueError(f"the {name} part contains the MIME boundary {MIME_BOUNDARY!r}")
+        if not body.isascii():
+            raise ValueError(f"the {name} part must be ASCII")
+    doc = (
+        "MIME-Version: 1.0\n"
+        f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n'
+        "\n"
+        f"--{MIME_BOUNDARY}\n"
+        "Content-Type: application/node.eks.aws\n"
+        "\n"
+        f"{nodeadm}\n"
+        f"--{MIME_BOUNDARY}\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n'
+        "\n"
+        f"{script}\n"
+        f"--{MIME_BOUNDARY}--\n"
+    )
+    size = len(doc.encode("utf-8"))
+    if size > USER_DATA_LIMIT_BYTES:
+        raise ValueError(
+            f"user-data is {size} bytes, over EC2's {USER_DATA_LIMIT_BYTES}-byte limit "
+            f"(labels: {len(node.labels)}, taints: {len(node.taints)}); trim labels/taints"
+        )
+    return doc
+
+
+# --------------------------------------------------------------------------- verifier artifact
+
+
+def _pynvml_path() -> Path:
+    import pynvml  # shipped by the nvidia-ml-py package
+
+    return Path(pynvml.__file__)
+
+
+def build_verifier_artifact(
+    expectations: Mapping[str, Mapping],
+    *,
+    verifier_source: Optional[Path] = None,
+    pynvml_source: Optional[Path] = None,
+) -> bytes:
+    """Deterministic tar.gz: gpu_verify.py, pynvml.py and expect/<instance type>.json per type.
+
+    A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
+
+    ``verifier_source`` / ``pynvml_source`` default to userdata/gpu_verify.py and the installed
+    nvidia-ml-py's pynvml.py; tests pass stand-ins. Fixed mtimes, uid/gid 0, mode 0644 and a
+    zeroed gzip header make equal inputs byte-identical.
+    """
+    files = {
+        "gpu_verify.py": Path(verifier_source or GPU_VERIFY_PY).read_bytes(),
+        "pynvml.py": Path(pynvml_source or _pynvml_path()).read_bytes(),
+        **{f"expect/{itype}.json": (json.dumps(expect, sort_keys=True, indent=2) + "\n").encode("utf-8")
+           for itype, expect in expectations.items()},
+    }
+    tar_buf = io.BytesIO()
+    with tarfile.open(fileobj=tar_buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted(files):
+            data = files[name]
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = _ARCHIVE_MTIME
+            info.mode = _ARCHIVE_MODE
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.type = tarfile.REGTYPE
+            tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+        gz.write(tar_buf.getvalue())
+    return out.getvalue()
