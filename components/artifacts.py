@@ -11,7 +11,7 @@ from typing import Optional
 import pulumi
 import pulumi_aws as aws
 
-from components.pod_identity import policy_document
+from components.iam import policy_document
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs, RepositoryOptsArgs
 
-from components.pod_identity import pod_identity_role, policy_document
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from spec import autoscaling, charts
 
 
@@ -48,12 +48,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
         # Role, policy and association under one child component, so the release waits for all three:
         # a pod admitted before its Pod Identity association gets no AWS credentials.
-        identity = pulumi.ComponentResource("gpu-cloud:autoscaler:ServiceAccountIdentity", f"{name}-identity",
-                                            None, child)
-        self.role = pod_identity_role(
-            f"{name}-ca", cluster_name=args.cluster_name, namespace=autoscaling.NAMESPACE,
-            service_account=autoscaling.SERVICE_ACCOUNT, policy=policy_document(*statements), parent=identity)
-        identity.register_outputs({"roleArn": self.role.arn})
+        identity = ServiceAccountRole(f"{name}-identity", ServiceAccountRoleArgs(
+            cluster_name=args.cluster_name, namespace=autoscaling.NAMESPACE,
+            service_account=autoscaling.SERVICE_ACCOUNT, policy=policy_document(*statements)), opts=child)
+        self.role = identity.role
 
         self.release = Release(
             f"{name}-release",

@@ -40,7 +40,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
-from components.pod_identity import POD_IDENTITY_TRUST_POLICY, policy_document
+from components.iam import POD_IDENTITY_TRUST_POLICY, policy_document
 from spec.addons import addon_versions
 from spec.logs import CLOUDWATCH_RETENTION_DAYS
 from spec.catalog import load_catalog

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs
 
-from components.pod_identity import pod_identity_role, policy_document
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from spec import charts, drain
 
 _DESCRIPTIONS = {
@@ -90,16 +90,10 @@ class NodeDrain(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[rule, self.queue_policy]))
             for key, rule in self.rules.items()}
 
-        # The role, its policy and the Pod Identity association live under one child component so the
-        # release can wait for all three: a pod admitted before its association gets no credentials.
-        identity = pulumi.ComponentResource("gpu-cloud:node_drain:ServiceAccountIdentity", f"{name}-identity",
-                                            None, child)
-        self.role = pod_identity_role(
-            f"{name}-nth", cluster_name=args.cluster_name, namespace=drain.NAMESPACE,
-            service_account=drain.NTH_SERVICE_ACCOUNT,
-            policy=policy_document(*drain.nth_policy_statements(self.queue.arn, list(args.asg_arns))),
-            parent=identity)
-        identity.register_outputs({"roleArn": self.role.arn})
+        identity = ServiceAccountRole(f"{name}-identity", ServiceAccountRoleArgs(
+            cluster_name=args.cluster_name, namespace=drain.NAMESPACE, service_account=drain.NTH_SERVICE_ACCOUNT,
+            policy=policy_document(*drain.nth_policy_statements(self.queue.arn, list(args.asg_arns)))), opts=child)
+        self.role = identity.role
 
         self.release = Release(
             f"{name}-nth",

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 import pulumi
 import pulumi_aws as aws
 
-from components.pod_identity import policy_document
+from components.iam import policy_document
 from spec import pools as pool_rules
 from spec.catalog import Catalog
 from spec.drain import LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG

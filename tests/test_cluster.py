@@ -15,7 +15,7 @@ import yaml
 from components.cluster import (
     CONTROL_PLANE_LOG_TYPES, ClusterArgs, EksCluster, is_accelerated_instance_type,
 )
-from components.pod_identity import POD_IDENTITY_TRUST_POLICY
+from components.iam import POD_IDENTITY_TRUST_POLICY
 from spec.addons import (
     ADDON_NAMES, ADDONS_PATH, AddonPinError, addon_versions, load_addon_pins, parse_addon_version,
     supported_kubernetes_versions,

@@ -1,0 +1,112 @@
+"""The offline plan CLI: tables, the JSON document, exit codes, config errors without tracebacks."""
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from plan.document import document_problems
+from tests.conftest import ROOT, STACKS
+
+
+def plan(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "plan", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    out = {}
+    for stack in STACKS:
+        path = tmp_path_factory.mktemp("plan") / f"{stack}.json"
+        result = plan(stack, "--json", path)
+        assert result.returncode == 0, result.stderr
+        out[stack] = (result.stdout, json.loads(path.read_text()))
+    return out
+
+
+def test_make_plan_shows_capacity_and_cost_tables(documents):
+    text, _ = documents["prod-us-east-1"]
+    assert "stack prod-us-east-1 (project gpu-cloud, region us-east-1)" in text
+    assert "GPU capacity:" in text and "Hourly cost (USD" in text
+    assert "train-h100          p5.48xlarge" in text
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_json_document_has_the_contract_fields(documents, stack):
+    _, document = documents[stack]
+    assert document_problems(document) == []
+    assert document["version"] == 1 and document["project"] == "gpu-cloud" and document["stack"] == stack
+    for resource in document["resources"]:
+        assert set(resource) >= {"urn", "type", "name", "custom", "parent", "provider", "inputs", "dependencies",
+                                 "protect", "retainOnDelete"}
+    for row in document["capacity"]:
+        assert set(row) >= {"pool", "instanceTypes", "gpuModel", "gpusPerNode", "capacity", "minNodes",
+                            "desiredNodes", "maxNodes"}
+    assert set(document["cost"]) >= {"currency", "hourlyAtDesired", "hourlyAtMax", "pools"}
+    assert document["policy"]["violations"] == []
+
+
+def test_capacity_and_cost_figures_follow_the_stack(documents):
+    _, document = documents["prod-us-east-1"]
+    rows = {r["pool"]: r for r in document["capacity"]}
+    assert rows["train-h100"]["gpusPerNode"] == 8 and rows["train-h100"]["gpusAtMax"] == 32
+    assert rows["infer-l40s"]["gpusAtMax"] == 4 * 8
+    pools = {p["pool"]: p for p in document["cost"]["pools"]}
+    assert pools["train-h100"]["hourlyAtDesired"] == pytest.approx(4 * 55.04)
+    assert document["cost"]["hourlyAtMax"] <= document["cost"]["budgetMaxHourlyUsd"]
+
+
+def test_secondary_region_shows_what_it_can_really_take_over(documents):
+    primary = documents["prod-us-east-1"][1]["capacity"]
+    secondary = documents["prod-eu-west-1"][1]["capacity"]
+    assert {t for r in secondary for t in r["instanceTypes"]} <= {"p4d.24xlarge", "g5.12xlarge", "g4dn.12xlarge"}
+    assert sum(r["gpusAtMax"] for r in secondary) < sum(r["gpusAtMax"] for r in primary)
+
+
+def test_no_secret_reaches_the_document(documents):
+    for _, document in documents.values():
+        kube = [r for r in document["resources"] if r["type"] == "pulumi:providers:kubernetes"]
+        assert kube and all(r["inputs"]["kubeconfig"] == "[secret]" for r in kube)
+
+
+def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.prod-us-east-1.yaml").read_text())
+    config = stack["config"]
+    config["gpu-cloud:environment"] = "production"
+    config["gpu-cloud:nodePools"][0]["instanceTypes"] = ["p5.48xlarg"]
+    config["gpu-cloud:nodePools"][1]["maxNode"] = 3
+    config["gpu-cloud:network"]["cidr"] = "10.64.0.0/8"
+    broken = tmp_path / "Pulumi.broken.yaml"
+    broken.write_text(yaml.safe_dump(stack))
+    result = plan("prod-us-east-1", "--stack-file", broken)
+    assert result.returncode == 2
+    for expected in ("gpu-cloud:environment", "gpu-cloud:nodePools[0].instanceTypes[0]",
+                     "did you mean p5.48xlarge?", "gpu-cloud:nodePools[1].maxNode", "gpu-cloud:network"):
+        assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stdout == ""          # nothing was planned
+
+
+def test_missing_stack_file_is_a_config_error(tmp_path):
+    result = plan("nope")
+    assert result.returncode == 2 and "no stack file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_policy_check_validates_a_written_document(documents, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(documents["dev"][1]))
+    assert plan("--policy-check", path).returncode == 0
+    bad = dict(documents["dev"][1])
+    del bad["capacity"]
+    path.write_text(json.dumps(bad))
+    result = plan("--policy-check", path)
+    assert result.returncode == 3 and "capacity" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unexpected_failure_is_one_line_exit_3(tmp_path):
+    path = tmp_path / "not-json.json"
+    path.write_text("{")
+    result = plan("--policy-check", path)
+    assert result.returncode == 3 and len(result.stderr.strip().splitlines()) == 1
