@@ -10,8 +10,9 @@ from typing import Mapping, Optional, Tuple
 
 import pulumi
 import pulumi_aws as aws
-from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs, RepositoryOptsArgs
+from pulumi_kubernetes.helm.v3 import Release
 
+from components.helm import pinned_release
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from spec import autoscaling, charts
 
@@ -53,17 +54,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             service_account=autoscaling.SERVICE_ACCOUNT, policy=policy_document(*statements)), opts=child)
         self.role = identity.role
 
-        self.release = Release(
-            f"{name}-release",
-            ReleaseArgs(
-                name=autoscaling.RELEASE_NAME,
-                chart=pin.chart_ref,
-                version=pin.version,
-                repository_opts=None if pin.is_oci else RepositoryOptsArgs(repo=pin.repository),
-                namespace=autoscaling.NAMESPACE,
-                values=values,
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity]))
+        self.release = pinned_release(
+            f"{name}-release", pin, release_name=autoscaling.RELEASE_NAME, namespace=autoscaling.NAMESPACE,
+            values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[identity]))
 
         self.register_outputs({"roleArn": self.role.arn, "image": self.image, "chartVersion": pin.version,
                                "releaseStatus": self.release.status})

@@ -16,8 +16,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import pulumi
 import pulumi_aws as aws
-from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs
+from pulumi_kubernetes.helm.v3 import Release
 
+from components.helm import pinned_release
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from spec import charts, drain
 
@@ -95,16 +96,10 @@ class NodeDrain(pulumi.ComponentResource):
             policy=policy_document(*drain.nth_policy_statements(self.queue.arn, list(args.asg_arns)))), opts=child)
         self.role = identity.role
 
-        self.release = Release(
-            f"{name}-nth",
-            ReleaseArgs(
-                name=drain.NTH_RELEASE_NAME,
-                chart=pin.chart_ref,
-                version=pin.version,
-                namespace=drain.NAMESPACE,
-                values=drain.nth_values(self.queue.url, args.region, drain.NTH_SERVICE_ACCOUNT,
-                                        managed_tag=drain.NTH_MANAGED_TAG),
-            ),
+        self.release = pinned_release(
+            f"{name}-nth", pin, release_name=drain.NTH_RELEASE_NAME, namespace=drain.NAMESPACE,
+            values=drain.nth_values(self.queue.url, args.region, drain.NTH_SERVICE_ACCOUNT,
+                                    managed_tag=drain.NTH_MANAGED_TAG),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, *self.targets.values()]))
 
         self.register_outputs({

@@ -1,0 +1,17 @@
+"""Helm releases from the pinned charts in spec/charts.yaml: one way to install a chart."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pulumi
+from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs, RepositoryOptsArgs
+
+from spec.charts import ChartPin
+
+
+def pinned_release(resource_name: str, pin: ChartPin, *, release_name: str, namespace: str,
+                   values: Mapping[str, Any], opts: pulumi.ResourceOptions) -> Release:
+    """A Release of exactly `pin`'s chart version (OCI charts carry their registry in the chart ref)."""
+    return Release(resource_name, ReleaseArgs(
+        name=release_name, chart=pin.chart_ref, version=pin.version, namespace=namespace, values=dict(values),
+        repository_opts=None if pin.is_oci else RepositoryOptsArgs(repo=pin.repository)), opts=opts)
