@@ -61,7 +61,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any]) 
             "provider": r.provider.rsplit("::", 1)[0] if r.provider else None,
             "inputs": r.inputs, "dependencies": list(r.dependencies), "protect": r.protect,
             "retainOnDelete": r.retain_on_delete,
-        } for r in run.resources],
+        } for r in sorted(run.resources, key=lambda r: r.urn)],   # sorted: registration order varies run to run
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),
         "cost": cost_section(spec),
@@ -107,7 +107,7 @@ def _resource_tree(resources: List[Mapping[str, Any]]) -> List[str]:
         return resource
 
     groups: Dict[str, Counter] = {}
-    for r in resources:
+    for r in sorted(resources, key=lambda r: r["custom"]):   # components first, then their children
         root = top(r)
         if r is root and not r["custom"]:
             groups.setdefault(root["urn"], Counter())
