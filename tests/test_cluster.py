@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.cluster import (
-    CONTROL_PLANE_LOG_TYPES, ClusterArgs, EksCluster, is_accelerated_instance_type,
+    ClusterArgs, EksCluster, is_accelerated_instance_type,
 )
 from components.iam import POD_IDENTITY_TRUST_POLICY
 from spec.addons import (
