@@ -57,7 +57,7 @@ network = Network("network", NetworkArgs(
     flow_log_retention_days=log_retention), opts=with_aws)
 
 cluster = EksCluster("cluster", ClusterArgs(
-    name=cluster_name, kubernetes_version=spec.cluster.kubernetes_version, vpc_id=network.vpc_id,
+    name=cluster_name, kubernetes_version=spec.cluster.kubernetes_version,
     subnet_ids=list(network.private_subnet_ids.values()), public_access_cidrs=spec.cluster.public_access_cidrs,
     admin_role_arns=spec.cluster.admin_role_arns, log_retention_days=log_retention), opts=with_aws)
 with_cluster = pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.kube_provider})

@@ -68,7 +68,6 @@ ADDON_CONFLICT_RESOLUTION = "OVERWRITE"
 class ClusterArgs:
     name: str                                    # EKS cluster name (physical, fixed: e.g. "gpu-cloud-prod-us-east-1")
     kubernetes_version: str
-    vpc_id: pulumi.Input[str]                    # EKS derives the VPC from the subnets; kept for callers' symmetry
     subnet_ids: Sequence[pulumi.Input[str]]      # private subnets (control-plane ENIs and system nodes)
     public_access_cidrs: Tuple[str, ...]         # empty -> private endpoint only
     admin_role_arns: Tuple[str, ...]

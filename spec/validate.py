@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from spec import cost
+from spec import addons, charts, cost
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
 from spec.model import (
@@ -22,8 +22,6 @@ from spec.model import (
 
 NAMESPACE = "gpu-cloud"
 REQUIRED_TAGS = ("team", "costCenter")
-# EKS versions with a published AL2023 NVIDIA AMI and standard or extended support (2026-12).
-SUPPORTED_KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 
 
 @dataclass(frozen=True)
@@ -242,11 +240,17 @@ def _check_tags(tags: Optional[Mapping[str, str]]) -> List[ConfigIssue]:
     return issues
 
 
+def supported_kubernetes_versions() -> Tuple[str, ...]:
+    """Versions with pinned add-ons (spec/addons.yaml) and a pinned cluster-autoscaler image (spec/charts.yaml)."""
+    return tuple(v for v in addons.supported_kubernetes_versions() if v in charts.autoscaler_minors())
+
+
 def _check_cluster(cluster: Optional[Cluster]) -> List[ConfigIssue]:
-    if cluster is None or cluster.kubernetes_version in SUPPORTED_KUBERNETES_VERSIONS:
+    supported = supported_kubernetes_versions()
+    if cluster is None or cluster.kubernetes_version in supported:
         return []
     return [_issue(("cluster", "kubernetesVersion"), f"{cluster.kubernetes_version!r} is not a supported EKS version; "
-                   f"allowed: {', '.join(SUPPORTED_KUBERNETES_VERSIONS)}")]
+                   f"allowed: {', '.join(supported)}")]
 
 
 def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str) -> List[ConfigIssue]:

@@ -20,7 +20,7 @@ import yaml
 
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from spec import autoscaling, charts, drain
-from spec.validate import SUPPORTED_KUBERNETES_VERSIONS
+from spec.validate import supported_kubernetes_versions
 from tests.conftest import run_component
 
 REGION = "us-east-1"
@@ -73,7 +73,7 @@ def test_release_is_the_pinned_chart_from_the_autoscaler_repo(run):
     assert release.provider.startswith(run.one(K8S_PROVIDER).urn), "must deploy with the caller's cluster provider"
 
 
-@pytest.mark.parametrize("version", SUPPORTED_KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("version", supported_kubernetes_versions())
 def test_autoscaler_minor_equals_the_cluster_minor(version):
     image = _values(run_component(_build(kubernetes_version=version), region=REGION))["image"]
     assert image["repository"] == "registry.k8s.io/autoscaling/cluster-autoscaler"
@@ -190,8 +190,8 @@ def test_policy_can_also_pin_asg_arns():
 # --- spec/charts.py ---------------------------------------------------------------------------------------
 
 def test_every_supported_kubernetes_version_has_an_image_pin():
-    assert set(SUPPORTED_KUBERNETES_VERSIONS) <= set(charts.autoscaler_minors())
-    for version in SUPPORTED_KUBERNETES_VERSIONS:
+    assert set(supported_kubernetes_versions()) <= set(charts.autoscaler_minors())
+    for version in supported_kubernetes_versions():
         assert charts.autoscaler_image(f"{version}.4") == charts.autoscaler_image(version)
 
 

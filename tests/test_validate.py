@@ -178,3 +178,12 @@ def test_spec_is_frozen():
     spec = load(valid_config())
     with pytest.raises(Exception):
         spec.network.az_count = 5  # type: ignore[misc]
+
+
+def test_kubernetes_versions_accepted_are_exactly_those_with_every_pin():
+    from spec import addons, charts
+    from spec.validate import supported_kubernetes_versions
+    supported = supported_kubernetes_versions()
+    assert supported and all(v in addons.supported_kubernetes_versions() and v in charts.autoscaler_minors()
+                             for v in supported)
+    assert load(valid_config()).cluster.kubernetes_version in supported
