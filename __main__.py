@@ -18,8 +18,7 @@ from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs
 from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
-from spec.network_plan import choose_zones
-from spec.validate import NAMESPACE, load_stack_spec
+from spec.validate import NAMESPACE, load_stack_spec, stack_zones
 
 
 def project_config() -> dict:
@@ -39,6 +38,7 @@ def project_config() -> dict:
 try:
     spec = load_stack_spec(project_config(), stack=pulumi.get_stack(), region=pulumi.Config("aws").get("region"),
                            project=pulumi.get_project())
+    zones = stack_zones(spec, aws.get_availability_zones(state="available").names)
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 
@@ -46,11 +46,9 @@ cluster_name = f"{spec.project}-{spec.stack}"
 aws_provider = aws.Provider("aws", region=spec.region,
                             default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
 with_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})
-available_zones = aws.get_availability_zones(state="available", opts=pulumi.InvokeOptions(provider=aws_provider)).names
-zones = choose_zones(available_zones, [p.spec.availability_zone for p in spec.pools if p.spec.availability_zone],
-                     spec.network.az_count)
 log_retention = cloudwatch_retention_days(spec.monitoring.retention_days)
-account_id = aws.get_caller_identity(opts=pulumi.InvokeOptions(provider=aws_provider)).account_id
+account_id = aws.get_caller_identity().account_id
+partition = aws.get_partition().partition
 
 network = Network("network", NetworkArgs(
     cidr=spec.network.cidr, zones=zones, nat_gateways=spec.network.nat_gateways, cluster_name=cluster_name,
@@ -68,7 +66,7 @@ node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     pool=pool, cluster_name=cluster_name,
     cluster=ClusterConnection(endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
                               service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id),
-    kubernetes_version=spec.cluster.kubernetes_version, region=spec.region, account_id=account_id,
+    kubernetes_version=spec.cluster.kubernetes_version, region=spec.region, account_id=account_id, partition=partition,
     vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, driver=spec.gpu_driver,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
     artifact_bucket=artifacts.bucket_name, instance_tags=spec.resource_tags,

@@ -27,9 +27,9 @@ from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, rende
 ROOT_VOLUME_GIB = 500            # GPU container images (CUDA, NCCL, framework) run to tens of GB each
 DRAIN_HOOK_NAME = "gpu-cloud-drain"
 NODE_MANAGED_POLICIES = (
-    "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
-    "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
-    "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",   # operators reach nodes without SSH keys
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonSSMManagedInstanceCore",   # operators reach nodes without SSH keys
 )
 
 
@@ -55,6 +55,7 @@ class NodePoolArgs:
     kubernetes_version: str
     region: str
     account_id: str
+    partition: str                                     # "aws", "aws-cn", "aws-us-gov": part of every ARN
     vpc_id: pulumi.Input[str]
     subnet_ids: Mapping[str, pulumi.Input[str]]       # zone -> private subnet
     driver: GpuDriver
@@ -72,7 +73,7 @@ class GpuNodePool(pulumi.ComponentResource):
         pool = args.pool
         child = pulumi.ResourceOptions(parent=self)
         self.asg_name = pool_rules.asg_name(args.cluster_name, pool.name)
-        asg_arn_pattern = (f"arn:aws:autoscaling:{args.region}:{args.account_id}:autoScalingGroup:*:"
+        asg_arn_pattern = (f"arn:{args.partition}:autoscaling:{args.region}:{args.account_id}:autoScalingGroup:*:"
                            f"autoScalingGroupName/{self.asg_name}")
 
         artifact = build_verifier_artifact(
@@ -110,9 +111,11 @@ class GpuNodePool(pulumi.ComponentResource):
                 driver_branch=args.driver.branch, driver_version=args.driver.version,
                 nvswitch=args.catalog.gpu_model(pool.primary_type.name).nvswitch,
                 efa_count=pool_rules.efa_devices(pool), verify_budget_s=pool_rules.VERIFY_BUDGET_S,
+                mig=pool.spec.gpu_sharing.mode == "mig",
             )).encode()).decode())
 
-        image = aws.ssm.get_parameter(name=accelerated_ami_parameter(args.kubernetes_version))
+        image = aws.ssm.get_parameter(name=accelerated_ami_parameter(args.kubernetes_version),
+                                      opts=pulumi.InvokeOptions(parent=self))
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"gpu-cloud {args.cluster_name} pool {pool.name}",
@@ -200,19 +203,20 @@ class GpuNodePool(pulumi.ComponentResource):
                                 "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
                                 "Action": "sts:AssumeRole"}),
                             opts=child)
-        for i, arn in enumerate(NODE_MANAGED_POLICIES):
-            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=role.name, policy_arn=arn, opts=child)
+        for i, policy in enumerate(NODE_MANAGED_POLICIES):
+            aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=role.name,
+                                         policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}", opts=child)
         # The bootstrap gate: complete this ASG's lifecycle action, tag only the instance itself with
         # the verdict keys, and read this pool's verifier bundle. Nothing else.
         aws.iam.RolePolicy(f"{name}-node-gate", role=role.id, policy=policy_document(
             {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow", "Action": "autoscaling:CompleteLifecycleAction",
              "Resource": asg_arn_pattern},
             {"Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
-             "Resource": f"arn:aws:ec2:{args.region}:{args.account_id}:instance/*",
+             "Resource": f"arn:{args.partition}:ec2:{args.region}:{args.account_id}:instance/*",
              "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
                            "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}},
             {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
-             "Resource": pulumi.Output.concat("arn:aws:s3:::", args.artifact_bucket, "/", artifact_key)},
+             "Resource": pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/", artifact_key)},
         ), opts=child)
         return role
 

@@ -35,6 +35,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def plan(args) -> int:
+    from pulumi import RunError
+
     from plan.document import build_document, render_text
     from plan.engine import run_program
     from plan.stackfile import StackFileError, load_stack_config
@@ -49,7 +51,11 @@ def plan(args) -> int:
     except (ConfigError, StackFileError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    run = run_program(config, stack=args.stack)
+    try:
+        run = run_program(config, stack=args.stack)
+    except RunError as error:   # the program's own clean config error (checks that need the provider)
+        print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     policy = {"violations": [], "skipped": "--no-policy" if args.no_policy else NO_PACK}
     document = build_document(spec, run, policy)
     print(render_text(document))

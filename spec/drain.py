@@ -156,7 +156,7 @@ def queue_policy_statements(queue_arn: Any, rule_arns: Sequence[Any]) -> List[Di
         raise ValueError("rule_arns must not be empty")
     return [
         {"Sid": "DrainRulesOnly", "Effect": "Allow",
-         "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+         "Principal": {"Service": "events.amazonaws.com"},
          "Action": "sqs:SendMessage", "Resource": queue_arn,
          "Condition": {"ArnEquals": {"aws:SourceArn": list(rule_arns)}}},
         {"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "sqs:*",

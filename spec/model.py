@@ -27,6 +27,25 @@ PEER_STACK = re.compile(r"^[A-Za-z0-9_.-]+/gpu-cloud/[A-Za-z0-9_.-]+$")
 DRIVER_BRANCH = re.compile(r"^\d{3}$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 RESERVED_LABEL_PREFIX = "gpu-cloud.io/"
+# Labels in the kubernetes.io / k8s.io namespaces that a kubelet may set on itself with
+# --node-labels (KEP "Bounding Self-Labeling Kubelets"); any other label in those namespaces
+# makes the kubelet refuse to start.
+KUBELET_ALLOWED_LABELS = frozenset(
+    {
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "kubernetes.io/arch",
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 
 def _matches(pattern: re.Pattern, allowed: str):
@@ -45,7 +64,18 @@ def _label_key(key: str) -> str:
                          "characters: letters, digits, '-', '_', '.')")
     if key.startswith(RESERVED_LABEL_PREFIX):
         raise ValueError(f"{key!r} uses the prefix {RESERVED_LABEL_PREFIX} that gpu-cloud sets itself")
+    if not kubelet_may_set_label(key):
+        raise ValueError(f"{key!r} is in a kubernetes.io/k8s.io namespace a kubelet may not set on itself "
+                         "(use node.kubernetes.io/ or your own prefix)")
     return key
+
+
+def kubelet_may_set_label(key: str) -> bool:
+    """Whether a kubelet may register with this label (see KUBELET_ALLOWED_LABELS)."""
+    namespace = key.rpartition("/")[0]
+    def within(namespaces):
+        return any(namespace == ns or namespace.endswith("." + ns) for ns in namespaces)
+    return not within(("kubernetes.io", "k8s.io")) or key in KUBELET_ALLOWED_LABELS or within(KUBELET_ALLOWED_NAMESPACES)
 
 
 def _label_value(value: str) -> str:
@@ -90,7 +120,9 @@ class Network(ConfigModel):
 class Cluster(ConfigModel):
     kubernetes_version: str = "1.33"
     public_access_cidrs: Tuple[Cidr, ...] = ()
-    admin_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = ()
+    # Required, at least one: the cluster creator gets no access (API authentication mode), so without an
+    # admin role nobody, Pulumi included, could reach the Kubernetes API.
+    admin_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = Field(min_length=1)
 
 
 class GpuDriver(ConfigModel):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from spec import addons, charts, cost
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
+from spec.network_plan import choose_zones
 from spec.model import (
     SECTIONS, Budget, Cluster, Dr, GpuDriver, Inference, Monitoring, Network, NodePool, Storage,
 )
@@ -82,19 +83,17 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     for key in sorted(set(config) - set(SECTIONS)):
         issues.append(_issue((key,), f"unknown key{_did_you_mean(key, SECTIONS)}; allowed keys: {', '.join(SECTIONS)}"))
     for key, (type_, required) in SECTIONS.items():
-        if key not in config:
-            if required:
-                issues.append(_issue((key,), "is required"))
-            else:
-                parsed[key] = TypeAdapter(type_).validate_python(None if key == "budget" else {})
-            continue
-        if key == "nodePools":
+        if key not in config and required:
+            issues.append(_issue((key,), "is required"))
+        elif key == "nodePools":
             parsed[key] = _parse_pools(config[key], issues)
-            continue
-        try:
-            parsed[key] = TypeAdapter(type_).validate_python(config[key])
-        except ValidationError as err:
-            issues.extend(_pydantic_issues(err, (key,), type_))
+        else:
+            # An optional section left out is its defaults: {} (budget: none).
+            value = config.get(key, None if key == "budget" else {})
+            try:
+                parsed[key] = TypeAdapter(type_).validate_python(value)
+            except ValidationError as err:
+                issues.extend(_pydantic_issues(err, (key,), type_))
 
     if not region:
         issues.append(ConfigIssue("aws:region", "is required (pulumi config set aws:region us-east-1)"))
@@ -120,6 +119,23 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
         dr=parsed["dr"], budget=parsed["budget"], catalog=catalog,
     )
+
+
+def stack_zones(spec: StackSpec, available: Sequence[str]) -> Tuple[str, ...]:
+    """The VPC's zones in the region as the provider reports them; a config error when they cannot fit.
+
+    The zone list is only known at run time (the account's available zones), so this is the one
+    check that runs after load_stack_spec, still before any resource is registered.
+    """
+    pinned = [(i, p.spec.availability_zone) for i, p in enumerate(spec.pools) if p.spec.availability_zone]
+    issues = [_issue(("nodePools", i, "availabilityZone"), f"{zone} is not an available zone in {spec.region}; "
+                     f"available: {', '.join(available)}") for i, zone in pinned if zone not in available]
+    if not issues and len(available) < spec.network.az_count:
+        issues.append(_issue(("network", "azCount"), f"{spec.network.az_count} zones asked, {spec.region} has "
+                             f"{len(available)} available: {', '.join(available)}"))
+    if issues:
+        raise ConfigError(issues)
+    return choose_zones(available, [zone for _, zone in pinned], spec.network.az_count)
 
 
 def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]]:

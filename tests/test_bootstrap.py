@@ -154,6 +154,9 @@ SHIMS = {
           *persistence_mode*) for _ in 1 2 3 4 5 6 7 8; do
                                 if [ -e "$FAKE_STATE/pm" ]; then echo Enabled; else echo Disabled; fi; done ;;
           "-pm 1") touch "$FAKE_STATE/pm"; echo "Enabled persistence mode" ;;
+          "-mig 1") [ -z "$FAKE_MIG_NEEDS_RESET" ] && touch "$FAKE_STATE/mig"; echo "Enabled MIG Mode" ;;
+          *mig.mode.current*) for _ in 1 2 3 4 5 6 7 8; do
+                                if [ -e "$FAKE_STATE/mig" ]; then echo Enabled; else echo Disabled; fi; done ;;
           *) exit 2 ;;
         esac
     """,
@@ -440,6 +443,27 @@ def test_wrong_artifact_checksum_abandons_before_running_anything(node):
     assert reason.startswith("artifact: sha256 mismatch")
     assert not (n.root / "opt/gpu-cloud/verify/gpu_verify.py").exists()
     assert n.report()["checks"][0]["name"] == "artifact"
+
+
+def test_mig_pool_turns_mig_mode_on_before_verifying(node):
+    n = node(mig=True)
+    n.run(FAKE_EFA_DEVICES="32")
+    assert n.proc.returncode == 0, n.explain()
+    assert "nvidia-smi -mig 1" in n.shim_log("calls")
+    assert n.lifecycle()[0]["result"] == "CONTINUE"
+
+
+def test_mig_mode_that_does_not_take_effect_abandons(node):
+    n = node(mig=True)
+    n.run(FAKE_EFA_DEVICES="32", FAKE_MIG_NEEDS_RESET="1")
+    _assert_abandoned(n, "mig: mode is 'Disabled'")
+
+
+def test_pool_without_mig_never_touches_mig_mode(node):
+    n = node()
+    n.run(FAKE_EFA_DEVICES="32")
+    assert n.proc.returncode == 0, n.explain()
+    assert not [c for c in n.shim_log("calls") if "-mig" in c]
 
 
 def test_efa_count_mismatch_abandons(node):

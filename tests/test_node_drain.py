@@ -112,7 +112,7 @@ def test_queue_policy_admits_exactly_our_rules(run):
     allow = allows[0]
     assert allow["Action"] == "sqs:SendMessage"
     assert allow["Resource"] == queue.state["arn"]
-    assert set(allow["Principal"]["Service"]) == {"events.amazonaws.com", "sqs.amazonaws.com"}
+    assert allow["Principal"]["Service"] == "events.amazonaws.com"      # only EventBridge delivers here
     source_arns = allow["Condition"]["ArnEquals"]["aws:SourceArn"]
     assert sorted(source_arns) == sorted(r.state["arn"] for r in run.of_type(RULE))
     deny = [s for s in statements if s["Effect"] == "Deny"]

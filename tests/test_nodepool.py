@@ -35,7 +35,8 @@ def pool_run(pool_fields=None, index=0, mutate=None):
                                       certificate_authority=base64.b64encode(
                                           b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n").decode(),
                                       service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
-            kubernetes_version="1.33", region="us-east-1", account_id="123456789012", vpc_id="vpc-0123",
+            kubernetes_version="1.33", region="us-east-1", account_id="123456789012", partition="aws",
+            vpc_id="vpc-0123",
             subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, driver=spec.gpu_driver, nvme_scratch=True,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
             instance_tags=spec.resource_tags))

@@ -209,7 +209,7 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
     assert set(seen) == {
         "GPU_CLOUD_REGION", "GPU_CLOUD_ASG_NAME", "GPU_CLOUD_LIFECYCLE_HOOK", "GPU_CLOUD_POOL",
         "GPU_CLOUD_ARTIFACT_URI", "GPU_CLOUD_ARTIFACT_SHA256", "GPU_CLOUD_DRIVER_BRANCH",
-        "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT", "GPU_CLOUD_VERIFY_BUDGET_S",
+        "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_MIG",
     }
     # no test/operator overrides leak into production user-data
     assert "GPU_CLOUD_ROOT" not in script.split("set -Eeuo pipefail")[0]

@@ -153,6 +153,13 @@ systemctl is-active --quiet nvidia-persistenced || nvidia-smi -pm 1 >/dev/null |
 pm=$(nvidia-smi --query-gpu=persistence_mode --format=csv,noheader | sort -u) || pm=''
 [[ $pm == Enabled ]] || fail "persistence: mode is '${pm//$'\n'/,}'"
 
+if [[ ${GPU_CLOUD_MIG:-false} == true ]]; then
+  STEP=mig # MIG mode only; the GPU operator's MIG manager cuts the instances once the node has joined
+  nvidia-smi -mig 1 >/dev/null || fail "mig: nvidia-smi -mig 1 failed"
+  mm=$(nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader | sort -u) || mm=''
+  [[ $mm == Enabled ]] || fail "mig: mode is '${mm//$'\n'/,}' (a GPU reset may be pending)"
+fi
+
 if ((EFA > 0)); then
   STEP=efa
   PATH=$PATH:/opt/amazon/efa/bin # the EFA installer puts fi_info here

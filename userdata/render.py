@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
+from spec.model import kubelet_may_set_label
+
 USER_DATA_LIMIT_BYTES = 16384  # EC2 user-data limit, before base64
 MIME_BOUNDARY = "==GPU-CLOUD-USER-DATA=="
 BOOTSTRAP_SH = Path(__file__).resolve().parent / "bootstrap.sh"
@@ -39,26 +41,6 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Fixed archive metadata so equal inputs give byte-identical output (and the same sha256).
 _ARCHIVE_MTIME = 946684800  # 2000-01-01T00:00:00Z
 _ARCHIVE_MODE = 0o644
-
-# Labels in the kubernetes.io / k8s.io namespaces that a kubelet may set on itself with
-# --node-labels (KEP "Bounding Self-Labeling Kubelets"); any other label in those namespaces
-# makes the kubelet refuse to start.
-_KUBELET_ALLOWED_LABELS = frozenset(
-    {
-        "beta.kubernetes.io/arch",
-        "beta.kubernetes.io/instance-type",
-        "beta.kubernetes.io/os",
-        "failure-domain.beta.kubernetes.io/region",
-        "failure-domain.beta.kubernetes.io/zone",
-        "kubernetes.io/arch",
-        "kubernetes.io/hostname",
-        "kubernetes.io/os",
-        "node.kubernetes.io/instance-type",
-        "topology.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
-    }
-)
-_KUBELET_ALLOWED_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
@@ -97,6 +79,7 @@ class NodeBootstrap:
     nvswitch: bool
     efa_count: int
     verify_budget_s: int = 60
+    mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
 
 
 # --------------------------------------------------------------------------- validation
@@ -125,14 +108,7 @@ def _check_value(value: str, what: str) -> None:
 
 
 def _check_self_label(key: str) -> None:
-    namespace = key.rpartition("/")[0]
-    reserved = any(
-        namespace == ns or namespace.endswith("." + ns) for ns in ("kubernetes.io", "k8s.io")
-    )
-    allowed = key in _KUBELET_ALLOWED_LABELS or any(
-        namespace == ns or namespace.endswith("." + ns) for ns in _KUBELET_ALLOWED_NAMESPACES
-    )
-    if reserved and not allowed:
+    if not kubelet_may_set_label(key):
         raise ValueError(
             f"label {key!r} is in a reserved kubernetes.io/k8s.io namespace that the kubelet may "
             "not set on itself (use node.kubernetes.io/ or your own prefix)"
@@ -292,6 +268,7 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
         "GPU_CLOUD_NVSWITCH": "true" if node.nvswitch else "false",
         "GPU_CLOUD_EFA_COUNT": str(node.efa_count),
         "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
+        "GPU_CLOUD_MIG": "true" if node.mig else "false",
     }
 
 
