@@ -269,6 +269,30 @@ def _redact(value: Any) -> Any:
     return value
 
 
+def peer_stack_outputs(reference: str) -> Dict[str, Any]:
+    """What a peer gpu-cloud stack (`org/gpu-cloud/<stack>`) exports, as its own stack file implies.
+
+    The peer is not run: its region comes from its stack file, its names from the program's naming
+    rules, its ids in the same formats the mocks use. An unknown peer stack exports nothing.
+    """
+    from plan.stackfile import StackFileError, load_stack_config
+
+    stack = reference.rsplit("/", 1)[-1]
+    try:
+        region = str(load_stack_config(stack).get("aws:region", ""))
+    except StackFileError:
+        return {}
+    cluster_name = f"gpu-cloud-{stack}"
+    seed = f"peer::{stack}"
+    return {
+        "region": region,
+        "clusterName": cluster_name,
+        "clusterEndpoint": f"https://{_hex(seed, 32).upper()}.gr7.{region}.eks.amazonaws.com",
+        "vpcId": f"vpc-{_hex(seed, 17)}",
+        "artifactBucket": f"artifacts-bucket-{_hex(seed, 7)}",
+    }
+
+
 def config_for_engine(stack_config: Mapping[str, Any]) -> Dict[str, str]:
     """Stack-file config values as the engine hands them to a program: strings, objects as JSON."""
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in stack_config.items()}
@@ -280,12 +304,13 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
     """Run `program` for one stack's (fully defaulted) config under fresh mocks; return what it registered.
 
     `program` is the program file, or a function (tests use one to build a single component).
+    StackReferences answer with `peer_outputs(name)`, by default what the named stack file implies.
 
     `stack_config` uses the stack file's keys (`gpu-cloud:network`, `aws:region`, ...). Raises whatever
     the program raises (a config error surfaces as pulumi.RunError).
     """
     region = str(stack_config.get("aws:region", ""))
-    mocks = GpuCloudMocks(region, peer_outputs or (lambda name: {}))
+    mocks = GpuCloudMocks(region, peer_outputs or peer_stack_outputs)
     monitor = RecordingMonitor(mocks)
     pulumi_settings.ROOT.set(None)  # a fresh root stack resource per run
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
