@@ -14,7 +14,7 @@ from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
 from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
@@ -39,10 +39,11 @@ try:
     spec = load_stack_spec(project_config(), stack=pulumi.get_stack(), region=pulumi.Config("aws").get("region"),
                            project=pulumi.get_project())
     zones = stack_zones(spec, aws.get_availability_zones(state="available").names)
+    check_user_data_fits(spec)
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 
-cluster_name = f"{spec.project}-{spec.stack}"
+cluster_name = spec.cluster_name
 aws_provider = aws.Provider("aws", region=spec.region,
                             default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
 with_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})

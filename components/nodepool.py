@@ -21,7 +21,8 @@ from spec.catalog import Catalog
 from spec.drain import LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from spec.efa import interface_layout
 from spec.model import GpuDriver
-from spec.validate import ResolvedPool
+from spec.errors import ConfigError, ConfigIssue, key_path
+from spec.validate import NAMESPACE, ResolvedPool, StackSpec
 from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, render_user_data
 
 ROOT_VOLUME_GIB = 500            # GPU container images (CUDA, NCCL, framework) run to tens of GB each
@@ -36,6 +37,42 @@ NODE_MANAGED_POLICIES = (
 def accelerated_ami_parameter(kubernetes_version: str) -> str:
     """Public SSM parameter of the EKS-optimized AL2023 NVIDIA AMI for a Kubernetes version."""
     return f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+
+
+def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, region: str, driver: GpuDriver,
+                   nvme_scratch: bool, endpoint: str, certificate_authority: str, service_cidr: str,
+                   artifact_uri: str, artifact_sha256: str) -> NodeBootstrap:
+    """Everything a node of `pool` boots with (rendered into its user-data)."""
+    return NodeBootstrap(
+        cluster_name=cluster_name, api_server_endpoint=endpoint, certificate_authority=certificate_authority,
+        service_cidr=service_cidr, labels=pool_rules.node_labels(pool),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)), max_pods=None,
+        raid0_instance_store=nvme_scratch and pool.primary_type.instance_store.disks > 0,
+        region=region, asg_name=pool_rules.asg_name(cluster_name, pool.name),
+        lifecycle_hook_name=pool_rules.VERIFY_HOOK_NAME, pool_name=pool.name, artifact_uri=artifact_uri,
+        artifact_sha256=artifact_sha256, driver_branch=driver.branch, driver_version=driver.version,
+        nvswitch=catalog.gpu_model(pool.primary_type.name).nvswitch, efa_count=pool_rules.efa_devices(pool),
+        verify_budget_s=pool_rules.VERIFY_BUDGET_S, mig=pool.spec.gpu_sharing.mode == "mig")
+
+
+def check_user_data_fits(spec: StackSpec) -> None:
+    """Render every pool's user-data with the largest cluster values EKS produces; a pool whose
+    user-data would pass EC2's 16 KB limit (too many labels or taints) is a config error, found
+    before any resource is registered rather than halfway through `pulumi up`."""
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n" + b"A" * 1500 + b"\n-----END CERTIFICATE-----\n").decode()
+    issues = []
+    for i, pool in enumerate(spec.pools):
+        try:
+            render_user_data(node_bootstrap(
+                pool, catalog=spec.catalog, cluster_name=spec.cluster_name, region=spec.region,
+                driver=spec.gpu_driver, nvme_scratch=spec.storage.nvme_scratch,
+                endpoint=f"https://{'F' * 32}.gr7.{spec.region}.eks.amazonaws.com", certificate_authority=ca,
+                service_cidr="172.20.0.0/16", artifact_uri=f"s3://{'b' * 63}/verifier/{pool.name}/{'0' * 64}.tar.gz",
+                artifact_sha256="0" * 64))
+        except ValueError as error:
+            issues.append(ConfigIssue(key_path(NAMESPACE, ("nodePools", i)), str(error)))
+    if issues:
+        raise ConfigError(issues)
 
 
 @dataclass(frozen=True)
@@ -100,19 +137,11 @@ class GpuNodePool(pulumi.ComponentResource):
 
         user_data = pulumi.Output.all(args.cluster.endpoint, args.cluster.certificate_authority,
                                       args.cluster.service_cidr, args.artifact_bucket).apply(
-            lambda values: base64.b64encode(render_user_data(NodeBootstrap(
-                cluster_name=args.cluster_name, api_server_endpoint=values[0], certificate_authority=values[1],
-                service_cidr=values[2], labels=pool_rules.node_labels(pool),
-                taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)),
-                max_pods=None,
-                raid0_instance_store=args.nvme_scratch and pool.primary_type.instance_store.disks > 0,
-                region=args.region, asg_name=self.asg_name, lifecycle_hook_name=pool_rules.VERIFY_HOOK_NAME,
-                pool_name=pool.name, artifact_uri=f"s3://{values[3]}/{artifact_key}", artifact_sha256=artifact_sha256,
-                driver_branch=args.driver.branch, driver_version=args.driver.version,
-                nvswitch=args.catalog.gpu_model(pool.primary_type.name).nvswitch,
-                efa_count=pool_rules.efa_devices(pool), verify_budget_s=pool_rules.VERIFY_BUDGET_S,
-                mig=pool.spec.gpu_sharing.mode == "mig",
-            )).encode()).decode())
+            lambda values: base64.b64encode(render_user_data(node_bootstrap(
+                pool, catalog=args.catalog, cluster_name=args.cluster_name, region=args.region, driver=args.driver,
+                nvme_scratch=args.nvme_scratch, endpoint=values[0], certificate_authority=values[1],
+                service_cidr=values[2], artifact_uri=f"s3://{values[3]}/{artifact_key}",
+                artifact_sha256=artifact_sha256)).encode()).decode())
 
         image = aws.ssm.get_parameter(name=accelerated_ami_parameter(args.kubernetes_version),
                                       opts=pulumi.InvokeOptions(parent=self))

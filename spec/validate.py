@@ -65,6 +65,11 @@ class StackSpec:
     catalog: Catalog = field(repr=False, compare=False)
 
     @property
+    def cluster_name(self) -> str:
+        """The EKS cluster's fixed physical name (subnet, autoscaler and ASG names derive from it)."""
+        return f"{self.project}-{self.stack}"
+
+    @property
     def resource_tags(self) -> Dict[str, str]:
         """The merged tag map for every taggable AWS resource."""
         return {**self.tags, "environment": self.environment, "stack": self.stack, "managed-by": "gpu-cloud"}

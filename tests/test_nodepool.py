@@ -194,3 +194,17 @@ def test_children_are_parented_and_prefixed():
     for resource in run.resources:
         if resource.custom and not resource.type.startswith("pulumi:providers:"):
             assert resource.parent == component.urn and resource.name.startswith("train-")
+
+
+def test_user_data_over_16kb_is_a_config_error_before_anything_is_registered():
+    from spec.errors import ConfigError
+    from components.nodepool import check_user_data_fits
+
+    check_user_data_fits(load(valid_config()))            # the shipped shapes fit with room to spare
+    many = {f"example.com/label-{i:03d}": "v" * 60 for i in range(120)}
+    config = valid_config()
+    config["nodePools"][1]["labels"] = many
+    with pytest.raises(ConfigError) as raised:
+        check_user_data_fits(load(config))
+    (issue,) = raised.value.issues
+    assert issue.path == "gpu-cloud:nodePools[1]" and "16384" in issue.message
