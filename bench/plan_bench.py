@@ -11,14 +11,10 @@ import statistics
 import time
 
 from plan.engine import run_program
-from plan.stackfile import load_stack_config
+from plan.stackfile import load_stack_config, project_keys
 from spec.validate import NAMESPACE, load_stack_spec
 
 STACKS = ("prod-us-east-1", "prod-eu-west-1", "dev")
-
-
-def project_keys(config):
-    return {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")}
 
 
 def large_stack(pools: int):
@@ -52,7 +48,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for label, config in cases:
         stack = label if label in STACKS else "prod-us-east-1"
-        keys = project_keys(config)
+        keys = project_keys(config, NAMESPACE)
         v_med, _, spec = timed(lambda: load_stack_spec(keys, stack=stack, region=config["aws:region"]), args.repeat)
         r_med, r_max, run = timed(lambda: run_program(config, stack=stack), args.repeat)
         print(f"| {label} | {len(spec.pools)} | {len(run.resources)} | {v_med * 1000:.1f} | {r_med:.2f} | {r_max:.2f} |")

@@ -43,6 +43,7 @@ import pulumi_kubernetes as kubernetes
 from components.iam import POD_IDENTITY_TRUST_POLICY, policy_document
 from spec.addons import addon_versions
 from spec.logs import CLOUDWATCH_RETENTION_DAYS
+from spec.model import IAM_ROLE_ARN
 from spec.catalog import load_catalog
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
@@ -52,7 +53,6 @@ SYSTEM_NODE_LABELS = {SYSTEM_NODE_ROLE_LABEL: "system"}
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # Instance families with GPUs or other accelerators (p*, g*, gr*, inf*, trn*, dl*).
 _ACCELERATED_FAMILY = re.compile(r"^(p|g|gr|inf|trn|dl)\d")
-_IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 
 # VPC CNI settings (see the module docstring for why). Values are strings: the add-on schema says so.
 VPC_CNI_ENV = {
@@ -101,7 +101,7 @@ def validate_cluster_args(args: ClusterArgs) -> None:
         except ValueError:
             problems.append(f"public access CIDR {cidr!r} is not an IPv4 network")
     for arn in args.admin_role_arns:
-        if not _IAM_ROLE_ARN.match(arn):
+        if not IAM_ROLE_ARN.match(arn):
             problems.append(f"admin role {arn!r} is not an IAM role ARN")
     if len(set(args.admin_role_arns)) != len(args.admin_role_arns):
         problems.append("admin_role_arns lists a role twice")

@@ -39,15 +39,14 @@ def plan(args) -> int:
 
     from plan.document import build_document, render_text
     from plan.engine import run_program
-    from plan.stackfile import StackFileError, load_stack_config
+    from plan.stackfile import StackFileError, load_stack_config, project_keys
     from spec.errors import ConfigError
     from spec.validate import NAMESPACE, load_stack_spec
 
     try:
         config = load_stack_config(args.stack, args.stack_file)
         # Validate before running anything, so a bad config registers nothing and reads as a list.
-        spec = load_stack_spec({k.split(":", 1)[1]: v for k, v in config.items() if k.startswith(f"{NAMESPACE}:")},
-                               stack=args.stack, region=config.get("aws:region"))
+        spec = load_stack_spec(project_keys(config, NAMESPACE), stack=args.stack, region=config.get("aws:region"))
     except (ConfigError, StackFileError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG

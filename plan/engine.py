@@ -276,17 +276,17 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
     rules, its ids in the same formats the mocks use. An unknown peer stack exports nothing.
     """
     from plan.stackfile import StackFileError, load_stack_config
+    from spec.validate import cluster_name
 
     stack = reference.rsplit("/", 1)[-1]
     try:
         region = str(load_stack_config(stack).get("aws:region", ""))
     except StackFileError:
         return {}
-    cluster_name = f"gpu-cloud-{stack}"
     seed = f"peer::{stack}"
     return {
         "region": region,
-        "clusterName": cluster_name,
+        "clusterName": cluster_name(reference.split("/")[-2], stack),
         "clusterEndpoint": f"https://{_hex(seed, 32).upper()}.gr7.{region}.eks.amazonaws.com",
         "vpcId": f"vpc-{_hex(seed, 17)}",
         "artifactBucket": f"artifacts-bucket-{_hex(seed, 7)}",

@@ -23,6 +23,11 @@ def stack_file_path(stack: str) -> Path:
     return ROOT / project().get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
 
 
+def project_keys(config: Dict[str, Any], namespace: str = "gpu-cloud") -> Dict[str, Any]:
+    """The `<namespace>:` keys of a stack config, without their namespace (what spec.validate takes)."""
+    return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{namespace}:")}
+
+
 def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]:
     """`config:` of the stack file (namespaced keys), with the project's declared defaults filled in."""
     path = Path(path) if path else stack_file_path(stack)

@@ -66,8 +66,7 @@ class StackSpec:
 
     @property
     def cluster_name(self) -> str:
-        """The EKS cluster's fixed physical name (subnet, autoscaler and ASG names derive from it)."""
-        return f"{self.project}-{self.stack}"
+        return cluster_name(self.project, self.stack)
 
     @property
     def resource_tags(self) -> Dict[str, str]:
@@ -76,6 +75,11 @@ class StackSpec:
 
     def pool(self, name: str) -> ResolvedPool:
         return next(p for p in self.pools if p.name == name)
+
+
+def cluster_name(project: str, stack: str) -> str:
+    """The EKS cluster's fixed physical name (subnet, autoscaler and ASG names derive from it)."""
+    return f"{project}-{stack}"
 
 
 def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[str],

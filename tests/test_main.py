@@ -88,9 +88,8 @@ def test_a_bad_config_registers_nothing_and_fails_cleanly():
 
 
 def test_program_and_plan_validate_the_same_way(stack_runs):
-    from plan.stackfile import load_stack_config
+    from plan.stackfile import load_stack_config, project_keys
     config = load_stack_config("prod-us-east-1")
-    spec = load_stack_spec({k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-cloud:")},
-                           stack="prod-us-east-1", region=config["aws:region"])
+    spec = load_stack_spec(project_keys(config), stack="prod-us-east-1", region=config["aws:region"])
     assert sorted(p.name for p in spec.pools) == sorted(a.name.removesuffix("-asg")
                                                         for a in stack_runs["prod-us-east-1"].of_type(ASG))
