@@ -5,6 +5,7 @@ network -> EKS cluster -> artifact bucket -> one GPU node pool per `nodePools` e
 spot/scale-in draining -> cluster-autoscaler.
 """
 import json
+from datetime import date
 
 import pulumi
 import pulumi_aws as aws
@@ -15,10 +16,11 @@ from components.cluster import ClusterArgs, EksCluster
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
+from spec import boot
 from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
-from spec.validate import NAMESPACE, load_stack_spec, stack_zones
+from spec.validate import NAMESPACE, load_stack_spec, stack_warnings, stack_zones
 
 
 def project_config() -> dict:
@@ -42,6 +44,8 @@ try:
     check_user_data_fits(spec)
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
+for warning in stack_warnings(spec, date.today()):
+    pulumi.log.warn(warning)
 
 cluster_name = spec.cluster_name
 aws_provider = aws.Provider("aws", region=spec.region,
@@ -67,8 +71,8 @@ node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     pool=pool, cluster_name=cluster_name,
     cluster=ClusterConnection(endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
                               service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id),
-    kubernetes_version=spec.cluster.kubernetes_version, region=spec.region, account_id=account_id, partition=partition,
-    vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, driver=spec.gpu_driver,
+    region=spec.region, account_id=account_id, partition=partition,
+    vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, image=spec.node_image,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
     artifact_bucket=artifacts.bucket_name, instance_tags=spec.resource_tags,
     depends_on=[cluster.addons["vpc-cni"]]), opts=with_aws) for pool in spec.pools]
@@ -83,7 +87,8 @@ for pool, component in zip(spec.pools, node_pools):
 ClusterAutoscaler("autoscaler", AutoscalerArgs(
     cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region,
     kubernetes_version=spec.cluster.kubernetes_version,
-    priorities={weight: tuple(names) for weight, names in priorities.items()}), opts=with_cluster)
+    priorities={weight: tuple(names) for weight, names in priorities.items()},
+    max_node_provision_time=boot.max_node_provision_time(spec.node_image.source)), opts=with_cluster)
 
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)

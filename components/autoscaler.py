@@ -24,6 +24,7 @@ class AutoscalerArgs:
     region: str
     kubernetes_version: str
     priorities: Mapping[int, Tuple[str, ...]]   # weight -> ASG names (exact), higher weight preferred
+    max_node_provision_time: str                 # Go duration, from spec.boot.max_node_provision_time
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -38,7 +39,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         priorities = {weight: [autoscaling.exact_name_regex(asg) for asg in names]
                       for weight, names in args.priorities.items()}
         values = autoscaling.autoscaler_values(args.cluster_name_plain, args.region, args.kubernetes_version,
-                                               priorities, autoscaling.SERVICE_ACCOUNT)
+                                               priorities, args.max_node_provision_time, autoscaling.SERVICE_ACCOUNT)
         statements = autoscaling.autoscaler_policy_statements(args.cluster_name_plain)
         pin = charts.chart(charts.CLUSTER_AUTOSCALER)
         self.image = f"{values['image']['repository']}:{values['image']['tag']}"

@@ -16,11 +16,12 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document
+from spec import boot
 from spec import pools as pool_rules
+from spec.amis import NodeImage, load_amis
 from spec.catalog import Catalog
 from spec.drain import LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from spec.efa import interface_layout
-from spec.model import GpuDriver
 from spec.errors import ConfigError, ConfigIssue, key_path
 from spec.validate import NAMESPACE, ResolvedPool, StackSpec
 from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, render_user_data
@@ -34,25 +35,24 @@ NODE_MANAGED_POLICIES = (
 )
 
 
-def accelerated_ami_parameter(kubernetes_version: str) -> str:
-    """Public SSM parameter of the EKS-optimized AL2023 NVIDIA AMI for a Kubernetes version."""
-    return f"/aws/service/eks/optimized-ami/{kubernetes_version}/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
-
-
-def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, region: str, driver: GpuDriver,
+def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, region: str, image: NodeImage,
                    nvme_scratch: bool, endpoint: str, certificate_authority: str, service_cidr: str,
                    artifact_uri: str, artifact_sha256: str) -> NodeBootstrap:
     """Everything a node of `pool` boots with (rendered into its user-data)."""
+    efa_installer = load_amis().efa_installer
     return NodeBootstrap(
         cluster_name=cluster_name, api_server_endpoint=endpoint, certificate_authority=certificate_authority,
         service_cidr=service_cidr, labels=pool_rules.node_labels(pool),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)), max_pods=None,
         raid0_instance_store=nvme_scratch and pool.primary_type.instance_store.disks > 0,
         region=region, asg_name=pool_rules.asg_name(cluster_name, pool.name),
-        lifecycle_hook_name=pool_rules.VERIFY_HOOK_NAME, pool_name=pool.name, artifact_uri=artifact_uri,
-        artifact_sha256=artifact_sha256, driver_branch=driver.branch, driver_version=driver.version,
+        lifecycle_hook_name=boot.VERIFY_HOOK_NAME, pool_name=pool.name, artifact_uri=artifact_uri,
+        artifact_sha256=artifact_sha256, driver_source=image.source, ami_name=image.ami_name,
+        driver_branch=image.driver_branch, driver_version=image.driver_version,
         nvswitch=catalog.gpu_model(pool.primary_type.name).nvswitch, efa_count=pool_rules.efa_devices(pool),
-        verify_budget_s=pool_rules.VERIFY_BUDGET_S, mig=pool.spec.gpu_sharing.mode == "mig")
+        kmod_wait_s=boot.KMOD_LOAD_WAIT_S, fabric_manager_wait_s=boot.FABRIC_MANAGER_WAIT_S,
+        efa_installer_version=efa_installer.version, efa_installer_sha256=efa_installer.sha256,
+        verify_budget_s=boot.VERIFY_BUDGET_S, mig=pool.spec.gpu_sharing.mode == "mig")
 
 
 def check_user_data_fits(spec: StackSpec) -> None:
@@ -65,7 +65,7 @@ def check_user_data_fits(spec: StackSpec) -> None:
         try:
             render_user_data(node_bootstrap(
                 pool, catalog=spec.catalog, cluster_name=spec.cluster_name, region=spec.region,
-                driver=spec.gpu_driver, nvme_scratch=spec.storage.nvme_scratch,
+                image=spec.node_image, nvme_scratch=spec.storage.nvme_scratch,
                 endpoint=f"https://{'F' * 32}.gr7.{spec.region}.eks.amazonaws.com", certificate_authority=ca,
                 service_cidr="172.20.0.0/16", artifact_uri=f"s3://{'b' * 63}/verifier/{pool.name}/{'0' * 64}.tar.gz",
                 artifact_sha256="0" * 64))
@@ -89,13 +89,12 @@ class NodePoolArgs:
     pool: ResolvedPool
     cluster_name: str
     cluster: ClusterConnection
-    kubernetes_version: str
     region: str
     account_id: str
     partition: str                                     # "aws", "aws-cn", "aws-us-gov": part of every ARN
     vpc_id: pulumi.Input[str]
     subnet_ids: Mapping[str, pulumi.Input[str]]       # zone -> private subnet
-    driver: GpuDriver
+    image: NodeImage                                   # the AMI release every node boots, and its driver
     nvme_scratch: bool
     max_temp_c: int
     catalog: Catalog
@@ -114,7 +113,7 @@ class GpuNodePool(pulumi.ComponentResource):
                            f"autoScalingGroupName/{self.asg_name}")
 
         artifact = build_verifier_artifact(
-            pool_rules.verify_expectations(pool, args.driver, args.max_temp_c, args.catalog))
+            pool_rules.verify_expectations(pool, args.image, args.max_temp_c, args.catalog))
         artifact_sha256 = hashlib.sha256(artifact).hexdigest()
         artifact_key = f"verifier/{pool.name}/{artifact_sha256}.tar.gz"
         self.artifact = aws.s3.BucketObjectv2(
@@ -138,17 +137,18 @@ class GpuNodePool(pulumi.ComponentResource):
         user_data = pulumi.Output.all(args.cluster.endpoint, args.cluster.certificate_authority,
                                       args.cluster.service_cidr, args.artifact_bucket).apply(
             lambda values: base64.b64encode(render_user_data(node_bootstrap(
-                pool, catalog=args.catalog, cluster_name=args.cluster_name, region=args.region, driver=args.driver,
+                pool, catalog=args.catalog, cluster_name=args.cluster_name, region=args.region, image=args.image,
                 nvme_scratch=args.nvme_scratch, endpoint=values[0], certificate_authority=values[1],
                 service_cidr=values[2], artifact_uri=f"s3://{values[3]}/{artifact_key}",
                 artifact_sha256=artifact_sha256)).encode()).decode())
 
-        image = aws.ssm.get_parameter(name=accelerated_ami_parameter(args.kubernetes_version),
-                                      opts=pulumi.InvokeOptions(parent=self))
+        # The release's own parameter, not `recommended`: the same AMI on every run until spec/amis.yaml or the
+        # stack file moves the release.
+        ami = aws.ssm.get_parameter(name=args.image.ssm_parameter, opts=pulumi.InvokeOptions(parent=self))
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"gpu-cloud {args.cluster_name} pool {pool.name}",
-            image_id=image.value,
+            image_id=ami.value,
             instance_type=pool.primary_type.name if len(pool.types) == 1 else None,
             user_data=user_data,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
@@ -176,7 +176,9 @@ class GpuNodePool(pulumi.ComponentResource):
             instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
             if pool.spec.capacity == "capacity-block" else None,
             tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
-                resource_type=kind, tags={**args.instance_tags, "Name": self.asg_name, "gpu-cloud:pool": pool.name})
+                resource_type=kind, tags={**args.instance_tags, "Name": self.asg_name, "gpu-cloud:pool": pool.name,
+                                          # the EKS guide for self-managed nodes tags the instances themselves
+                                          **(pool_rules.cluster_ownership_tag(args.cluster_name) if kind == "instance" else {})})
                 for kind in ("instance", "volume", "network-interface")],
             update_default_version=True,
             opts=child)
@@ -184,8 +186,9 @@ class GpuNodePool(pulumi.ComponentResource):
         # Spot pools, and pools of several types, need a mixed-instances policy; the others use the template.
         mixed = pool.spec.capacity == "spot" or len(pool.types) > 1
         refresh = pool_rules.refresh_preferences(pool)
+        hook_timeout = boot.verify_hook_timeout(args.image.source)
         tags = {**args.instance_tags, "Name": self.asg_name, NTH_MANAGED_TAG: "true",
-                **pool_rules.autoscaler_tags(pool, args.cluster_name)}
+                **pool_rules.cluster_ownership_tag(args.cluster_name), **pool_rules.autoscaler_tags(pool, args.cluster_name)}
         self.asg = aws.autoscaling.Group(
             f"{name}-asg",
             name=self.asg_name,
@@ -197,8 +200,8 @@ class GpuNodePool(pulumi.ComponentResource):
             capacity_rebalance=pool.spec.capacity == "spot",
             initial_lifecycle_hooks=[
                 aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name=pool_rules.VERIFY_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
-                    default_result="ABANDON", heartbeat_timeout=pool_rules.VERIFY_HOOK_TIMEOUT_S),
+                    name=boot.VERIFY_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
+                    default_result="ABANDON", heartbeat_timeout=hook_timeout),
                 aws.autoscaling.GroupInitialLifecycleHookArgs(
                     name=DRAIN_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
                     default_result="CONTINUE", heartbeat_timeout=LIFECYCLE_DRAIN_TIMEOUT_S),
@@ -208,10 +211,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
                     min_healthy_percentage=refresh.min_healthy_percentage,
                     max_healthy_percentage=refresh.max_healthy_percentage,
-                    skip_matching=True, instance_warmup=str(pool_rules.VERIFY_HOOK_TIMEOUT_S))),
+                    skip_matching=True, instance_warmup=str(hook_timeout))),
             health_check_type="EC2",
-            health_check_grace_period=pool_rules.VERIFY_HOOK_TIMEOUT_S,
-            # Nodes pass the verification hook on their own schedule (up to 20 minutes, longer for a
+            health_check_grace_period=hook_timeout,
+            # Nodes pass the verification hook on their own schedule (up to the hook timeout, longer for a
             # capacity block that has not started): do not hold `pulumi up` for capacity.
             wait_for_capacity_timeout="0",
             # Only the drain handler's tag propagates: instances get the rest from the launch template.

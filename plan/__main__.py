@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import date
 from pathlib import Path
 from typing import List, Optional
 
@@ -41,7 +42,7 @@ def plan(args) -> int:
     from plan.engine import run_program
     from plan.stackfile import StackFileError, load_stack_config, project_keys
     from spec.errors import ConfigError
-    from spec.validate import NAMESPACE, load_stack_spec
+    from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
 
     try:
         config = load_stack_config(args.stack, args.stack_file)
@@ -56,7 +57,7 @@ def plan(args) -> int:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     policy = {"violations": [], "skipped": "--no-policy" if args.no_policy else NO_PACK}
-    document = build_document(spec, run, policy)
+    document = build_document(spec, run, policy, stack_warnings(spec, date.today()))
     print(render_text(document))
     if args.json_path:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -1,12 +1,12 @@
 """The plan document (`--json`) and its human rendering.
 
 Document fields are a contract (version 1): version, project, stack, region, resources, outputs,
-capacity, cost, policy. Fields may be added, never renamed.
+capacity, cost, warnings, policy. Fields may be added, never renamed.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ProgramRun
 from spec import cost
@@ -50,7 +50,8 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
     }
 
 
-def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any]) -> Dict[str, Any]:
+def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
+                   warnings: Sequence[str] = ()) -> Dict[str, Any]:
     return {
         "version": DOCUMENT_VERSION,
         "project": run.project,
@@ -65,8 +66,16 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any]) 
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),
         "cost": cost_section(spec),
+        "nodeImage": node_image_section(spec),
+        "warnings": list(warnings),
         "policy": dict(policy),
     }
+
+
+def node_image_section(spec: StackSpec) -> Dict[str, Any]:
+    image = spec.node_image
+    return {"release": image.release, "amiName": image.ami_name, "ssmParameter": image.ssm_parameter,
+            "driverSource": image.source, "driverBranch": image.driver_branch, "driverVersion": image.driver_version}
 
 
 def document_problems(document: Any) -> List[str]:
@@ -94,6 +103,9 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _resource_tree(document["resources"]) + [""]
     lines += _capacity_table(document["capacity"]) + [""]
     lines += _cost_table(document["cost"]) + [""]
+    lines += _node_image_lines(document["nodeImage"]) + [""]
+    if document.get("warnings"):
+        lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
     return "\n".join(lines)
 
@@ -156,6 +168,12 @@ def _cost_table(section: Mapping[str, Any]) -> List[str]:
     if not section.get("complete", True):
         lines.append("  note: some pools have no price in the catalog for this region; totals leave them out")
     return lines
+
+
+def _node_image_lines(image: Mapping[str, Any]) -> List[str]:
+    driver = image["driverVersion"] or f"latest on branch {image['driverBranch']}"
+    how = "carried by the AMI, verified at boot" if image["driverSource"] == "ami" else "installed at boot, then verified"
+    return [f"GPU node image: {image['amiName']} (release {image['release']}); NVIDIA driver {driver}, {how}"]
 
 
 def _policy_lines(policy: Mapping[str, Any]) -> List[str]:

@@ -63,6 +63,7 @@ class ProgramRun:
     region: str
     resources: List[RegisteredResource]
     outputs: Dict[str, Any]
+    invokes: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)   # provider functions called: (token, args)
 
     def of_type(self, type_token: str) -> List[RegisteredResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -87,6 +88,7 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
     def __init__(self, region: str, peer_outputs: Callable[[str], Mapping[str, Any]]):
         self.region = region
         self.peer_outputs = peer_outputs
+        self.invokes: List[Tuple[str, Dict[str, Any]]] = []
 
     # --- resources -------------------------------------------------------------------------
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> Tuple[Optional[str], dict]:
@@ -192,6 +194,7 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
     # --- provider functions -----------------------------------------------------------------
     def call(self, args: pulumi.runtime.MockCallArgs):
         token, inputs, r = args.token, args.args, self.region
+        self.invokes.append((token, dict(inputs)))
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             letters = REGION_ZONES.get(r, ("a", "b", "c"))
             short = "".join(part[0] for part in r.split("-")[:-1]) + r.split("-")[-1]
@@ -325,7 +328,7 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
     root = pulumi_settings.get_root_resource()
     outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
     return ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
-                      outputs=outputs)
+                      outputs=outputs, invokes=list(mocks.invokes))
 
 
 def _resolve_redacted(value: Any) -> Any:

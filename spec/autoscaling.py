@@ -72,7 +72,7 @@ def priority_config(priorities: Mapping[int, Sequence[str]]) -> Dict[str, List[s
 
 
 def autoscaler_values(cluster_name: str, region: str, kubernetes_version: str,
-                      priorities: Mapping[int, Sequence[str]],
+                      priorities: Mapping[int, Sequence[str]], max_node_provision_time: str,
                       service_account: str = SERVICE_ACCOUNT) -> Dict[str, Any]:
     """Helm values for the cluster-autoscaler chart (auto-discovery, priority expander, pinned image)."""
     repository, tag = autoscaler_image(kubernetes_version)
@@ -91,6 +91,9 @@ def autoscaler_values(cluster_name: str, region: str, kubernetes_version: str,
             "skip-nodes-with-local-storage": False,
             # Scale-down gives pods the same window as the drain handler (the workload contract).
             "max-graceful-termination-sec": WORKLOAD_MAX_GRACE_S,
+            # A node in the verification gate has not registered yet; CA must not count it failed and
+            # remove it before the gate's hook times out (spec/boot.py derives this from that timeout).
+            "max-node-provision-time": max_node_provision_time,
         },
         "expanderPriorities": priority_config(priorities),
     }

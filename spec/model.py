@@ -25,8 +25,12 @@ HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,32}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 PEER_STACK = re.compile(r"^[A-Za-z0-9_.-]+/gpu-cloud/[A-Za-z0-9_.-]+$")
 DRIVER_BRANCH = re.compile(r"^\d{3}$")
+AMI_RELEASE = re.compile(r"^v\d{8}$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 RESERVED_LABEL_PREFIX = "gpu-cloud.io/"
+# cluster-autoscaler's AWS provider treats a node carrying this label as a GPU node while its device plugin
+# starts (cluster-autoscaler/cloudprovider/aws/README.md); gpu-cloud sets it on every GPU node.
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 # Labels in the kubernetes.io / k8s.io namespaces that a kubelet may set on itself with
 # --node-labels (KEP "Bounding Self-Labeling Kubelets"); any other label in those namespaces
 # makes the kubelet refuse to start.
@@ -64,6 +68,8 @@ def _label_key(key: str) -> str:
                          "characters: letters, digits, '-', '_', '.')")
     if key.startswith(RESERVED_LABEL_PREFIX):
         raise ValueError(f"{key!r} uses the prefix {RESERVED_LABEL_PREFIX} that gpu-cloud sets itself")
+    if key == ACCELERATOR_LABEL:
+        raise ValueError(f"{key!r} is set by gpu-cloud itself (the GPU model, for cluster-autoscaler)")
     if not kubelet_may_set_label(key):
         raise ValueError(f"{key!r} is in a kubernetes.io/k8s.io namespace a kubelet may not set on itself "
                          "(use node.kubernetes.io/ or your own prefix)")
@@ -126,12 +132,19 @@ class Cluster(ConfigModel):
 
 
 class GpuDriver(ConfigModel):
-    branch: Annotated[str, _matches(DRIVER_BRANCH, "a driver branch such as \"580\"")] = "580"
+    """Where the NVIDIA driver comes from (spec/amis.py resolves this against spec/amis.yaml).
+
+    `ami`: the accelerated AMI of `amiRelease` carries it; `branch`/`version`, if given, must be that AMI's.
+    `install`: the standard AMI of `amiRelease`, and the node gate installs `branch` (or exactly `version`).
+    """
+    source: Literal["ami", "install"] = "ami"
+    ami_release: Optional[Annotated[str, _matches(AMI_RELEASE, "an EKS AMI release such as \"v20260714\"")]] = None
+    branch: Optional[Annotated[str, _matches(DRIVER_BRANCH, "a driver branch such as \"580\"")]] = None
     version: Optional[Annotated[str, _matches(DRIVER_VERSION, "a driver version such as \"580.95.05\"")]] = None
 
     @model_validator(mode="after")
     def _version_on_branch(self) -> "GpuDriver":
-        if self.version and not self.version.startswith(self.branch + "."):
+        if self.version and self.branch and not self.version.startswith(self.branch + "."):
             raise ValueError(f"version {self.version} is not on branch {self.branch}")
         return self
 

@@ -8,20 +8,17 @@ from dataclasses import dataclass
 from typing import Dict, Tuple
 
 from spec.efa import efa_device_count
-from spec.model import GpuDriver
+from spec.model import ACCELERATOR_LABEL
 
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 LABEL_PREFIX = "gpu-cloud.io/"
 CA_PREFIX = "k8s.io/cluster-autoscaler"
+TEMPLATE_LABEL_PREFIX = f"{CA_PREFIX}/node-template/label/"
+TEMPLATE_TAINT_PREFIX = f"{CA_PREFIX}/node-template/taint/"
+ASG_TAG_KEY_MAX = 128     # EC2 Auto Scaling tag keys: 1 to 128 characters
 
 # Priority-expander weights (higher wins): capacity that is already paid for first, then spot, then on-demand.
 DEFAULT_PRIORITY = {"reserved": 50, "capacity-block": 50, "spot": 30, "on-demand": 10}
-
-# Launch lifecycle hook: the node verifies itself before this runs out, or the ASG abandons it.
-# Worst case is a driver install with a DKMS build plus the 60 s verifier: 20 minutes.
-VERIFY_HOOK_NAME = "gpu-cloud-verify"
-VERIFY_HOOK_TIMEOUT_S = 1200
-VERIFY_BUDGET_S = 60
 
 
 @dataclass(frozen=True)
@@ -47,10 +44,17 @@ def gpu_model_label(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", model)
 
 
+def accelerator_label(model: str) -> str:
+    """'A100 40GB' -> 'nvidia-a100-40gb', the value for k8s.amazonaws.com/accelerator."""
+    return "nvidia-" + gpu_model_label(model).lower()
+
+
 def node_labels(pool) -> Dict[str, str]:
-    """Labels every node of the pool registers with (pool: a spec.validate.ResolvedPool)."""
+    """Labels every node of the pool registers with (pool: a spec.validate.ResolvedPool). The pool's types
+    share one GPU shape (spec/validate.py), so one set of labels describes every node."""
     s, itype = pool.spec, pool.primary_type
     labels = {
+        ACCELERATOR_LABEL: accelerator_label(itype.gpu.model),
         f"{LABEL_PREFIX}pool": s.name,
         f"{LABEL_PREFIX}capacity": s.capacity,
         f"{LABEL_PREFIX}workload": s.workload,
@@ -91,14 +95,19 @@ def autoscaler_priority(pool) -> int:
 
 def autoscaler_tags(pool, cluster_name: str) -> Dict[str, str]:
     """ASG tags for cluster-autoscaler auto-discovery and scale-from-zero node templates."""
-    template = f"{CA_PREFIX}/node-template"
+    resources = f"{CA_PREFIX}/node-template/resources"
     tags = {f"{CA_PREFIX}/enabled": "true", f"{CA_PREFIX}/{cluster_name}": "owned"}
-    tags.update({f"{template}/label/{k}": v for k, v in node_labels(pool).items()})
-    tags.update({f"{template}/taint/{t.key}": f"{t.value}:{t.effect}" for t in node_taints(pool)})
-    tags[f"{template}/resources/nvidia.com/gpu"] = str(advertised_gpus(pool))
+    tags.update({f"{TEMPLATE_LABEL_PREFIX}{k}": v for k, v in node_labels(pool).items()})
+    tags.update({f"{TEMPLATE_TAINT_PREFIX}{t.key}": f"{t.value}:{t.effect}" for t in node_taints(pool)})
+    tags[f"{resources}/nvidia.com/gpu"] = str(advertised_gpus(pool))
     if pool.efa:
-        tags[f"{template}/resources/vpc.amazonaws.com/efa"] = str(efa_devices(pool))
+        tags[f"{resources}/vpc.amazonaws.com/efa"] = str(efa_devices(pool))
     return tags
+
+
+def cluster_ownership_tag(cluster_name: str) -> Dict[str, str]:
+    """The tag the EKS guide for self-managed nodes puts on every node instance."""
+    return {f"kubernetes.io/cluster/{cluster_name}": "owned"}
 
 
 def refresh_preferences(pool) -> RefreshPreferences:
@@ -110,12 +119,13 @@ def refresh_preferences(pool) -> RefreshPreferences:
     return RefreshPreferences(min_healthy_percentage=90, max_healthy_percentage=120)
 
 
-def verify_expectations(pool, driver: GpuDriver, max_temp_c: int, catalog) -> Dict[str, Dict[str, object]]:
-    """EXPECT.json for userdata/gpu_verify.py per instance type of the pool: what such a node must be."""
-    return {itype.name: _expectation(itype, pool, driver, max_temp_c, catalog) for itype in pool.types}
+def verify_expectations(pool, image, max_temp_c: int, catalog) -> Dict[str, Dict[str, object]]:
+    """EXPECT.json for userdata/gpu_verify.py per instance type of the pool: what such a node must be
+    (image: the stack's spec.amis.NodeImage, whose driver the node must run)."""
+    return {itype.name: _expectation(itype, pool, image, max_temp_c, catalog) for itype in pool.types}
 
 
-def _expectation(itype, pool, driver: GpuDriver, max_temp_c: int, catalog) -> Dict[str, object]:
+def _expectation(itype, pool, image, max_temp_c: int, catalog) -> Dict[str, object]:
     gpu = catalog.gpus[itype.gpu.model]
     return {
         "instanceType": itype.name,
@@ -124,8 +134,8 @@ def _expectation(itype, pool, driver: GpuDriver, max_temp_c: int, catalog) -> Di
         "gpuMemoryMiB": itype.gpu.memory_mib,
         "nvlinkLinksPerGpu": gpu.nvlink_links_per_gpu,
         "nvswitch": gpu.nvswitch,
-        "driverBranch": driver.branch,
-        "driverVersion": driver.version,
+        "driverBranch": image.driver_branch,
+        "driverVersion": image.driver_version,
         "maxTempC": max_temp_c,
         "migMode": "enabled" if pool.spec.gpu_sharing.mode == "mig" else "disabled",
         "eccExpected": gpu.ecc_expected,

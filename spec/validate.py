@@ -13,13 +13,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from datetime import date
+
 from spec import addons, charts, cost
+from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
 from spec.network_plan import choose_zones
-from spec.model import (
-    SECTIONS, Budget, Cluster, Dr, GpuDriver, Inference, Monitoring, Network, NodePool, Storage,
-)
+from spec.model import SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage
+from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 
 NAMESPACE = "gpu-cloud"
 REQUIRED_TAGS = ("team", "costCenter")
@@ -55,7 +57,7 @@ class StackSpec:
     tags: Mapping[str, str]
     network: Network
     cluster: Cluster
-    gpu_driver: GpuDriver
+    node_image: NodeImage
     pools: Tuple[ResolvedPool, ...]
     storage: Storage
     inference: Inference
@@ -111,8 +113,14 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
                                                 f"known regions: {', '.join(catalog.regions)}"))
 
     issues.extend(_check_tags(parsed.get("tags")))
-    issues.extend(_check_cluster(parsed.get("cluster")))
-    pools = [(i, pool, _resolve_pool(i, pool, catalog, region, parsed.get("gpuDriver"), issues))
+    cluster_issues = _check_cluster(parsed.get("cluster"))
+    issues.extend(cluster_issues)
+    image = None
+    if parsed.get("cluster") is not None and parsed.get("gpuDriver") is not None and not cluster_issues:
+        image, image_issues = resolve_node_image(parsed["gpuDriver"], parsed["cluster"].kubernetes_version)
+        issues.extend(_issue(parts, message) for parts, message in image_issues)
+    branch = image.driver_branch if image else None
+    pools = [(i, pool, _resolve_pool(i, pool, catalog, region, branch, issues))
              for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
     issues.extend(_check_pool_set(pools, parsed, all_pools_parsed))
@@ -124,7 +132,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
 
     return StackSpec(
         project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
-        network=parsed["network"], cluster=parsed["cluster"], gpu_driver=parsed["gpuDriver"], pools=resolved,
+        network=parsed["network"], cluster=parsed["cluster"], node_image=image, pools=resolved,
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
         dr=parsed["dr"], budget=parsed["budget"], catalog=catalog,
     )
@@ -162,7 +170,7 @@ def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]
 
 
 def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str],
-                  driver: Optional[GpuDriver], issues: List[ConfigIssue]) -> Optional[ResolvedPool]:
+                  driver_branch: Optional[str], issues: List[ConfigIssue]) -> Optional[ResolvedPool]:
     at = ("nodePools", i)
     before = len(issues)
     types: List[InstanceType] = []
@@ -177,9 +185,9 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
             issues.append(_issue(at + ("instanceTypes", j), f"{name} is not offered in {region}; types offered there: "
                                  f"{', '.join(catalog.types_in_region(region))}"))
         gpu = catalog.gpus[itype.gpu.model]
-        if driver and int(driver.branch) < gpu.min_driver_branch:
+        if driver_branch and int(driver_branch) < gpu.min_driver_branch:
             issues.append(_issue(at + ("instanceTypes", j), f"{name} ({itype.gpu.model}) needs NVIDIA driver branch "
-                                 f">= {gpu.min_driver_branch}; gpuDriver.branch is {driver.branch}"))
+                                 f">= {gpu.min_driver_branch}; the stack's driver is on branch {driver_branch}"))
         types.append(itype)
 
     s = pool
@@ -193,13 +201,13 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
         issues.append(_issue(at + ("instanceTypes",), "lists a type twice"))
     if s.reserved_capacity and len(s.instance_types) > 1:
         issues.append(_issue(at + ("instanceTypes",), f"a {s.capacity} pool has exactly one type: the reservation's"))
-    if len({t.gpu.count for t in types}) > 1:
-        counts = ", ".join(f"{t.name}={t.gpu.count}" for t in types)
-        issues.append(_issue(at + ("instanceTypes",), f"all types in a pool need the same GPU count; got {counts}"))
-
-    if len({catalog.gpus[t.gpu.model].nvswitch for t in types}) > 1:
-        issues.append(_issue(at + ("instanceTypes",), "mixes NVSwitch and PCIe GPU types; a pool's nodes need the "
-                             "same fabric manager setup"))
+    if len({_node_shape(t) for t in types}) > 1:
+        shapes = "; ".join(f"{t.name} has {_describe_shape(t)}" for t in types)
+        issues.append(_issue(at + ("instanceTypes",), "types in one pool need one node shape (cluster-autoscaler builds "
+                             "one node template per Auto Scaling group, and the pool's nodes share one set of labels): "
+                             f"the same GPU model, GPU count, GPU memory, vCPUs and memory; {shapes}; split them into "
+                             "one pool per shape"))
+    issues.extend(_check_template_tag_keys(at, pool))
 
     efa = s.efa if s.efa is not None else bool(types) and all(t.supports_efa for t in types)
     if s.efa and types:
@@ -228,6 +236,31 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
     if len(issues) > before or len(types) != len(s.instance_types):
         return None
     return ResolvedPool(spec=pool, types=tuple(types), efa=efa)
+
+
+def _node_shape(itype: InstanceType) -> Tuple:
+    return itype.gpu.model, itype.gpu.count, itype.gpu.memory_mib, itype.vcpu, itype.memory_gib
+
+
+def _describe_shape(itype: InstanceType) -> str:
+    return (f"{itype.gpu.count} x {itype.gpu.model} ({itype.gpu.memory_mib} MiB), {itype.vcpu} vCPUs, "
+            f"{itype.memory_gib} GiB")
+
+
+def _check_template_tag_keys(at: Tuple[PathPart, ...], pool: NodePool) -> List[ConfigIssue]:
+    """Labels and taints reach cluster-autoscaler as ASG tags under a 46-character prefix; an ASG tag key
+    has at most 128 characters, so a longer key would fail CreateAutoScalingGroup halfway through `pulumi up`."""
+    keys = [(at + ("labels", key), TEMPLATE_LABEL_PREFIX, key) for key in pool.labels]
+    keys += [(at + ("taints", j, "key"), TEMPLATE_TAINT_PREFIX, taint.key) for j, taint in enumerate(pool.taints)]
+    return [_issue(path, f"{key!r} has {len(key)} characters; the autoscaler tag {prefix}<key> would have "
+                         f"{len(prefix) + len(key)}, over the {ASG_TAG_KEY_MAX}-character limit of ASG tag keys "
+                         f"(keys of up to {ASG_TAG_KEY_MAX - len(prefix)} characters fit)")
+            for path, prefix, key in keys if len(prefix) + len(key) > ASG_TAG_KEY_MAX]
+
+
+def stack_warnings(spec: StackSpec, today: date) -> List[str]:
+    """What a valid stack should still change (the plan prints these; `pulumi up` logs them)."""
+    return image_warnings(spec.node_image, today)
 
 
 def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]],

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
-from spec import autoscaling, charts, drain
+from spec import autoscaling, boot, charts, drain
 from spec.validate import supported_kubernetes_versions
 from tests.conftest import run_component
 
@@ -43,7 +43,8 @@ def _build(kubernetes_version: str = "1.33", priorities=PRIORITIES):
         k8s = kubernetes.Provider("k8s", kubeconfig="{}")
         ClusterAutoscaler("autoscaler", AutoscalerArgs(
             cluster_name=CLUSTER, cluster_name_plain=CLUSTER, region=REGION,
-            kubernetes_version=kubernetes_version, priorities=priorities),
+            kubernetes_version=kubernetes_version, priorities=priorities,
+            max_node_provision_time=boot.max_node_provision_time("ami")),
             opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
     return build
 
@@ -117,6 +118,18 @@ def test_scale_down_honours_the_workload_contract(run):
     assert extra["max-graceful-termination-sec"] == drain.WORKLOAD_MAX_GRACE_S
     assert extra["skip-nodes-with-local-storage"] is False
     assert extra["balance-similar-node-groups"] is True
+
+
+def test_a_node_still_in_the_gate_is_not_given_up_on(run):
+    # CA's default 15m0s is shorter than the 20-minute verification hook: it would remove a healthy node mid-gate.
+    assert _values(run)["extraArgs"]["max-node-provision-time"] == "25m0s"
+
+
+@pytest.mark.parametrize("source,expected", [("ami", "25m0s"), ("install", "55m0s")])
+def test_max_node_provision_time_outlasts_the_hook_plus_registration(source, expected):
+    assert boot.max_node_provision_time(source) == expected
+    minutes, seconds = map(int, re.fullmatch(r"(\d+)m(\d+)s", expected).groups())
+    assert minutes * 60 + seconds > boot.verify_hook_timeout(source)
 
 
 def test_mutating_calls_are_limited_to_this_clusters_asgs(run):

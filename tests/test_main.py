@@ -18,7 +18,7 @@ def pool_parts(run, pool):
 
 
 @pytest.mark.parametrize("stack,efa_counts", [
-    ("prod-us-east-1", {"train-h100": 32, "finetune-a100-spot": 0, "infer-l40s": 0}),
+    ("prod-us-east-1", {"train-h100": 32, "finetune-a100-80gb-spot": 0, "finetune-a100-40gb-spot": 0, "infer-l40s": 0}),
     ("prod-eu-west-1", {"train-a100": 4, "infer-a10g": 0, "infer-a10g-spot": 0}),
     ("dev", {"dev-gpu-spot": 0}),
 ])
@@ -74,10 +74,22 @@ def test_components_follow_the_naming_contract(stack_runs, stack):
 def test_spot_pools_span_every_zone_and_efa_pools_one(stack_runs):
     run = stack_runs["prod-us-east-1"]
     (_,), (train,), _ = pool_parts(run, "train-h100")
-    (_,), (spot,), _ = pool_parts(run, "finetune-a100-spot")
+    (_,), (spot,), _ = pool_parts(run, "finetune-a100-80gb-spot")
     assert len(train.inputs["vpcZoneIdentifiers"]) == 1
     assert len(spot.inputs["vpcZoneIdentifiers"]) == 3
     assert spot.inputs["mixedInstancesPolicy"]["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_boots_its_pinned_release_and_the_autoscaler_waits_out_the_gate(stack_runs, stack):
+    run = stack_runs[stack]
+    parameters = {args["name"] for token, args in run.invokes if token == "aws:ssm/getParameter:getParameter"}
+    assert parameters == {"/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
+                          "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id"}
+    release = run.one("kubernetes:helm.sh/v3:Release", "autoscaler-release")
+    hooks = [h["heartbeatTimeout"] for asg in run.of_type(ASG) for h in asg.inputs["initialLifecycleHooks"]
+             if h["lifecycleTransition"].endswith("LAUNCHING")]
+    assert release.inputs["values"]["extraArgs"]["max-node-provision-time"] == "25m0s" and set(hooks) == {1200}
 
 
 def test_a_bad_config_registers_nothing_and_fails_cleanly():

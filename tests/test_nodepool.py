@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, accelerated_ami_parameter
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs
+from spec import boot
 from spec import pools as pool_rules
 from tests.conftest import run_component
 from tests.test_validate import load, valid_config
@@ -35,9 +36,9 @@ def pool_run(pool_fields=None, index=0, mutate=None):
                                       certificate_authority=base64.b64encode(
                                           b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n").decode(),
                                       service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
-            kubernetes_version="1.33", region="us-east-1", account_id="123456789012", partition="aws",
+            region="us-east-1", account_id="123456789012", partition="aws",
             vpc_id="vpc-0123",
-            subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, driver=spec.gpu_driver, nvme_scratch=True,
+            subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
             instance_tags=spec.resource_tags))
     return run_component(build), pool
@@ -102,12 +103,12 @@ def test_capacity_block_pool_uses_the_capacity_block_market_and_targets_the_bloc
 
 
 def test_spot_pool_is_price_capacity_optimized_over_every_type_and_zone():
-    run, pool = pool_run(index=1)
+    run, pool = pool_run({"instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"]}, index=1)
     asg = run.one(ASG).inputs
     policy = asg["mixedInstancesPolicy"]
     assert policy["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
     assert policy["instancesDistribution"]["onDemandPercentageAboveBaseCapacity"] == 0
-    assert [o["instanceType"] for o in policy["launchTemplate"]["overrides"]] == ["g6e.12xlarge", "g6.12xlarge"]
+    assert [o["instanceType"] for o in policy["launchTemplate"]["overrides"]] == ["p5en.48xlarge", "p5e.48xlarge"]
     assert asg["capacityRebalance"] is True
     assert asg["vpcZoneIdentifiers"] == [f"subnet-{z[-1]}" for z in ZONES]
     assert "launchTemplate" not in asg
@@ -124,8 +125,19 @@ def test_launch_template_is_safe_by_default():
         assert root["deviceName"] == "/dev/xvda" and root["ebs"]["encrypted"] == "true"
         assert root["ebs"]["volumeType"] == "gp3" and root["ebs"]["volumeSize"] >= 200
         assert lt["monitoring"] == {"enabled": True}
-        ami_parameter = accelerated_ami_parameter("1.33")
-        assert "nvidia" in ami_parameter and lt["imageId"].startswith("ami-")
+        assert lt["imageId"].startswith("ami-")
+
+
+@pytest.mark.parametrize("driver,parameter", [
+    ({}, "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
+         "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id"),
+    ({"source": "install", "amiRelease": "v20260505"}, "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/"
+     "standard/amazon-eks-node-al2023-x86_64-standard-1.33-v20260505/image_id"),
+])
+def test_launch_template_boots_the_pinned_release_never_recommended(driver, parameter):
+    run, _ = pool_run(mutate=lambda c: c.update(gpuDriver=driver))
+    looked_up = [args["name"] for token, args in run.invokes if token == "aws:ssm/getParameter:getParameter"]
+    assert looked_up == [parameter]
 
 
 def test_asg_carries_autoscaler_tags_for_labels_taints_and_resources():
@@ -139,15 +151,38 @@ def test_asg_carries_autoscaler_tags_for_labels_taints_and_resources():
     propagated = [t["key"] for t in run.one(ASG).inputs["tags"] if t["propagateAtLaunch"]]
     assert propagated == ["aws-node-termination-handler/managed"] and tags[propagated[0]] == "true"
     assert tags["team"] == "ml"          # the ASG is not covered by the provider's default tags
+    assert tags[f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
+
+
+def test_instances_are_tagged_as_owned_by_the_cluster():
+    run, _ = pool_run()
+    specs = {s["resourceType"]: s["tags"] for s in run.one(LT).inputs["tagSpecifications"]}
+    assert specs["instance"][f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
+    assert f"kubernetes.io/cluster/{CLUSTER}" not in specs["volume"]
 
 
 def test_lifecycle_hooks_gate_launch_and_drain_termination():
     run, _ = pool_run()
     hooks = {h["lifecycleTransition"]: h for h in run.one(ASG).inputs["initialLifecycleHooks"]}
     launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
-    assert launch["defaultResult"] == "ABANDON" and launch["name"] == pool_rules.VERIFY_HOOK_NAME
-    assert launch["heartbeatTimeout"] >= 600
+    assert launch["defaultResult"] == "ABANDON" and launch["name"] == boot.VERIFY_HOOK_NAME
+    assert launch["heartbeatTimeout"] == 1200
     assert hooks["autoscaling:EC2_INSTANCE_TERMINATING"]["defaultResult"] == "CONTINUE"
+
+
+def test_install_pools_wait_longer_in_the_hook_and_configure_the_nvidia_runtime():
+    run, _ = pool_run(mutate=lambda c: c.update(gpuDriver={"source": "install", "branch": "580"}))
+    asg = run.one(ASG).inputs
+    (launch,) = [h for h in asg["initialLifecycleHooks"] if h["lifecycleTransition"].endswith("LAUNCHING")]
+    assert launch["heartbeatTimeout"] == 3000 == asg["healthCheckGracePeriod"]
+    assert asg["instanceRefresh"]["preferences"]["instanceWarmup"] == "3000"
+    user_data = base64.b64decode(run.one(LT).inputs["userData"]).decode()
+    parts = {p.get_content_type(): p.get_payload() for p in email.message_from_string(user_data).walk()
+             if not p.is_multipart()}
+    containerd = yaml.safe_load(parts["application/node.eks.aws"])["spec"]["containerd"]["config"]
+    assert 'default_runtime_name = "nvidia"' in containerd and "/usr/bin/nvidia-container-runtime" in containerd
+    shell = parts["text/x-shellscript"]
+    assert "GPU_CLOUD_DRIVER_SOURCE=install" in shell and "GPU_CLOUD_DRIVER_VERSION=''" in shell
 
 
 def test_reserved_refresh_never_surges_and_cluster_autoscaler_owns_desired():

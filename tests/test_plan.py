@@ -1,5 +1,6 @@
 """The offline plan CLI: tables, the JSON document, exit codes, config errors without tracebacks."""
 import json
+import re
 import subprocess
 import sys
 
@@ -30,7 +31,33 @@ def test_make_plan_shows_capacity_and_cost_tables(documents):
     text, _ = documents["prod-us-east-1"]
     assert "stack prod-us-east-1 (project gpu-cloud, region us-east-1)" in text
     assert "GPU capacity:" in text and "Hourly cost (USD" in text
-    assert "train-h100          p5.48xlarge" in text
+    assert re.search(r"\n  train-h100 +p5\.48xlarge +H100 +8 +reserved +4/4/4 +32 +32", text)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_plan_names_the_node_image_and_shipped_stacks_have_nothing_to_warn_about(documents, stack):
+    text, document = documents[stack]
+    assert document["nodeImage"] == {
+        "release": "v20260714", "amiName": "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714",
+        "ssmParameter": "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
+                        "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id",
+        "driverSource": "ami", "driverBranch": "580", "driverVersion": "580.159.03"}
+    assert "GPU node image: amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714" in text
+    assert document["warnings"] == [] and "Warnings:" not in text
+
+
+def test_plan_warns_about_an_outdated_release_and_still_plans(tmp_path):
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-cloud:gpuDriver"] = {"amiRelease": "v20251112"}
+    path = tmp_path / "Pulumi.old.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    out = tmp_path / "old.json"
+    result = plan("dev", "--stack-file", path, "--json", out)
+    assert result.returncode == 0, result.stderr
+    (warning,) = json.loads(out.read_text())["warnings"]
+    assert warning.startswith("gpu-cloud:gpuDriver.amiRelease: v20251112 is older than v20260714")
+    assert "Warnings:\n  - " + warning in result.stdout
+    assert "NVIDIA driver 580.95.05, carried by the AMI" in result.stdout
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -61,7 +88,7 @@ def test_capacity_and_cost_figures_follow_the_stack(documents):
 def test_secondary_region_shows_what_it_can_really_take_over(documents):
     primary = documents["prod-us-east-1"][1]["capacity"]
     secondary = documents["prod-eu-west-1"][1]["capacity"]
-    assert {t for r in secondary for t in r["instanceTypes"]} <= {"p4d.24xlarge", "g5.12xlarge", "g4dn.12xlarge"}
+    assert {t for r in secondary for t in r["instanceTypes"]} <= {"p4d.24xlarge", "g5.12xlarge"}
     assert sum(r["gpusAtMax"] for r in secondary) < sum(r["gpusAtMax"] for r in primary)
 
 

@@ -1,6 +1,5 @@
 """Pool decisions: labels, taints, autoscaler tags, priorities, refresh pacing, verifier expectations."""
 from spec import pools
-from spec.model import GpuDriver
 from tests.test_validate import load, valid_config
 
 
@@ -70,14 +69,34 @@ def test_reserved_capacity_is_never_replaced_faster_than_it_refills():
 
 
 def test_verifier_expectations_per_instance_type():
-    train, infer = pools_of()
-    catalog = load(valid_config()).catalog
-    expect = pools.verify_expectations(train, GpuDriver(branch="580"), 85, catalog)["p5.48xlarge"]
+    spec = load(valid_config())
+    train = spec.pools[0]
+    expect = pools.verify_expectations(train, spec.node_image, 85, spec.catalog)["p5.48xlarge"]
     assert expect == {"instanceType": "p5.48xlarge", "gpuModel": "H100", "gpuCount": 8, "gpuMemoryMiB": 81920,
-                      "nvlinkLinksPerGpu": 18, "nvswitch": True, "driverBranch": "580", "driverVersion": None,
+                      "nvlinkLinksPerGpu": 18, "nvswitch": True, "driverBranch": "580", "driverVersion": "580.159.03",
                       "maxTempC": 85, "migMode": "disabled", "eccExpected": True}
-    both = pools.verify_expectations(infer, GpuDriver(branch="580"), 85, catalog)
-    assert set(both) == {"g6e.12xlarge", "g6.12xlarge"} and both["g6.12xlarge"]["gpuModel"] == "L4"
+    config = valid_config()
+    config["nodePools"][1]["instanceTypes"] = ["p5en.48xlarge", "p5e.48xlarge"]
+    config["gpuDriver"] = {"source": "install", "branch": "580"}
+    spec = load(config)
+    both = pools.verify_expectations(spec.pools[1], spec.node_image, 85, spec.catalog)
+    assert set(both) == {"p5en.48xlarge", "p5e.48xlarge"} and both["p5e.48xlarge"]["gpuModel"] == "H200"
+    assert both["p5e.48xlarge"]["driverVersion"] is None and both["p5e.48xlarge"]["driverBranch"] == "580"
+
+
+def test_gpu_nodes_carry_the_autoscaler_accelerator_label_on_the_node_and_in_its_template():
+    train, infer = pools_of()
+    assert pools.node_labels(train)["k8s.amazonaws.com/accelerator"] == "nvidia-h100"
+    assert pools.node_labels(infer)["k8s.amazonaws.com/accelerator"] == "nvidia-l40s"
+    assert pools.accelerator_label("A100 40GB") == "nvidia-a100-40gb"
+    tags = pools.autoscaler_tags(train, "c")
+    assert tags["k8s.io/cluster-autoscaler/node-template/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100"
+
+
+def test_template_tag_prefixes_leave_82_characters_for_keys():
+    # the 46-character prefixes of gpu-facts.md; spec/validate.py refuses longer label and taint keys
+    assert len(pools.TEMPLATE_LABEL_PREFIX) == len(pools.TEMPLATE_TAINT_PREFIX) == 46
+    assert pools.ASG_TAG_KEY_MAX - len(pools.TEMPLATE_LABEL_PREFIX) == 82
 
 
 def test_pool_zones():

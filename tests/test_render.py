@@ -76,10 +76,16 @@ def make_node(**overrides) -> NodeBootstrap:
         pool_name="p5",
         artifact_uri="s3://gpu-prod-artifacts/verify/" + "a" * 64 + ".tar.gz",
         artifact_sha256="a" * 64,
+        driver_source="ami",
+        ami_name="amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714",
         driver_branch="580",
-        driver_version=None,
+        driver_version="580.159.03",
         nvswitch=True,
         efa_count=32,
+        kmod_wait_s=300,
+        fabric_manager_wait_s=300,
+        efa_installer_version="1.41.0",
+        efa_installer_sha256="b" * 64,
     )
     params.update(overrides)
     return NodeBootstrap(**params)
@@ -171,6 +177,22 @@ def test_node_config_carries_cluster_labels_taints_and_max_pods():
     assert base64.b64decode(cfg["spec"]["cluster"]["certificateAuthority"]).startswith(b"-----BEGIN CERTIFICATE")
 
 
+def test_install_path_makes_the_nvidia_runtime_containerds_default_through_the_node_config():
+    assert "containerd" not in node_config_of(render_user_data(make_node()))["spec"]   # the AMI's nodeadm does it
+    config = node_config_of(render_user_data(make_node(driver_source="install", driver_version=None,
+                                                       ami_name="amazon-eks-node-al2023-x86_64-standard-1.33-v20260714")))
+    toml = config["spec"]["containerd"]["config"]
+    assert toml == render.NVIDIA_CONTAINERD_CONFIG
+    # containerd 2 reads config version 3; nodeadm merges this over its own (which names the runc runtime)
+    import tomllib
+    parsed = tomllib.loads(toml)
+    assert parsed["version"] == 3
+    cri = parsed["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert cri["default_runtime_name"] == "nvidia"
+    assert cri["runtimes"]["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert cri["runtimes"]["nvidia"]["runtime_type"] == "io.containerd.runc.v2"
+
+
 def test_raid0_only_when_asked():
     assert "instance" not in node_config_of(render_user_data(make_node()))["spec"]
     spec = node_config_of(render_user_data(make_node(raid0_instance_store=True)))["spec"]
@@ -188,7 +210,8 @@ def test_kubelet_section_omitted_when_empty():
 
 
 def test_shell_part_is_env_exports_plus_bootstrap_body():
-    node = make_node(driver_version="580.65.06", nvswitch=False, efa_count=0, verify_budget_s=90)
+    node = make_node(driver_source="install", driver_version="580.65.06", nvswitch=False, efa_count=0,
+                     verify_budget_s=90, ami_name="amazon-eks-node-al2023-x86_64-standard-1.33-v20260714")
     script = shell_part_of(render_user_data(node))
     assert script == render_shell_part(node)
     assert script.startswith("#!/usr/bin/env bash\n")
@@ -206,10 +229,16 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
     assert seen["GPU_CLOUD_DRIVER_VERSION"] == "580.65.06"
     assert seen["GPU_CLOUD_NVSWITCH"] == "false" and seen["GPU_CLOUD_EFA_COUNT"] == "0"
     assert seen["GPU_CLOUD_VERIFY_BUDGET_S"] == "90"
+    assert seen["GPU_CLOUD_DRIVER_SOURCE"] == "install"
+    assert seen["GPU_CLOUD_AMI_NAME"] == "amazon-eks-node-al2023-x86_64-standard-1.33-v20260714"
+    assert (seen["GPU_CLOUD_KMOD_WAIT_S"], seen["GPU_CLOUD_FM_WAIT_S"]) == ("300", "300")
+    assert (seen["GPU_CLOUD_EFA_INSTALLER_VERSION"], seen["GPU_CLOUD_EFA_INSTALLER_SHA256"]) == ("1.41.0", "b" * 64)
     assert set(seen) == {
         "GPU_CLOUD_REGION", "GPU_CLOUD_ASG_NAME", "GPU_CLOUD_LIFECYCLE_HOOK", "GPU_CLOUD_POOL",
-        "GPU_CLOUD_ARTIFACT_URI", "GPU_CLOUD_ARTIFACT_SHA256", "GPU_CLOUD_DRIVER_BRANCH",
-        "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_MIG",
+        "GPU_CLOUD_ARTIFACT_URI", "GPU_CLOUD_ARTIFACT_SHA256", "GPU_CLOUD_DRIVER_SOURCE", "GPU_CLOUD_AMI_NAME",
+        "GPU_CLOUD_DRIVER_BRANCH", "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT",
+        "GPU_CLOUD_KMOD_WAIT_S", "GPU_CLOUD_FM_WAIT_S", "GPU_CLOUD_EFA_INSTALLER_VERSION",
+        "GPU_CLOUD_EFA_INSTALLER_SHA256", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_MIG",
     }
     # no test/operator overrides leak into production user-data
     assert "GPU_CLOUD_ROOT" not in script.split("set -Eeuo pipefail")[0]
@@ -217,19 +246,21 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
 
 
 def test_unset_driver_version_exports_empty():
-    script = shell_part_of(render_user_data(make_node(driver_version=None)))
+    script = shell_part_of(render_user_data(make_node(driver_source="install", driver_version=None)))
     assert "export GPU_CLOUD_DRIVER_VERSION=''\n" in script
 
 
-@pytest.mark.parametrize("which", ["bootstrap.sh", "rendered shell part"])
+@pytest.mark.parametrize("which", ["bootstrap.sh", "gate.sh", "install.sh", "rendered shell part"])
 def test_shellcheck_clean(which, tmp_path):
     shellcheck = require_tool("shellcheck")
-    if which == "bootstrap.sh":
-        path = ROOT / "userdata/bootstrap.sh"
-    else:
+    if which == "rendered shell part":
         path = tmp_path / "part-002.sh"
         path.write_text(shell_part_of(render_user_data(largest_node())))
-    result = subprocess.run([shellcheck, "--shell=bash", str(path)], capture_output=True, text=True)
+    else:
+        path = ROOT / "userdata" / which
+    # -x with the userdata folder as source path: the bundle's gate.sh and install.sh are checked where sourced
+    result = subprocess.run([shellcheck, "--shell=bash", "-x", f"--source-path={ROOT / 'userdata'}", str(path)],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -240,6 +271,8 @@ def test_largest_realistic_input_fits_16k():
     doc = render_user_data(largest_node())
     size = len(doc.encode())
     assert size <= USER_DATA_LIMIT_BYTES, size
+    # the checks and the driver install travel in the bundle: the user-data script stays a small stub
+    assert len(shell_part_of(doc).encode()) <= 7 * 1024
     print(f"largest rendered user-data: {size} bytes")  # visible with -s; quoted in reports
     cfg = node_config_of(doc)
     assert len(cfg["spec"]["kubelet"]["config"]["registerWithTaints"]) == 6
@@ -279,6 +312,13 @@ def test_over_limit_raises_clear_error():
         ({"driver_version": "570.1.2"}, "branch 580"),
         ({"efa_count": -1}, "efa_count"),
         ({"verify_budget_s": 0}, "verify_budget_s"),
+        ({"kmod_wait_s": 0}, "kmod_wait_s"),
+        ({"fabric_manager_wait_s": 4000}, "fabric_manager_wait_s"),
+        ({"driver_source": "runfile"}, "driver_source"),
+        ({"driver_version": None}, "required with driver_source ami"),
+        ({"ami_name": "ubuntu-22.04"}, "ami_name"),
+        ({"efa_installer_version": "latest"}, "efa_installer_version"),
+        ({"efa_installer_sha256": "x"}, "efa_installer_sha256"),
         ({"region": "us east"}, "region"),
         ({"asg_name": "asg with space"}, "asg_name"),
     ],
@@ -360,7 +400,7 @@ def _members(data: bytes):
         return {m.name: (m, tar.extractfile(m).read()) for m in tar.getmembers()}
 
 
-def test_artifact_is_deterministic_and_holds_the_three_files(tmp_path):
+def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
     verifier = tmp_path / "gpu_verify.py"
     verifier.write_text("print('verify')\n")
     nvml = tmp_path / "pynvml.py"
@@ -373,7 +413,9 @@ def test_artifact_is_deterministic_and_holds_the_three_files(tmp_path):
     assert first == second
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     members = _members(first)
-    assert sorted(members) == ["expect/p5.48xlarge.json", "gpu_verify.py", "pynvml.py"]
+    assert sorted(members) == ["expect/p5.48xlarge.json", "gate.sh", "gpu_verify.py", "install.sh", "pynvml.py"]
+    assert members["gate.sh"][1] == (ROOT / "userdata/gate.sh").read_bytes()
+    assert members["install.sh"][1] == (ROOT / "userdata/install.sh").read_bytes()
     assert members["gpu_verify.py"][1] == b"print('verify')\n"
     assert members["pynvml.py"][1] == b"X = 1\n"
     assert json.loads(members["expect/p5.48xlarge.json"][1]) == expect

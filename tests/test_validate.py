@@ -18,7 +18,7 @@ def valid_config():
             {"name": "train", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved",
              "capacityReservationId": "cr-0123456789abcdef0", "minNodes": 1, "desiredNodes": 2, "maxNodes": 2,
              "availabilityZone": "us-east-1a", "workload": "training"},
-            {"name": "infer", "instanceTypes": ["g6e.12xlarge", "g6.12xlarge"], "capacity": "spot", "efa": False,
+            {"name": "infer", "instanceTypes": ["g6e.12xlarge"], "capacity": "spot", "efa": False,
              "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "inference"},
         ],
         "inference": {"triton": {"enabled": True, "pool": "infer", "modelRepository": "s3://models/triton"}},
@@ -77,8 +77,20 @@ MISTAKES = [
     ("admin ARN is a user", setter(["cluster", "adminRoleArns"], ["arn:aws:iam::123456789012:user/bob"]), "gpu-cloud:cluster.adminRoleArns[0]", "IAM role ARN"),
     ("no admin role", setter(["cluster", "adminRoleArns"], []), "gpu-cloud:cluster.adminRoleArns", "at least 1"),
     ("cluster left at its default", deleter(["cluster"]), "gpu-cloud:cluster.adminRoleArns", "required"),
-    ("driver branch too old for H100", setter(["gpuDriver"], {"branch": "470"}), "gpu-cloud:nodePools[0].instanceTypes[0]", "needs NVIDIA driver branch >= 525"),
+    ("installed driver branch too old for B200", lambda c: (c.update(gpuDriver={"source": "install", "branch": "535"}), pool(0)(c).update(instanceTypes=["p6-b200.48xlarge"])),
+     "gpu-cloud:nodePools[0].instanceTypes[0]", "needs NVIDIA driver branch >= 570; the stack's driver is on branch 535"),
     ("driver version off its branch", setter(["gpuDriver"], {"branch": "580", "version": "570.1.2"}), "gpu-cloud:gpuDriver", "not on branch 580"),
+    ("unknown driver source", setter(["gpuDriver"], {"source": "runfile"}), "gpu-cloud:gpuDriver.source", "'ami' or 'install'"),
+    ("AMI release not a release name", setter(["gpuDriver"], {"amiRelease": "latest"}), "gpu-cloud:gpuDriver.amiRelease", "EKS AMI release"),
+    ("AMI release gpu-cloud does not know", setter(["gpuDriver"], {"amiRelease": "v20240101"}), "gpu-cloud:gpuDriver.amiRelease", "not a release in spec/amis.yaml; releases for Kubernetes 1.33: v20260714"),
+    ("AMI release without the cluster's minor", lambda c: (c["cluster"].update(kubernetesVersion="1.35"), c.update(gpuDriver={"amiRelease": "v20251217"})),
+     "gpu-cloud:gpuDriver.amiRelease", "has no Kubernetes 1.35 AMI"),
+    ("branch the AMI does not carry", setter(["gpuDriver"], {"branch": "570"}), "gpu-cloud:gpuDriver.branch", "carries driver 580.159.03"),
+    ("version another AMI release carries", setter(["gpuDriver"], {"version": "580.95.05"}), "gpu-cloud:gpuDriver.version", "carries it: v20251112, v20251108, v20251029"),
+    ("version no AMI release carries", setter(["gpuDriver"], {"version": "580.65.06"}), "gpu-cloud:gpuDriver.version", "use source: install"),
+    ("install of a branch gpu-cloud does not know", setter(["gpuDriver"], {"source": "install", "branch": "590"}), "gpu-cloud:gpuDriver.branch", "known: 535, 570, 575, 580, 595"),
+    ("install onto a containerd 1.7 AMI", lambda c: (c["cluster"].update(kubernetesVersion="1.32"), c.update(gpuDriver={"source": "install", "amiRelease": "v20251112"})),
+     "gpu-cloud:gpuDriver.amiRelease", "containerd 1.7.27"),
     ("empty node pool list", setter(["nodePools"], []), "gpu-cloud:nodePools", "non-empty list"),
     ("misspelt instance type", lambda c: pool(1)(c)["instanceTypes"].__setitem__(0, "g6e.12xlarg"), "gpu-cloud:nodePools[1].instanceTypes[0]", "did you mean g6e.12xlarge"),
     ("type not offered in region", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge"]), "gpu-cloud:nodePools[1].instanceTypes[0]", "not offered in eu-west-1", "eu-west-1"),
@@ -90,10 +102,19 @@ MISTAKES = [
     ("malformed reservation id", lambda c: pool(0)(c).update(capacityReservationId="cr-12345"), "gpu-cloud:nodePools[0].capacityReservationId", "8 or 17 hex digits"),
     ("min greater than desired", lambda c: pool(0)(c).update(minNodes=3), "gpu-cloud:nodePools[0]", "minNodes <= desiredNodes <= maxNodes"),
     ("negative max", lambda c: pool(1)(c).update(maxNodes=-1), "gpu-cloud:nodePools[1].maxNodes", "greater than or equal to 0"),
-    ("EFA pool with two types", lambda c: pool(1)(c).update(efa=True, availabilityZone="us-east-1a"), "gpu-cloud:nodePools[1].instanceTypes", "exactly one instance type"),
+    ("EFA pool with two types", lambda c: pool(1)(c).update(instanceTypes=["p5en.48xlarge", "p5e.48xlarge"], efa=True, availabilityZone="us-east-1a"), "gpu-cloud:nodePools[1].instanceTypes", "exactly one instance type"),
     ("EFA pool without a zone", lambda c: pool(0)(c).update(capacity="on-demand", capacityReservationId=None) or pool(0)(c).pop("availabilityZone"), "gpu-cloud:nodePools[0].availabilityZone", "required for EFA pools"),
     ("zone of another region", lambda c: pool(0)(c).update(availabilityZone="us-west-2a"), "gpu-cloud:nodePools[0].availabilityZone", "not a zone of us-east-1"),
-    ("mixed GPU counts in a pool", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge", "g6e.48xlarge"]), "gpu-cloud:nodePools[1].instanceTypes", "same GPU count"),
+    ("mixed GPU counts in a pool", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge", "g6e.48xlarge"]), "gpu-cloud:nodePools[1].instanceTypes",
+     "g6e.12xlarge has 4 x L40S (45776 MiB), 48 vCPUs, 384 GiB; g6e.48xlarge has 8 x L40S (45776 MiB), 192 vCPUs, 1536 GiB"),
+    ("A100 40 GB and 80 GB in one pool", lambda c: pool(1)(c).update(instanceTypes=["p4de.24xlarge", "p4d.24xlarge"]), "gpu-cloud:nodePools[1].instanceTypes",
+     "p4de.24xlarge has 8 x A100 80GB (81920 MiB), 96 vCPUs, 1152 GiB; p4d.24xlarge has 8 x A100 40GB (40960 MiB)"),
+    ("two GPU models of one size in a pool", lambda c: pool(1)(c).update(instanceTypes=["g6.12xlarge", "g5.12xlarge"]), "gpu-cloud:nodePools[1].instanceTypes", "one pool per shape"),
+    ("label key too long for its autoscaler tag", lambda c: pool(1)(c).update(labels={"a" * 20 + ".example.com/" + "b" * 50: "x"}), "gpu-cloud:nodePools[1].labels." + "a" * 20 + ".example.com/" + "b" * 50,
+     "has 83 characters; the autoscaler tag k8s.io/cluster-autoscaler/node-template/label/<key> would have 129, over the 128-character limit"),
+    ("taint key too long for its autoscaler tag", lambda c: pool(1)(c).update(taints=[{"key": "a" * 20 + ".example.com/" + "b" * 50, "effect": "NoSchedule"}]),
+     "gpu-cloud:nodePools[1].taints[0].key", "keys of up to 82 characters fit"),
+    ("accelerator label set by hand", lambda c: pool(1)(c).update(labels={"k8s.amazonaws.com/accelerator": "l40s"}), "gpu-cloud:nodePools[1].labels.k8s.amazonaws.com/accelerator", "set by gpu-cloud itself"),
     ("MIG on a GPU without MIG", lambda c: pool(1)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}), "gpu-cloud:nodePools[1].gpuSharing.mode", "mig is not supported on L40S"),
     ("MIG profile of another GPU", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.5gb"}), "gpu-cloud:nodePools[0].gpuSharing.migProfile", "allowed: 1g.10gb"),
     ("time-slicing replicas out of range", lambda c: pool(1)(c).update(gpuSharing={"mode": "time-slicing", "replicas": 64}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
@@ -170,12 +191,27 @@ def test_valid_config_resolves_defaults_and_catalog_facts():
     spec = load(valid_config())
     train, infer = spec.pools
     assert train.efa is True and train.gpus_per_node == 8          # EFA defaults on where the type has it
-    assert infer.efa is False and [t.name for t in infer.types] == ["g6e.12xlarge", "g6.12xlarge"]
+    assert infer.efa is False and [t.name for t in infer.types] == ["g6e.12xlarge"]
     assert spec.network.az_count == 3 and spec.network.nat_gateways == "one-per-az"
-    assert spec.gpu_driver.branch == "580" and spec.cluster.kubernetes_version == "1.33"
+    assert spec.cluster.kubernetes_version == "1.33"
+    # No gpuDriver: the default release's accelerated AMI, whose driver the gate then requires exactly.
+    assert (spec.node_image.source, spec.node_image.release, spec.node_image.driver_version) == ("ami", "v20260714", "580.159.03")
     assert spec.monitoring.alerts.gpu_temp_c == 85
     assert spec.resource_tags == {"team": "ml", "costCenter": "cc-1", "environment": "prod", "stack": "test",
                                   "managed-by": "gpu-cloud"}
+
+
+def test_types_of_one_node_shape_share_a_pool():
+    config = valid_config()
+    config["nodePools"][1]["instanceTypes"] = ["p5en.48xlarge", "p5e.48xlarge"]     # 8 x H200 141 GB, 192 vCPU, 2 TiB
+    assert [t.name for t in load(config).pools[1].types] == ["p5en.48xlarge", "p5e.48xlarge"]
+
+
+def test_keys_at_the_tag_limit_are_accepted():
+    config = valid_config()
+    key = "a" * 20 + ".example.com/" + "b" * 49                                   # 82 characters: tag key of 128
+    config["nodePools"][1].update(labels={key: "x"}, taints=[{"key": key, "effect": "NoSchedule"}])
+    assert dict(load(config).pools[1].spec.labels) == {key: "x"}
 
 
 def test_spec_is_frozen():

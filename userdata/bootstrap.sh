@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# gpu-cloud node gate, run by cloud-final before nodeadm-run.service (After=cloud-final.service,
-# awslabs/amazon-eks-ami al2023 rootfs) can start the kubelet. Pass: tag, CONTINUE. Any failure,
-# even an unexpected error: mask the kubelet units, tag reason, ABANDON. Config: GPU_CLOUD_* env.
+# gpu-cloud node gate, user-data part. cloud-final runs it before nodeadm-run.service (After=cloud-final.service,
+# awslabs/amazon-eks-ami al2023 rootfs) can start the kubelet. It fetches the pool's bundle from S3, checks
+# its SHA-256 against the one baked in here, and sources the bundle's gate.sh, which holds the checks (and the
+# driver install for gpuDriver.source: install). Pass: tag, CONTINUE. Any failure, even an unexpected error
+# or a bundle it cannot fetch: mask the kubelet units, tag the reason, ABANDON. Config: GPU_CLOUD_* env.
 set -Eeuo pipefail
 R=${GPU_CLOUD_ROOT:-} STEP=init REASON='' IID='' DONE=0 TEE=''
 IMDS=${GPU_CLOUD_IMDS_ENDPOINT:-http://169.254.169.254}
-RPT=$R/var/lib/gpu-cloud/verify.json
+POLL=${GPU_CLOUD_POLL_S:-5}
+RPT=$R/var/lib/gpu-cloud/verify.json VD=$R/opt/gpu-cloud/verify
 export AWS_PAGER=''
 
 log() { printf '%s gpu-cloud[%s]: %s\n' "$(date -u +%FT%TZ)" "$STEP" "$*" >&2; }
@@ -91,84 +94,13 @@ ITYPE=$(retry imds instance-type) || fail "imds: instance-type unavailable"
 
 STEP=config
 : "${GPU_CLOUD_REGION:?}" "${GPU_CLOUD_ASG_NAME:?}" "${GPU_CLOUD_LIFECYCLE_HOOK:?}" "${GPU_CLOUD_POOL:?}"
-: "${GPU_CLOUD_ARTIFACT_URI:?}" "${GPU_CLOUD_ARTIFACT_SHA256:?}" "${GPU_CLOUD_DRIVER_BRANCH:?}"
-: "${GPU_CLOUD_NVSWITCH:?}" "${GPU_CLOUD_EFA_COUNT:?}" "${GPU_CLOUD_DRIVER_VERSION=}"
-: "${GPU_CLOUD_VERIFY_BUDGET_S:=60}"
-BR=$GPU_CLOUD_DRIVER_BRANCH VER=$GPU_CLOUD_DRIVER_VERSION EFA=$GPU_CLOUD_EFA_COUNT
-BUDGET=$GPU_CLOUD_VERIFY_BUDGET_S
-[[ $BR =~ ^[0-9]+$ && (-z $VER || $VER == "$BR".*) ]] || fail "config: driver '$BR' '$VER'"
-[[ $GPU_CLOUD_NVSWITCH =~ ^(true|false)$ ]] || fail "config: bad NVSWITCH"
-[[ $EFA =~ ^[0-9]+$ && $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "config: bad EFA count/budget"
+: "${GPU_CLOUD_ARTIFACT_URI:?}" "${GPU_CLOUD_ARTIFACT_SHA256:?}"
 [[ $GPU_CLOUD_ARTIFACT_URI =~ ^s3://[^/]+/.+ ]] || fail "config: bad artifact URI"
 [[ $GPU_CLOUD_ARTIFACT_SHA256 =~ ^[0-9a-fA-F]{64}$ ]] || fail "config: bad artifact sha256"
-log "instance $IID pool $GPU_CLOUD_POOL asg $GPU_CLOUD_ASG_NAME driver $BR ${VER:-any}"
-
-STEP=driver
-drv() { nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | sort -u; }
-drv_ok() {
-  local v
-  v=$(drv) || return 1
-  [[ -n $v && $v != *$'\n'* && ${v%%.*} == "$BR" && (-z $VER || $v == "$VER") ]]
-}
-install_driver() {
-  # NVIDIA amzn2023 repo, pinned module stream <branch>-open, nvidia-open (NVIDIA Driver Install
-  # Guide, Amazon Linux 2023; amazon-eks-ami al2023 install-nvidia-driver.sh). Idempotent.
-  local r k=kernel fm=nvidia-fabricmanager
-  r=$(uname -r)
-  [[ $r == 6.1.* ]] || k=kernel$(cut -d. -f1,2 <<<"$r") # AL2023: kernel, kernel6.12, ...
-  [[ -e $R/etc/yum.repos.d/cuda-amzn2023.repo ]] || retry dnf -y config-manager --add-repo \
-    "https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/$(uname -m)/cuda-amzn2023.repo" ||
-    fail "driver: cannot add the NVIDIA repo"
-  retry dnf -y install "$k-devel-${r%.*}" "$k-modules-extra-${r%.*}" || fail "driver: kernel packages"
-  retry dnf -y module reset nvidia-driver || fail "driver: dnf module reset"
-  retry dnf -y module enable "nvidia-driver:$BR-open" || fail "driver: no stream $BR-open"
-  retry dnf -y install "nvidia-open${VER:+-$VER}" || fail "driver: install nvidia-open"
-  if [[ $GPU_CLOUD_NVSWITCH == true ]]; then
-    ((BR >= 580)) || fm=nvidia-fabric-manager # package renamed in 580
-    retry dnf -y install "$fm${VER:+-$VER}" || fail "driver: install $fm"
-  fi
-}
-if drv_ok; then
-  log "driver $(drv) is on branch $BR"
-else
-  log "driver '$(drv | xargs)' is not $BR ${VER:-}; installing"
-  install_driver
-  drv_ok || fail "driver: want $BR ${VER:-}, have '$(drv | xargs)' after install"
-  [[ $GPU_CLOUD_NVSWITCH == false ]] || systemctl enable --now nvidia-fabricmanager ||
-    fail "driver: cannot enable nvidia-fabricmanager"
-fi
-DV=$(drv)
-
-if [[ $GPU_CLOUD_NVSWITCH == true ]]; then
-  STEP=fabricmanager
-  retry systemctl is-active --quiet nvidia-fabricmanager || fail "fabricmanager: service not active"
-  # prints "Fabric Manager version is : <x.y.z>"
-  fmv=$(nv-fabricmanager --version 2>&1 | grep -Eo '[0-9]+\.[0-9]+(\.[0-9]+)?' | tail -n1) || fmv=''
-  [[ $fmv == "$DV" ]] || fail "fabricmanager: version '${fmv:-unknown}' != driver $DV"
-fi
-
-STEP=persistence
-systemctl is-active --quiet nvidia-persistenced || nvidia-smi -pm 1 >/dev/null ||
-  fail "persistence: nvidia-smi -pm 1 failed"
-pm=$(nvidia-smi --query-gpu=persistence_mode --format=csv,noheader | sort -u) || pm=''
-[[ $pm == Enabled ]] || fail "persistence: mode is '${pm//$'\n'/,}'"
-
-if [[ ${GPU_CLOUD_MIG:-false} == true ]]; then
-  STEP=mig # MIG mode only; the GPU operator's MIG manager cuts the instances once the node has joined
-  nvidia-smi -mig 1 >/dev/null || fail "mig: nvidia-smi -mig 1 failed"
-  mm=$(nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader | sort -u) || mm=''
-  [[ $mm == Enabled ]] || fail "mig: mode is '${mm//$'\n'/,}' (a GPU reset may be pending)"
-fi
-
-if ((EFA > 0)); then
-  STEP=efa
-  PATH=$PATH:/opt/amazon/efa/bin # the EFA installer puts fi_info here
-  n=$({ fi_info -p efa -t FI_EP_RDM 2>/dev/null || true; } | awk '$1=="domain:"{print $2}' | sort -u | wc -l)
-  ((n == EFA)) || fail "efa: libfabric sees $n EFA devices, expected $EFA"
-fi
+log "instance $IID ($ITYPE) pool $GPU_CLOUD_POOL asg $GPU_CLOUD_ASG_NAME"
 
 STEP=artifact
-VD=$R/opt/gpu-cloud/verify A=$R/var/lib/gpu-cloud/verifier.tar.gz
+A=$R/var/lib/gpu-cloud/verifier.tar.gz
 mkdir -p "${A%/*}"
 retry aws --region "$GPU_CLOUD_REGION" s3 cp --only-show-errors "$GPU_CLOUD_ARTIFACT_URI" "$A" ||
   fail "artifact: download failed"
@@ -177,25 +109,10 @@ sum=$(sha256sum "$A" | cut -d' ' -f1)
 rm -rf "$VD"
 mkdir -p "$VD"
 tar -xzf "$A" -C "$VD" --no-same-owner || fail "artifact: cannot extract"
+[[ -s $VD/gate.sh ]] || fail "artifact: no gate.sh in the bundle"
 
-STEP=verify
-PROM=$R/var/lib/node_exporter/textfile_collector/gpu_cloud_verify.prom
-mkdir -p "${PROM%/*}"
-rm -f "$RPT"
-EXPECT=$VD/expect/$ITYPE.json
-[[ -s $EXPECT ]] || fail "verify: no expectation for instance type $ITYPE in the artifact"
-rc=0
-GPU_CLOUD_INSTANCE_ID=$IID PYTHONPATH=$VD timeout -k 10 "$((BUDGET + 60))" python3 "$VD/gpu_verify.py" \
-  --expect "$EXPECT" --report "$RPT" --textfile "$PROM" --budget-s "$BUDGET" || rc=$?
-case $rc in
-  0) [[ $(py verdict "$RPT") == pass ]] || fail "verify: exit 0 but verdict not pass" ;;
-  124 | 137) fail "verify: verifier exceeded $((BUDGET + 60))s" ;;
-  *)
-    why=$(py reason "$RPT" 2>/dev/null) || why=''
-    ((rc == 1)) || why="verify: could not run (exit $rc)${why:+: $why}"
-    fail "${why:-verify: verifier reported failure}"
-    ;;
-esac
+# shellcheck source=gate.sh
+source "$VD/gate.sh"
 
 STEP=gate
 log "report: $(cat "$RPT")"

@@ -5,15 +5,17 @@ document with two parts:
 
 1. ``application/node.eks.aws``: a nodeadm ``NodeConfig`` (apiVersion node.eks.aws/v1alpha1).
    Field names follow awslabs/amazon-eks-ami ``nodeadm/doc/api.md``: spec.cluster
-   {name, apiServerEndpoint, certificateAuthority, cidr}, spec.kubelet {config (a
-   KubeletConfiguration merged over the defaults: maxPods, registerWithTaints), flags},
-   spec.instance.localStorage.strategy (enum RAID0 | RAID10 | Mount).
+   {name, apiServerEndpoint, certificateAuthority, cidr}, spec.containerd.config (TOML that nodeadm
+   merges over its own containerd config), spec.kubelet {config (a KubeletConfiguration merged over
+   the defaults: maxPods, registerWithTaints), flags}, spec.instance.localStorage.strategy
+   (enum RAID0 | RAID10 | Mount).
 2. ``text/x-shellscript``: ``export`` lines for the bootstrap environment contract followed by
    the body of ``userdata/bootstrap.sh``. cloud-init runs it in cloud-final, before
-   nodeadm-run.service starts the kubelet.
+   nodeadm-run.service starts the kubelet. It stays small: it fetches the pool's bundle, checks it
+   and sources the bundle's ``gate.sh``, where the checks and the driver install live.
 
-:func:`build_verifier_artifact` builds the byte-reproducible tar.gz the bootstrap downloads
-from S3 and checks against its sha256.
+:func:`build_verifier_artifact` builds that byte-reproducible tar.gz bundle, which the bootstrap
+downloads from S3 and checks against its sha256.
 """
 from __future__ import annotations
 
@@ -34,8 +36,27 @@ from spec.model import kubelet_may_set_label
 
 USER_DATA_LIMIT_BYTES = 16384  # EC2 user-data limit, before base64
 MIME_BOUNDARY = "==GPU-CLOUD-USER-DATA=="
-BOOTSTRAP_SH = Path(__file__).resolve().parent / "bootstrap.sh"
-GPU_VERIFY_PY = Path(__file__).resolve().parent / "gpu_verify.py"
+HERE = Path(__file__).resolve().parent
+BOOTSTRAP_SH = HERE / "bootstrap.sh"
+GPU_VERIFY_PY = HERE / "gpu_verify.py"
+BUNDLE_SCRIPTS = ("gate.sh", "install.sh")     # sourced from the bundle by bootstrap.sh
+DRIVER_SOURCES = ("ami", "install")
+# gpuDriver.source install: containerd 2 (config version 3) runs containers through the NVIDIA runtime, set
+# through the NodeConfig, the way nodeadm sets it itself when it finds nvidia-container-runtime on the
+# accelerated AMI (nodeadm/internal/containerd/config2.template.toml, runtime_config_nvidia.go).
+NVIDIA_CONTAINERD_CONFIG = """version = 3
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+default_runtime_name = "nvidia"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+base_runtime_spec = "/etc/containerd/base-runtime-spec.json"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+BinaryName = "/usr/bin/nvidia-container-runtime"
+SystemdCgroup = true
+"""
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Fixed archive metadata so equal inputs give byte-identical output (and the same sha256).
@@ -74,10 +95,16 @@ class NodeBootstrap:
     pool_name: str
     artifact_uri: str
     artifact_sha256: str
+    driver_source: str          # "ami": verify the AMI's driver; "install": install it, then verify
+    ami_name: str               # the image the node boots (named in failure reasons)
     driver_branch: str
-    driver_version: Optional[str]
+    driver_version: Optional[str]   # exact version the gate requires (always set for source ami)
     nvswitch: bool
     efa_count: int
+    kmod_wait_s: int            # nvidia-kmod-load.service (accelerated AMI)
+    fabric_manager_wait_s: int
+    efa_installer_version: str  # used by source install on EFA pools
+    efa_installer_sha256: str
     verify_budget_s: int = 60
     mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
 
@@ -171,14 +198,22 @@ def _validate(node: NodeBootstrap) -> None:
             f"driver_version {node.driver_version!r} must be a full version on branch "
             f"{node.driver_branch} (e.g. {node.driver_branch}.65.06) or None"
         )
+    if node.driver_source not in DRIVER_SOURCES:
+        raise ValueError(f"driver_source must be one of {DRIVER_SOURCES}, got {node.driver_source!r}")
+    if node.driver_source == "ami" and node.driver_version is None:
+        raise ValueError("driver_version is required with driver_source ami (the AMI's driver)")
+    if not re.match(r"^amazon-eks-node-al2023-[a-z0-9_.-]+$", node.ami_name or ""):
+        raise ValueError(f"ami_name {node.ami_name!r} is not an EKS AL2023 AMI name")
     if isinstance(node.efa_count, bool) or not isinstance(node.efa_count, int) or node.efa_count < 0:
         raise ValueError(f"efa_count must be an integer >= 0, got {node.efa_count!r}")
-    if (
-        isinstance(node.verify_budget_s, bool)
-        or not isinstance(node.verify_budget_s, int)
-        or not 1 <= node.verify_budget_s <= 3600
-    ):
-        raise ValueError(f"verify_budget_s must be an integer in 1..3600, got {node.verify_budget_s!r}")
+    for field, value in (("verify_budget_s", node.verify_budget_s), ("kmod_wait_s", node.kmod_wait_s),
+                         ("fabric_manager_wait_s", node.fabric_manager_wait_s)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
+            raise ValueError(f"{field} must be an integer in 1..3600, got {value!r}")
+    if not re.match(r"^\d+\.\d+\.\d+$", node.efa_installer_version or ""):
+        raise ValueError(f"efa_installer_version {node.efa_installer_version!r} is not a version like 1.41.0")
+    if not _SHA256_RE.match(node.efa_installer_sha256 or ""):
+        raise ValueError("efa_installer_sha256 must be 64 lowercase hex characters")
 
 
 # --------------------------------------------------------------------------- NodeConfig
@@ -244,6 +279,10 @@ def node_config(node: NodeBootstrap) -> dict:
             "cidr": node.service_cidr,
         }
     }
+    if node.driver_source == "install":
+        # nodeadm-config writes containerd's config before cloud-init, when the toolkit is not installed yet,
+        # so nodeadm's own detection of nvidia-container-runtime cannot fire on the standard AMI.
+        spec["containerd"] = {"config": NVIDIA_CONTAINERD_CONFIG}
     if kubelet:
         spec["kubelet"] = kubelet
     if node.raid0_instance_store:
@@ -263,10 +302,16 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
         "GPU_CLOUD_POOL": node.pool_name,
         "GPU_CLOUD_ARTIFACT_URI": node.artifact_uri,
         "GPU_CLOUD_ARTIFACT_SHA256": node.artifact_sha256,
+        "GPU_CLOUD_DRIVER_SOURCE": node.driver_source,
+        "GPU_CLOUD_AMI_NAME": node.ami_name,
         "GPU_CLOUD_DRIVER_BRANCH": node.driver_branch,
         "GPU_CLOUD_DRIVER_VERSION": node.driver_version or "",
         "GPU_CLOUD_NVSWITCH": "true" if node.nvswitch else "false",
         "GPU_CLOUD_EFA_COUNT": str(node.efa_count),
+        "GPU_CLOUD_KMOD_WAIT_S": str(node.kmod_wait_s),
+        "GPU_CLOUD_FM_WAIT_S": str(node.fabric_manager_wait_s),
+        "GPU_CLOUD_EFA_INSTALLER_VERSION": node.efa_installer_version,
+        "GPU_CLOUD_EFA_INSTALLER_SHA256": node.efa_installer_sha256,
         "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
         "GPU_CLOUD_MIG": "true" if node.mig else "false",
     }
@@ -336,7 +381,8 @@ def build_verifier_artifact(
     verifier_source: Optional[Path] = None,
     pynvml_source: Optional[Path] = None,
 ) -> bytes:
-    """Deterministic tar.gz: gpu_verify.py, pynvml.py and expect/<instance type>.json per type.
+    """Deterministic tar.gz: the gate scripts (gate.sh, install.sh), gpu_verify.py, pynvml.py and
+    expect/<instance type>.json per type.
 
     A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
 
@@ -345,6 +391,7 @@ def build_verifier_artifact(
     zeroed gzip header make equal inputs byte-identical.
     """
     files = {
+        **{script: (HERE / script).read_bytes() for script in BUNDLE_SCRIPTS},
         "gpu_verify.py": Path(verifier_source or GPU_VERIFY_PY).read_bytes(),
         "pynvml.py": Path(pynvml_source or _pynvml_path()).read_bytes(),
         **{f"expect/{itype}.json": (json.dumps(expect, sort_keys=True, indent=2) + "\n").encode("utf-8")

@@ -1,0 +1,65 @@
+"""How long a GPU node may take from launch to a verdict: the gate's waits, its launch-hook timeout, and the
+cluster-autoscaler provision time derived from them. Pure: no Pulumi.
+
+The launch lifecycle hook starts at launch, so its timeout must hold the whole boot up to the gate's
+CONTINUE: instance start and cloud-init before the gate runs, every step's worst case, and the calls that
+report the verdict. `worst_case` lists those steps; a test holds every pool shape inside its timeout.
+cluster-autoscaler treats a node that has not registered within `--max-node-provision-time` as a failed
+scale-up and removes it, so that flag must outlast the slowest hook plus the kubelet's registration.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+VERIFY_HOOK_NAME = "gpu-cloud-verify"
+VERIFY_BUDGET_S = 60                 # gpu_verify.py's own budget; bootstrap kills it 60 s later
+
+# Waits the gate makes on the accelerated AMI (exported into user-data).
+KMOD_LOAD_WAIT_S = 300               # nvidia-kmod-load.service: unpack + `dkms install` of the archived module
+FABRIC_MANAGER_WAIT_S = 300          # NVSwitch training before nvidia-fabricmanager reports active
+
+# Worst cases of the steps around them (seconds).
+_BEFORE_GATE_S = 240                 # EC2 start, kernel, nodeadm-config, cloud-init up to cloud-final
+_CHECKS_S = 60                       # persistence, MIG mode, EFA count, artifact download (retried)
+_VERIFIER_S = VERIFY_BUDGET_S + 60   # the verifier's budget plus bootstrap's kill grace
+_REPORT_S = 60                       # CreateTags + CompleteLifecycleAction, retried
+_INSTALL_S = {                       # gpuDriver.source: install, on the standard AMI
+    "packages": 300,                 # NVIDIA repo, kernel headers, container toolkit, persistenced
+    "driver-dkms-build": 900,        # nvidia-open built by DKMS for the running kernel
+    "fabric-manager": 120,           # NVSwitch types
+    "efa-installer": 600,            # full EFA installer (libfabric, rdma-core), EFA types
+}
+
+# Launch-hook timeout per driver source. The hook's default result is ABANDON, so a node that hangs fails closed.
+VERIFY_HOOK_TIMEOUT_S = {"ami": 1200, "install": 3000}
+# After CONTINUE: nodeadm-run starts containerd and the kubelet, which registers the node.
+NODE_REGISTRATION_S = 300
+
+
+def worst_case(source: str, *, nvswitch: bool, efa: bool) -> Dict[str, int]:
+    """Each boot step's longest allowed time, in order, for one pool shape."""
+    steps = {"before-gate": _BEFORE_GATE_S}
+    if source == "install":
+        steps["packages"] = _INSTALL_S["packages"]
+        steps["driver-dkms-build"] = _INSTALL_S["driver-dkms-build"]
+        if nvswitch:
+            steps["fabric-manager-install"] = _INSTALL_S["fabric-manager"]
+        if efa:
+            steps["efa-installer"] = _INSTALL_S["efa-installer"]
+    else:
+        steps["kmod-load"] = KMOD_LOAD_WAIT_S
+    if nvswitch:
+        steps["fabric-manager-start"] = FABRIC_MANAGER_WAIT_S
+    steps.update({"checks": _CHECKS_S, "verifier": _VERIFIER_S, "report": _REPORT_S})
+    return steps
+
+
+def verify_hook_timeout(source: str) -> int:
+    return VERIFY_HOOK_TIMEOUT_S[source]
+
+
+def max_node_provision_time(source: str) -> str:
+    """cluster-autoscaler's `--max-node-provision-time` for nodes booting with this driver source, as a Go
+    duration: the hook timeout plus registration, so the autoscaler never gives up on a node still in the gate."""
+    seconds = verify_hook_timeout(source) + NODE_REGISTRATION_S
+    return f"{seconds // 60}m{seconds % 60}s"

@@ -1,0 +1,37 @@
+"""spec/boot.py: every pool shape's worst-case boot fits inside its launch hook, and cluster-autoscaler waits longer."""
+import pytest
+
+from spec import boot
+
+SHAPES = [(source, nvswitch, efa) for source in ("ami", "install") for nvswitch in (False, True) for efa in (False, True)]
+
+
+@pytest.mark.parametrize("source,nvswitch,efa", SHAPES)
+def test_worst_case_boot_fits_inside_the_hook(source, nvswitch, efa):
+    steps = boot.worst_case(source, nvswitch=nvswitch, efa=efa)
+    assert sum(steps.values()) <= boot.verify_hook_timeout(source), steps
+
+
+def test_slowest_shapes_and_their_margins():
+    # p5 on the accelerated AMI: 240 before the gate + 300 module load + 300 fabric manager + 60 + 120 + 60
+    assert sum(boot.worst_case("ami", nvswitch=True, efa=True).values()) == 1080
+    # p5 installing its stack: + packages 300, DKMS 900, fabric manager 120, EFA installer 600, no module wait
+    assert sum(boot.worst_case("install", nvswitch=True, efa=True).values()) == 2700
+
+
+def test_each_source_waits_for_what_it_has():
+    ami = boot.worst_case("ami", nvswitch=True, efa=True)
+    install = boot.worst_case("install", nvswitch=True, efa=True)
+    assert "kmod-load" in ami and "driver-dkms-build" not in ami and "efa-installer" not in ami
+    assert "kmod-load" not in install and {"driver-dkms-build", "efa-installer", "fabric-manager-install"} <= set(install)
+    assert "fabric-manager-start" not in boot.worst_case("ami", nvswitch=False, efa=False)
+    assert "efa-installer" not in boot.worst_case("install", nvswitch=False, efa=False)
+
+
+def test_fabric_manager_gets_minutes():
+    assert boot.FABRIC_MANAGER_WAIT_S >= 180
+
+
+@pytest.mark.parametrize("source", ["ami", "install"])
+def test_hook_timeouts_are_within_what_ec2_auto_scaling_accepts(source):
+    assert 30 <= boot.verify_hook_timeout(source) <= 7200     # heartbeat timeout limits of lifecycle hooks
