@@ -105,12 +105,16 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
     config["gpu-cloud:nodePools"][0]["instanceTypes"] = ["p5.48xlarg"]
     config["gpu-cloud:nodePools"][1]["maxNode"] = 3
     config["gpu-cloud:network"]["cidr"] = "10.64.0.0/8"
+    config["gpu-cloud:nodePools"][2]["instanceTypes"] = ["p4d.24xlarge", "p4de.24xlarge"]
+    config["gpu-cloud:gpuDriver"]["version"] = "580.95.05"
     broken = tmp_path / "Pulumi.broken.yaml"
     broken.write_text(yaml.safe_dump(stack))
     result = plan("prod-us-east-1", "--stack-file", broken)
     assert result.returncode == 2
     for expected in ("gpu-cloud:environment", "gpu-cloud:nodePools[0].instanceTypes[0]",
-                     "did you mean p5.48xlarge?", "gpu-cloud:nodePools[1].maxNode", "gpu-cloud:network"):
+                     "did you mean p5.48xlarge?", "gpu-cloud:nodePools[1].maxNode", "gpu-cloud:network",
+                     "gpu-cloud:nodePools[2].instanceTypes: types in one pool need one node shape",
+                     "gpu-cloud:gpuDriver.version: 580.95.05 does not match"):
         assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stdout == ""          # nothing was planned
