@@ -10,6 +10,7 @@ from datetime import date
 import pulumi
 import pulumi_aws as aws
 
+from components.account import read_account
 from components.artifacts import ArtifactBucket, ArtifactBucketArgs
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
@@ -20,7 +21,9 @@ from spec import boot
 from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
-from spec.validate import NAMESPACE, load_stack_spec, stack_warnings, stack_zones
+from plan.stackfile import peer_cidr
+from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
+from spec.zones import resolve_layout, zone_table
 
 
 def project_config() -> dict:
@@ -38,13 +41,14 @@ def project_config() -> dict:
 
 
 try:
-    spec = load_stack_spec(project_config(), stack=pulumi.get_stack(), region=pulumi.Config("aws").get("region"),
-                           project=pulumi.get_project())
-    zones = stack_zones(spec, aws.get_availability_zones(state="available").names)
+    keys = project_config()
+    spec = load_stack_spec(keys, stack=pulumi.get_stack(), region=pulumi.Config("aws").get("region"),
+                           project=pulumi.get_project(), peer_cidr=peer_cidr(keys))
     check_user_data_fits(spec)
+    layout = resolve_layout(spec, read_account(spec))     # zones, offerings, reservations, subnet room
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
-for warning in stack_warnings(spec, date.today()):
+for warning in stack_warnings(spec, date.today()) + list(layout.warnings):
     pulumi.log.warn(warning)
 
 cluster_name = spec.cluster_name
@@ -56,7 +60,7 @@ account_id = aws.get_caller_identity().account_id
 partition = aws.get_partition().partition
 
 network = Network("network", NetworkArgs(
-    cidr=spec.network.cidr, zones=zones, nat_gateways=spec.network.nat_gateways, cluster_name=cluster_name,
+    cidr=spec.network.cidr, zones=layout.zones, nat_gateways=spec.network.nat_gateways, cluster_name=cluster_name,
     flow_log_retention_days=log_retention), opts=with_aws)
 
 cluster = EksCluster("cluster", ClusterArgs(
@@ -72,7 +76,8 @@ node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     cluster=ClusterConnection(endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
                               service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id),
     region=spec.region, account_id=account_id, partition=partition,
-    vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, image=spec.node_image,
+    vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, zones=layout.pool_zones[pool.name],
+    image=spec.node_image,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
     artifact_bucket=artifacts.bucket_name, instance_tags=spec.resource_tags,
     depends_on=[cluster.addons["vpc-cni"]]), opts=with_aws) for pool in spec.pools]
@@ -94,5 +99,6 @@ pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("clusterEndpoint", cluster.endpoint)
 pulumi.export("vpcId", network.vpc_id)
+pulumi.export("zones", zone_table(spec, layout))
 pulumi.export("nodePools", {p.asg_name: p.asg.arn for p in node_pools})
 pulumi.export("artifactBucket", artifacts.bucket_name)

@@ -18,11 +18,13 @@ STACKS = ("prod-us-east-1", "prod-eu-west-1", "dev")
 
 
 def large_stack(pools: int):
-    """prod-us-east-1 with `pools` spot/on-demand pools cycled from its own, renamed, budget lifted."""
+    """prod-us-east-1 with `pools` pools cycled from its own, renamed, budget lifted, at most one node each
+    (the subnet room check counts every pool at maxNodes in each zone it may use)."""
     config = load_stack_config("prod-us-east-1")
     base = config[f"{NAMESPACE}:nodePools"]
     config[f"{NAMESPACE}:nodePools"] = [
-        {**copy.deepcopy(base[i % len(base)]), "name": f"pool-{i:03d}"} for i in range(pools)]
+        {**copy.deepcopy(base[i % len(base)]), "name": f"pool-{i:03d}", "minNodes": min(base[i % len(base)]["minNodes"], 1),
+         "desiredNodes": min(base[i % len(base)]["desiredNodes"], 1), "maxNodes": 1} for i in range(pools)]
     config[f"{NAMESPACE}:budget"] = {"maxHourlyUsd": 10_000_000}
     config[f"{NAMESPACE}:inference"] = {}
     return config

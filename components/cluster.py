@@ -45,6 +45,7 @@ from spec.addons import addon_versions
 from spec.logs import CLOUDWATCH_RETENTION_DAYS
 from spec.model import IAM_ROLE_ARN
 from spec.catalog import load_catalog
+from spec.pods import SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of the secrets key can be cancelled
@@ -54,12 +55,6 @@ SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 # Instance families with GPUs or other accelerators (p*, g*, gr*, inf*, trn*, dl*).
 _ACCELERATED_FAMILY = re.compile(r"^(p|g|gr|inf|trn|dl)\d")
 
-# VPC CNI settings (see the module docstring for why). Values are strings: the add-on schema says so.
-VPC_CNI_ENV = {
-    "ENABLE_PREFIX_DELEGATION": "false",
-    "WARM_IP_TARGET": "5",
-    "MINIMUM_IP_TARGET": "10",
-}
 
 ADDON_CONFLICT_RESOLUTION = "OVERWRITE"
 
@@ -72,10 +67,10 @@ class ClusterArgs:
     public_access_cidrs: Tuple[str, ...]         # empty -> private endpoint only
     admin_role_arns: Tuple[str, ...]
     log_retention_days: int
-    system_instance_types: Tuple[str, ...] = ("m7i.xlarge", "m6i.xlarge")
+    system_instance_types: Tuple[str, ...] = SYSTEM_NODE_TYPES
     system_min_nodes: int = 2
     system_desired_nodes: int = 2
-    system_max_nodes: int = 4
+    system_max_nodes: int = SYSTEM_NODES_MAX
 
 
 def is_accelerated_instance_type(instance_type: str) -> bool:

@@ -1,8 +1,9 @@
 """The cluster VPC: subnets per zone, NAT, VPC endpoints for what nodes call, and flow logs.
 
 Nodes live in private subnets (sized for VPC CNI pod addresses by `spec.network_plan`); public
-subnets hold only NAT gateways and internet-facing load balancers. Interface endpoints keep image
-pulls, node bootstrap and log shipping inside the VPC; the S3 gateway endpoint carries ECR layers.
+subnets hold only NAT gateways and internet-facing load balancers. Interface endpoints keep what the
+cluster's own software calls (image pulls, the CNI, Pod Identity, the autoscaler, the drain queue, Session
+Manager) inside the VPC; the S3 gateway endpoint carries ECR layers and the node gate's bundles.
 """
 from __future__ import annotations
 
@@ -18,16 +19,18 @@ from spec.network_plan import plan_subnets
 
 NAT_MODES = ("one-per-az", "single")
 
-# Interface endpoints: short resource-name suffix -> service (com.amazonaws.<region>.<service>).
+# Interface endpoints, each for a consumer this program runs (a test holds each to its consumer): short
+# resource-name suffix -> service (com.amazonaws.<region>.<service>). Everything else leaves through NAT.
 INTERFACE_ENDPOINTS: Mapping[str, str] = {
-    "ecr-api": "ecr.api",                 # image manifests
-    "ecr-dkr": "ecr.dkr",                 # registry API (layers come through the S3 endpoint)
-    "sts": "sts",                         # Pod Identity / role credentials
-    "ec2": "ec2",                         # VPC CNI ENI management, node bootstrap
-    "ssm": "ssm",                         # AMI parameters, Session Manager
-    "logs": "logs",                       # CloudWatch Logs agents
-    "autoscaling": "autoscaling",         # cluster autoscaler
-    "elb": "elasticloadbalancing",        # AWS Load Balancer Controller
+    "ecr-api": "ecr.api",                 # image pulls: every EKS add-on image is in ECR (manifests, auth)
+    "ecr-dkr": "ecr.dkr",                 # image pulls: registry API (layers come through the S3 gateway)
+    "ec2": "ec2",                         # VPC CNI (interfaces, addresses), nodeadm, the node gate's CreateTags
+    "eks-auth": "eks-auth",               # Pod Identity: credentials of every add-on role
+    "autoscaling": "autoscaling",         # cluster-autoscaler; the node gate's CompleteLifecycleAction
+    "sqs": "sqs",                         # aws-node-termination-handler reads its queue
+    "ssm": "ssm",                         # Session Manager on nodes (AmazonSSMManagedInstanceCore)
+    "ssmmessages": "ssmmessages",         # Session Manager sessions
+    "ec2messages": "ec2messages",         # the SSM agent's command channel
 }
 
 
@@ -39,7 +42,7 @@ _ROLE_TAGS = {ROLE_PRIVATE: "kubernetes.io/role/internal-elb", ROLE_PUBLIC: "kub
 @dataclass(frozen=True)
 class NetworkArgs:
     cidr: str
-    zones: Tuple[str, ...]
+    zones: Tuple[str, ...]       # zone IDs in subnet order (spec/network_plan.py); resource names carry them
     nat_gateways: str            # "one-per-az" | "single"
     cluster_name: str            # EKS cluster name, for kubernetes.io/cluster/<name> subnet tags
     flow_log_retention_days: int
@@ -106,7 +109,7 @@ class Network(pulumi.ComponentResource):
         public_subnets: Dict[str, aws.ec2.Subnet] = {}
         for zone, cidr in plan.public.items():
             subnet = aws.ec2.Subnet(
-                f"{name}-public-{zone}", vpc_id=self.vpc.id, cidr_block=cidr, availability_zone=zone,
+                f"{name}-public-{zone}", vpc_id=self.vpc.id, cidr_block=cidr, availability_zone_id=zone,
                 # Nothing launched here needs a public address: NAT gateways use an EIP, load
                 # balancers get their own.
                 map_public_ip_on_launch=False,
@@ -132,7 +135,7 @@ class Network(pulumi.ComponentResource):
         private_rts: Dict[str, aws.ec2.RouteTable] = {}
         for zone, cidr in plan.private.items():
             subnet = aws.ec2.Subnet(
-                f"{name}-private-{zone}", vpc_id=self.vpc.id, cidr_block=cidr, availability_zone=zone,
+                f"{name}-private-{zone}", vpc_id=self.vpc.id, cidr_block=cidr, availability_zone_id=zone,
                 map_public_ip_on_launch=False,
                 tags=_tags(f"{name}-private-{zone}", cluster_name=args.cluster_name, role=ROLE_PRIVATE), opts=child)
             rt = aws.ec2.RouteTable(f"{name}-private-rt-{zone}", vpc_id=self.vpc.id,

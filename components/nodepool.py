@@ -16,7 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document
-from spec import boot
+from spec import boot, pods
 from spec import pools as pool_rules
 from spec.amis import NodeImage, load_amis
 from spec.catalog import Catalog
@@ -43,7 +43,8 @@ def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, r
     return NodeBootstrap(
         cluster_name=cluster_name, api_server_endpoint=endpoint, certificate_authority=certificate_authority,
         service_cidr=service_cidr, labels=pool_rules.node_labels(pool),
-        taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)), max_pods=None,
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in pool_rules.node_taints(pool)),
+        max_pods=pods.max_pods(pool.types, efa=pool.efa),
         raid0_instance_store=nvme_scratch and pool.primary_type.instance_store.disks > 0,
         region=region, asg_name=pool_rules.asg_name(cluster_name, pool.name),
         lifecycle_hook_name=boot.VERIFY_HOOK_NAME, pool_name=pool.name, artifact_uri=artifact_uri,
@@ -93,7 +94,8 @@ class NodePoolArgs:
     account_id: str
     partition: str                                     # "aws", "aws-cn", "aws-us-gov": part of every ARN
     vpc_id: pulumi.Input[str]
-    subnet_ids: Mapping[str, pulumi.Input[str]]       # zone -> private subnet
+    subnet_ids: Mapping[str, pulumi.Input[str]]       # zone ID -> private subnet
+    zones: Sequence[str]                               # zone IDs the pool's nodes launch in (spec.zones.ZoneLayout)
     image: NodeImage                                   # the AMI release every node boots, and its driver
     nvme_scratch: bool
     max_temp_c: int
@@ -125,14 +127,17 @@ class GpuNodePool(pulumi.ComponentResource):
         self.access_entry = aws.eks.AccessEntry(
             f"{name}-access", cluster_name=args.cluster_name, principal_arn=self.role.arn, type="EC2_LINUX", opts=child)
 
-        zones = pool_rules.pool_zones(pool, tuple(args.subnet_ids))
         security_groups = [args.cluster.security_group_id]
         self.placement_group = None
+        placement_group_name: Optional[pulumi.Input[str]] = pool.spec.placement_group
         if pool.efa:
             efa_sg = self._efa_security_group(name, args.vpc_id)
             security_groups.append(efa_sg.id)
-            # Cluster placement: EFA traffic between nodes in one spine keeps NCCL latency low.
+        if pool.efa and not placement_group_name and pool.spec.capacity != "capacity-block":
+            # Cluster placement: EFA traffic between nodes in one spine keeps NCCL latency low. A reservation
+            # made in a placement group names it (placementGroup) and launches there; capacity blocks need none.
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
+            placement_group_name = self.placement_group.name
 
         user_data = pulumi.Output.all(args.cluster.endpoint, args.cluster.certificate_authority,
                                       args.cluster.service_cidr, args.artifact_bucket).apply(
@@ -170,8 +175,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     security_groups=security_groups, delete_on_termination="true",
                     associate_public_ip_address="false" if nic.primary else None)
                 for nic in interface_layout(pool.primary_type, efa=pool.efa)],
-            placement=aws.ec2.LaunchTemplatePlacementArgs(
-                group_name=self.placement_group.name, availability_zone=zones[0]) if self.placement_group else None,
+            placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=placement_group_name) if placement_group_name else None,
             capacity_reservation_specification=self._reservation(pool),
             instance_market_options=aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
             if pool.spec.capacity == "capacity-block" else None,
@@ -193,7 +197,7 @@ class GpuNodePool(pulumi.ComponentResource):
             f"{name}-asg",
             name=self.asg_name,
             min_size=pool.spec.min_nodes, max_size=pool.spec.max_nodes, desired_capacity=pool.spec.desired_nodes,
-            vpc_zone_identifiers=[args.subnet_ids[z] for z in zones],
+            vpc_zone_identifiers=[args.subnet_ids[z] for z in args.zones],
             launch_template=None if mixed else aws.autoscaling.GroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             mixed_instances_policy=self._mixed_policy(pool) if mixed else None,

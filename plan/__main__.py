@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import date
 from pathlib import Path
 from typing import List, Optional
 
@@ -40,14 +39,15 @@ def plan(args) -> int:
 
     from plan.document import build_document, render_text
     from plan.engine import run_program
-    from plan.stackfile import StackFileError, load_stack_config, project_keys
+    from plan.stackfile import StackFileError, load_stack_config, peer_cidr, project_keys
     from spec.errors import ConfigError
-    from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
+    from spec.validate import NAMESPACE, load_stack_spec
 
     try:
         config = load_stack_config(args.stack, args.stack_file)
         # Validate before running anything, so a bad config registers nothing and reads as a list.
-        spec = load_stack_spec(project_keys(config, NAMESPACE), stack=args.stack, region=config.get("aws:region"))
+        keys = project_keys(config, NAMESPACE)
+        spec = load_stack_spec(keys, stack=args.stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
     except (ConfigError, StackFileError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
@@ -57,7 +57,7 @@ def plan(args) -> int:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     policy = {"violations": [], "skipped": "--no-policy" if args.no_policy else NO_PACK}
-    document = build_document(spec, run, policy, stack_warnings(spec, date.today()))
+    document = build_document(spec, run, policy, run.warnings)
     print(render_text(document))
     if args.json_path:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")

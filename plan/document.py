@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ProgramRun
-from spec import cost
+from spec import cost, pods
 from spec.validate import StackSpec
 
 DOCUMENT_VERSION = 1
@@ -29,7 +29,7 @@ def capacity_rows(spec: StackSpec) -> List[Dict[str, Any]]:
             "gpusPerNode": pool.gpus_per_node, "capacity": s.capacity, "minNodes": s.min_nodes,
             "desiredNodes": s.desired_nodes, "maxNodes": s.max_nodes, "workload": s.workload, "efa": pool.efa,
             "availabilityZone": s.availability_zone, "gpusAtDesired": pool.gpus_per_node * s.desired_nodes,
-            "gpusAtMax": pool.gpus_per_node * s.max_nodes,
+            "gpusAtMax": pool.gpus_per_node * s.max_nodes, "maxPodsPerNode": pods.max_pods(pool.types, efa=pool.efa),
         })
     return rows
 
@@ -102,6 +102,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines = [f"gpu-cloud plan: stack {document['stack']} (project {document['project']}, region {document['region']})", ""]
     lines += _resource_tree(document["resources"]) + [""]
     lines += _capacity_table(document["capacity"]) + [""]
+    lines += _network_table(document["outputs"].get("zones") or []) + [""]
     lines += _cost_table(document["cost"]) + [""]
     lines += _node_image_lines(document["nodeImage"]) + [""]
     if document.get("warnings"):
@@ -145,12 +146,20 @@ def _table(header: List[str], rows: List[List[str]]) -> List[str]:
 
 
 def _capacity_table(rows: List[Mapping[str, Any]]) -> List[str]:
-    body = [[r["pool"], ",".join(r["instanceTypes"]), r["gpuModel"], r["gpusPerNode"], r["capacity"],
+    body = [[r["pool"], ",".join(r["instanceTypes"]), r["gpuModel"], r["gpusPerNode"], r["maxPodsPerNode"], r["capacity"],
              f"{r['minNodes']}/{r['desiredNodes']}/{r['maxNodes']}", r["gpusAtDesired"], r["gpusAtMax"]] for r in rows]
-    total = ["total", "", "", "", "", "", sum(r["gpusAtDesired"] for r in rows), sum(r["gpusAtMax"] for r in rows)]
+    total = ["total", "", "", "", "", "", "", sum(r["gpusAtDesired"] for r in rows), sum(r["gpusAtMax"] for r in rows)]
     return ["GPU capacity:"] + _table(
-        ["pool", "instance types", "GPU", "GPUs/node", "capacity", "min/desired/max", "GPUs@desired", "GPUs@max"],
+        ["pool", "instance types", "GPU", "GPUs/node", "pods/node", "capacity", "min/desired/max", "GPUs@desired",
+         "GPUs@max"],
         body + [total])
+
+
+def _network_table(zones: List[Mapping[str, Any]]) -> List[str]:
+    body = [[z["zoneId"], z["zoneName"], z["privateSubnet"], z["publicSubnet"],
+             f"{z['addressesAtMax']} of {z['usableAddresses']}", ", ".join(z["pools"]) or "-"] for z in zones]
+    return ["Network (zones in subnet order; addresses the system nodes and pools may take at maxNodes):"] + _table(
+        ["zone ID", "name", "private subnet", "public subnet", "addresses", "GPU pools"], body)
 
 
 def _usd(value) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import runpy
 import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 import pulumi
 from google.protobuf import json_format
@@ -39,6 +40,40 @@ REGION_ZONES = {
     "us-west-2": ("a", "b", "c", "d"),
     "eu-west-1": ("a", "b", "c"),
 }
+
+
+@dataclass
+class MockAccount:
+    """The pretend AWS account the mocks answer for: what its zones are called, what they offer, which
+    capacity reservations it holds. Tests change it to see how the program reacts."""
+    zones: Dict[str, str]                          # available zone ID -> this account's name for it
+    offerings: Dict[str, FrozenSet[str]]           # zone ID -> instance types offered there
+    reservations: Dict[str, Dict[str, Any]]        # id -> properties as EC2 reports them
+
+
+def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount:
+    """The account the offline plan assumes: every zone of the region available, named a, b, c... in zone-ID
+    order; every catalog type of the region offered in every zone; and every reservation the stack names
+    existing exactly as its pool describes it (there is no account to read it from; `pulumi preview` does)."""
+    from spec.catalog import load_catalog
+    from spec.zones import load_zone_facts
+
+    facts = load_zone_facts().regions.get(region)
+    prefix = facts.zone_id_prefix if facts else region.replace("-", "")[:5]
+    zones = {f"{prefix}-az{i + 1}": f"{region}{letter}" for i, letter in enumerate(REGION_ZONES.get(region, "abc"))}
+    offered = frozenset(name for name, itype in load_catalog().instance_types.items() if region in itype.regions)
+    reservations = {}
+    for pool in stack_config.get("gpu-cloud:nodePools") or []:
+        if isinstance(pool, dict) and pool.get("capacityReservationId"):
+            pin = str(pool.get("availabilityZone", ""))
+            zone_id = pin if pin in zones else next((z for z, name in zones.items() if name == pin), pin)
+            group = pool.get("placementGroup")
+            reservations[pool["capacityReservationId"]] = {
+                "AvailabilityZoneId": zone_id, "AvailabilityZone": zones.get(zone_id, pin),
+                "InstanceType": (pool.get("instanceTypes") or [""])[0], "InstanceCount": pool.get("maxNodes", 0),
+                "PlacementGroupArn": f"arn:aws:ec2:{region}:{ACCOUNT_ID}:placement-group/{group}" if group else None,
+                "ReservationType": "capacity-block" if pool.get("capacity") == "capacity-block" else "default"}
+    return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations)
 
 
 @dataclass(frozen=True)
@@ -64,6 +99,7 @@ class ProgramRun:
     resources: List[RegisteredResource]
     outputs: Dict[str, Any]
     invokes: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)   # provider functions called: (token, args)
+    warnings: List[str] = field(default_factory=list)                         # what the program logged as warnings
 
     def of_type(self, type_token: str) -> List[RegisteredResource]:
         return [r for r in self.resources if r.type == type_token]
@@ -85,9 +121,10 @@ def _hex(seed: str, length: int) -> str:
 class GpuCloudMocks(pulumi.runtime.Mocks):
     """Answers resource registrations and provider calls the way AWS would, deterministically."""
 
-    def __init__(self, region: str, peer_outputs: Callable[[str], Mapping[str, Any]]):
+    def __init__(self, region: str, peer_outputs: Callable[[str], Mapping[str, Any]], account: MockAccount):
         self.region = region
         self.peer_outputs = peer_outputs
+        self.account = account
         self.invokes: List[Tuple[str, Dict[str, Any]]] = []
 
     # --- resources -------------------------------------------------------------------------
@@ -196,10 +233,30 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
         token, inputs, r = args.token, args.args, self.region
         self.invokes.append((token, dict(inputs)))
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            letters = REGION_ZONES.get(r, ("a", "b", "c"))
-            short = "".join(part[0] for part in r.split("-")[:-1]) + r.split("-")[-1]
-            return {"names": [f"{r}{x}" for x in letters], "zoneIds": [f"{short}-az{i + 1}" for i in range(len(letters))],
+            zones = sorted(self.account.zones.items(), key=lambda kv: kv[1])      # EC2 lists them by name
+            return {"names": [name for _, name in zones], "zoneIds": [zone for zone, _ in zones],
                     "id": r, "groupNames": [r], "state": "available"}
+        if token == "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+            wanted = {f["name"]: set(f["values"]) for f in inputs.get("filters") or []}
+            found = [(itype, zone) for zone, types in sorted(self.account.offerings.items()) for itype in sorted(types)
+                     if itype in wanted.get("instance-type", {itype}) and zone in wanted.get("location", {zone})]
+            return {"instanceTypes": [i for i, _ in found], "locations": [z for _, z in found],
+                    "locationTypes": ["availability-zone-id"] * len(found), "id": r}
+        if token in ("aws:cloudcontrol/getResource:getResource",
+                     "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"):
+            rid = inputs.get("identifier") or inputs.get("id")
+            found = self.account.reservations.get(rid)
+            block = token.startswith("aws:ec2/")
+            if found is None or (found["ReservationType"] == "capacity-block") != block:
+                # what the engine hands back when the provider's read fails: the invoke raises with the reason
+                return {}, [("id", f"InvalidCapacityReservationId.NotFound: The capacity reservation ID '{rid}' "
+                                   "does not exist")]
+            if not block:
+                return {"id": rid, "identifier": rid, "typeName": inputs.get("typeName"),
+                        "properties": json.dumps({k: v for k, v in found.items() if k != "ReservationType" and v is not None})}
+            return {"id": rid, "availabilityZone": found["AvailabilityZone"], "availabilityZoneId": found["AvailabilityZoneId"],
+                    "instanceType": found["InstanceType"], "instanceCount": found["InstanceCount"],
+                    "placementGroupArn": found["PlacementGroupArn"], "reservationType": "capacity-block"}
         if token == "aws:ssm/getParameter:getParameter":
             name = inputs["name"]
             return {"name": name, "value": f"ami-{_hex(name + r, 17)}", "type": "String",
@@ -303,20 +360,24 @@ def config_for_engine(stack_config: Mapping[str, Any]) -> Dict[str, str]:
 
 def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "gpu-cloud",
                 program: Union[Path, Callable[[], None]] = ROOT / "__main__.py",
-                peer_outputs: Optional[Callable[[str], Mapping[str, Any]]] = None) -> ProgramRun:
+                peer_outputs: Optional[Callable[[str], Mapping[str, Any]]] = None,
+                account: Optional[MockAccount] = None) -> ProgramRun:
     """Run `program` for one stack's (fully defaulted) config under fresh mocks; return what it registered.
 
     `program` is the program file, or a function (tests use one to build a single component).
     StackReferences answer with `peer_outputs(name)`, by default what the named stack file implies.
+    Provider reads about the account answer from `account`, by default `offline_account`.
 
     `stack_config` uses the stack file's keys (`gpu-cloud:network`, `aws:region`, ...). Raises whatever
     the program raises (a config error surfaces as pulumi.RunError).
     """
     region = str(stack_config.get("aws:region", ""))
-    mocks = GpuCloudMocks(region, peer_outputs or peer_stack_outputs)
+    mocks = GpuCloudMocks(region, peer_outputs or peer_stack_outputs, account or offline_account(region, stack_config))
     monitor = RecordingMonitor(mocks)
+    warnings = _WarningLog()
     pulumi_settings.ROOT.set(None)  # a fresh root stack resource per run
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor,
+                             logger=warnings.logger)
     pulumi.runtime.set_all_config(config_for_engine(stack_config))
     if callable(program):
         body = program
@@ -328,7 +389,20 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
     root = pulumi_settings.get_root_resource()
     outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
     return ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
-                      outputs=outputs, invokes=list(mocks.invokes))
+                      outputs=outputs, invokes=list(mocks.invokes), warnings=list(warnings.messages))
+
+
+class _WarningLog(logging.Handler):
+    """Keeps what the program logs as warnings (`pulumi.log.warn`), which the engine would print."""
+
+    def __init__(self):
+        super().__init__(level=logging.WARNING)
+        self.messages: List[str] = []
+        self.logger = logging.Logger("gpu-cloud.program")   # not registered globally: one per run
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def _resolve_redacted(value: Any) -> Any:

@@ -47,3 +47,17 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]
         if isinstance(declaration, dict) and "default" in declaration:
             config.setdefault(full_key, declaration["default"])
     return config
+
+
+def peer_cidr(keys: Dict[str, Any]) -> Optional[str]:
+    """The VPC CIDR of the DR peer stack named in `dr.peerStack` (`org/gpu-cloud/<stack>`), read from its
+    stack file beside this one; None without a peer, or when its file or CIDR is missing."""
+    peer = (keys.get("dr") or {}).get("peerStack") if isinstance(keys.get("dr"), dict) else None
+    if not isinstance(peer, str):
+        return None
+    try:
+        network = load_stack_config(peer.rsplit("/", 1)[-1]).get("gpu-cloud:network")
+    except StackFileError:
+        return None
+    cidr = network.get("cidr") if isinstance(network, dict) else None
+    return cidr if isinstance(cidr, str) else None

@@ -54,6 +54,12 @@ class InstanceStore(_Frozen):
         return self.disks * self.disk_gb
 
 
+class EniSpec(_Frozen):
+    """Network interfaces on the default network card and IPv4 addresses per interface (VPC CNI pod addresses)."""
+    default_card_max: int = Field(alias="defaultCardMax", ge=1)
+    ipv4_per_interface: int = Field(alias="ipv4PerInterface", ge=2)
+
+
 class RegionOffer(_Frozen):
     on_demand_usd: Optional[float] = Field(alias="onDemandUsd", ge=0)
 
@@ -67,6 +73,7 @@ class InstanceType(_Frozen):
     network_cards: int = Field(alias="networkCards", ge=1)
     efa: EfaSpec
     instance_store: InstanceStore = Field(alias="instanceStore")
+    eni: EniSpec
     regions: Dict[str, RegionOffer]
 
     @property

@@ -25,6 +25,10 @@ HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,32}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 PEER_STACK = re.compile(r"^[A-Za-z0-9_.-]+/gpu-cloud/[A-Za-z0-9_.-]+$")
 DRIVER_BRANCH = re.compile(r"^\d{3}$")
+ZONE_ID = re.compile(r"^[a-z]+\d-az\d+$")
+ZONE = re.compile(r"^([a-z]{2}(-[a-z]+)+-\d+[a-z]|[a-z]+\d-az\d+)$")
+PLACEMENT_GROUP = re.compile(r"^[A-Za-z0-9._+=,@-]{1,255}$")
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 AMI_RELEASE = re.compile(r"^v\d{8}$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 RESERVED_LABEL_PREFIX = "gpu-cloud.io/"
@@ -112,19 +116,29 @@ class ConfigModel(BaseModel):
 
 class Network(ConfigModel):
     cidr: Cidr
-    az_count: int = Field(default=3, ge=2, le=6)
+    # Zone IDs (use1-az1), in subnet order: the i-th zone gets the i-th block of the VPC for good, so add
+    # zones at the end (spec/network_plan.py).
+    zones: Tuple[Annotated[str, _matches(ZONE_ID, "an availability zone ID such as use1-az1")], ...] = Field(
+        min_length=2, max_length=6)
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"
 
     @model_validator(mode="after")
-    def _prefix_length(self) -> "Network":
-        prefix = ipaddress.IPv4Network(self.cidr).prefixlen
-        if not 16 <= prefix <= 20:
-            raise ValueError(f"cidr {self.cidr} has prefix /{prefix}; allowed /16 to /20")
+    def _layout(self) -> "Network":
+        network = ipaddress.IPv4Network(self.cidr)
+        if not 16 <= network.prefixlen <= 20:
+            raise ValueError(f"cidr {self.cidr} has prefix /{network.prefixlen}; allowed /16 to /20")
+        if not any(network.subnet_of(block) for block in PRIVATE_RANGES):
+            raise ValueError(f"cidr {self.cidr} is not in a private (RFC 1918) range: "
+                             f"{', '.join(map(str, PRIVATE_RANGES))}")
+        if len(set(self.zones)) != len(self.zones):
+            raise ValueError(f"zones repeat: {', '.join(self.zones)}")
         return self
 
 
 class Cluster(ConfigModel):
-    kubernetes_version: str = "1.33"
+    # The newest minor with every pin (add-ons, autoscaler image, AMIs), in EKS standard support until
+    # 2027-03-27 (spec/eks.yaml); older minors cost six times as much once extended support starts.
+    kubernetes_version: str = "1.35"
     public_access_cidrs: Tuple[Cidr, ...] = ()
     # Required, at least one: the cluster creator gets no access (API authentication mode), so without an
     # admin role nobody, Pulumi included, could reach the Kubernetes API.
@@ -186,7 +200,10 @@ class NodePool(ConfigModel):
     desired_nodes: int = Field(ge=0)
     max_nodes: int = Field(ge=0)
     efa: Optional[bool] = None  # None: on where the instance type supports EFA (resolved by spec.validate)
-    availability_zone: Optional[str] = None
+    # A zone name (us-east-1a) or ID (use1-az1) of network.zones; names are resolved per account at run time.
+    availability_zone: Optional[Annotated[str, _matches(ZONE, "an availability zone name (us-east-1a) or ID (use1-az1)")]] = None
+    # An existing cluster placement group to launch into (the one a capacity reservation was created in).
+    placement_group: Optional[Annotated[str, _matches(PLACEMENT_GROUP, "a placement group name")]] = None
     workload: Literal["training", "inference", "general"]
     gpu_sharing: GpuSharing = GpuSharing()
     labels: Dict[LabelKey, LabelValue] = {}

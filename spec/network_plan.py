@@ -1,4 +1,4 @@
-"""Zone choice and subnet sizing for the cluster VPC: pure functions, no Pulumi.
+"""Subnet layout of the cluster VPC: pure functions, no Pulumi.
 
 The VPC CNI gives every pod an address from its node's subnet, and GPU nodes run many pods
 (device plugins, DCGM exporter, EFA, log and metric agents, the workloads), so nearly all of the
@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Dict, Iterable, Sequence, Tuple
+from typing import Dict, Sequence
 
 # A subnet smaller than this cannot host an Elastic Load Balancer (AWS asks for a /27 at least).
 SMALLEST_PUBLIC_PREFIX = 27
 # Public subnets are never made larger than this: NAT gateways and load balancer nodes need few addresses.
 LARGEST_PUBLIC_PREFIX = 24
-
-
-def choose_zones(available: Sequence[str], pinned: Iterable[str], count: int) -> Tuple[str, ...]:
-    """The `count` zones the VPC spans, sorted.
-
-    Zones the node pools are pinned to come first (a pool's placement group or capacity reservation
-    lives in one zone, so the VPC must have a subnet there); the rest are the first `available`
-    zones in the order given. Raises ValueError when a pinned zone is not available, when more
-    zones are pinned than `count`, or when there are fewer than `count` available zones.
-    """
-    available = list(dict.fromkeys(available))
-    pinned_zones = list(dict.fromkeys(pinned))
-    foreign = [zone for zone in pinned_zones if zone not in available]
-    if foreign:
-        raise ValueError(f"pinned zone(s) {', '.join(sorted(foreign))} not among the available zones "
-                         f"{', '.join(available) or '(none)'}")
-    if count < 1:
-        raise ValueError(f"zone count must be at least 1, got {count}")
-    if len(pinned_zones) > count:
-        raise ValueError(f"{len(pinned_zones)} zones are pinned ({', '.join(sorted(pinned_zones))}) "
-                         f"but the VPC spans only {count}")
-    if len(available) < count:
-        raise ValueError(f"{count} zones requested but only {len(available)} available: {', '.join(available)}")
-    chosen = pinned_zones + [zone for zone in available if zone not in pinned_zones]
-    return tuple(sorted(chosen[:count]))
+MAX_ZONES = 6
+# The VPC is always cut into 8 equal blocks, whatever the zone count: the i-th declared zone's private
+# subnet is block i, and the last block holds the public subnets. Adding a zone takes the next free block
+# and moves nothing that exists.
+BLOCKS = 8
+PUBLIC_BLOCK = BLOCKS - 1
+AWS_RESERVED_ADDRESSES = 5       # the first four and the last address of every subnet
 
 
 @dataclass(frozen=True)
@@ -49,54 +31,40 @@ class SubnetPlan:
     private: Dict[str, str]
     public: Dict[str, str]
 
-
-def _next_power_of_two(n: int) -> int:
-    return 1 << (n - 1).bit_length()
+    def usable_private(self, zone: str) -> int:
+        return ipaddress.IPv4Network(self.private[zone]).num_addresses - AWS_RESERVED_ADDRESSES
 
 
 def plan_subnets(cidr: str, zones: Sequence[str]) -> SubnetPlan:
-    """Carve the VPC `cidr` into one private and one public subnet per zone.
+    """Carve the VPC `cidr` into one private and one public subnet per zone, by the zone's position.
 
-    The rule, for n zones:
+    Zone i (in the order the stack declares them, at most 6) gets private block i of 8 equal blocks
+    (prefix vpc + 3) and the i-th public subnet in block 7, of prefix ``max(vpc + 6, 24)``: a /24 when
+    there is room, a /26 in a /20 VPC. Nothing depends on how many zones there are, so appending a
+    zone never moves an existing subnet. Block 6 stays free for later use.
 
-    - Split the VPC into ``slots = next_power_of_two(n + 1)`` equal blocks (n = 2 or 3: 4 blocks;
-      n = 4 to 7: 8 blocks). Private subnet i is block i, so the private prefix is
-      ``vpc_prefix + log2(slots)``. The "+ 1" keeps at least one block free for the public
-      subnets; together the private subnets always hold more than half the VPC (at least
-      ``vpc_size / (2 n)`` addresses each).
-    - The last block is the public block. Public subnet i is the i-th piece of it, of prefix
-      ``max(private_prefix + ceil(log2(n)), 24)``: a /24 when there is room, smaller (never below
-      /27, the load balancer minimum) when the VPC is small. What the public subnets leave of that
-      block, and any block between the last private one and it, stays free for later use.
+    Examples: 10.0.0.0/16 -> private /19 (8,192 addresses: 10.0.0.0/19, 10.0.32.0/19, 10.0.64.0/19, ...),
+    public /24 (10.0.224.0/24, 10.0.225.0/24, ...). 10.0.0.0/20 -> private /23 (10.0.0.0/23, 10.0.2.0/23,
+    ...), public /26 (10.0.14.0/26, 10.0.14.64/26, ...).
 
-    Examples: 10.0.0.0/16, 3 zones -> private /18 (16,384 addresses each: 10.0.0.0/18,
-    10.0.64.0/18, 10.0.128.0/18), public /24 (10.0.192.0/24, 10.0.193.0/24, 10.0.194.0/24).
-    10.0.0.0/20, 6 zones -> private /23 (512 each, 10.0.0.0/23 .. 10.0.10.0/23), public /26
-    (64 each, 10.0.14.0/26 .. 10.0.15.64/26).
-
-    Raises ValueError for a malformed CIDR, no zones, duplicate zones, or a VPC too small for the
-    public subnets to reach /27.
+    Raises ValueError for a malformed CIDR, no zones, more than 6, repeated zones, or a VPC too small for
+    /27 public subnets.
     """
     try:
         vpc = ipaddress.IPv4Network(cidr, strict=True)
     except ValueError as err:
         raise ValueError(f"{cidr!r} is not an IPv4 network CIDR ({err})") from None
     zones = list(zones)
-    if not zones:
-        raise ValueError("at least one zone is needed")
+    if not zones or len(zones) > MAX_ZONES:
+        raise ValueError(f"1 to {MAX_ZONES} zones are needed, got {len(zones)}")
     if len(set(zones)) != len(zones):
         raise ValueError(f"zones repeat: {', '.join(zones)}")
-
-    n = len(zones)
-    slots = _next_power_of_two(n + 1)
-    private_prefix = vpc.prefixlen + (slots.bit_length() - 1)
-    public_prefix = max(private_prefix + (_next_power_of_two(n).bit_length() - 1), LARGEST_PUBLIC_PREFIX)
+    private_prefix = vpc.prefixlen + (BLOCKS.bit_length() - 1)
+    public_prefix = max(private_prefix + (BLOCKS.bit_length() - 1), LARGEST_PUBLIC_PREFIX)
     if public_prefix > SMALLEST_PUBLIC_PREFIX:
-        raise ValueError(f"{cidr} is too small for {n} zones: public subnets would be /{public_prefix}, "
-                         f"smaller than the /{SMALLEST_PUBLIC_PREFIX} a load balancer needs")
-
+        raise ValueError(f"{cidr} is too small: public subnets would be /{public_prefix}, smaller than the "
+                         f"/{SMALLEST_PUBLIC_PREFIX} a load balancer needs")
     blocks = list(vpc.subnets(new_prefix=private_prefix))
-    public_pieces = blocks[-1].subnets(new_prefix=public_prefix)
-    private = {zone: str(block) for zone, block in zip(zones, blocks)}
-    public = {zone: str(piece) for zone, piece in zip(zones, public_pieces)}
-    return SubnetPlan(private=private, public=public)
+    public_pieces = list(blocks[PUBLIC_BLOCK].subnets(new_prefix=public_prefix))
+    return SubnetPlan(private={zone: str(blocks[i]) for i, zone in enumerate(zones)},
+                      public={zone: str(public_pieces[i]) for i, zone in enumerate(zones)})

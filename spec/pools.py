@@ -140,8 +140,3 @@ def _expectation(itype, pool, image, max_temp_c: int, catalog) -> Dict[str, obje
         "migMode": "enabled" if pool.spec.gpu_sharing.mode == "mig" else "disabled",
         "eccExpected": gpu.ecc_expected,
     }
-
-
-def pool_zones(pool, zones: Tuple[str, ...]) -> Tuple[str, ...]:
-    """Zones the pool's ASG spans: its pinned zone (EFA, reservations), else every zone of the VPC."""
-    return (pool.spec.availability_zone,) if pool.spec.availability_zone else tuple(zones)

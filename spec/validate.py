@@ -7,6 +7,7 @@ parts that parsed. Only a config with no mistake at all becomes a StackSpec.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args, get_origin
@@ -15,16 +16,18 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost
+from spec import addons, charts, cost, zones
 from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
+from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.network_plan import choose_zones
 from spec.model import SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage
 from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
+from spec.zones import is_zone_id
 
 NAMESPACE = "gpu-cloud"
 REQUIRED_TAGS = ("team", "costCenter")
+DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,11 @@ def cluster_name(project: str, stack: str) -> str:
 
 
 def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[str],
-                    project: str = "gpu-cloud", catalog: Optional[Catalog] = None) -> StackSpec:
-    """Turn the raw `gpu-cloud:` config (key -> parsed value) into a StackSpec or raise ConfigError."""
+                    project: str = "gpu-cloud", catalog: Optional[Catalog] = None,
+                    peer_cidr: Optional[str] = None) -> StackSpec:
+    """Turn the raw `gpu-cloud:` config (key -> parsed value) into a StackSpec or raise ConfigError.
+
+    `peer_cidr` is the DR peer stack's VPC CIDR (from its stack file), which this VPC must not overlap."""
     catalog = catalog or load_catalog()
     issues: List[ConfigIssue] = []
     parsed: Dict[str, Any] = {}
@@ -113,6 +119,10 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
                                                 f"known regions: {', '.join(catalog.regions)}"))
 
     issues.extend(_check_tags(parsed.get("tags")))
+    network = parsed.get("network")
+    if network is not None and peer_cidr and _overlaps(network.cidr, peer_cidr):
+        issues.append(_issue(("network", "cidr"), f"{network.cidr} overlaps the DR peer's VPC {peer_cidr}; replication "
+                             "and failover route between the two, so pick a range that does not"))
     cluster_issues = _check_cluster(parsed.get("cluster"))
     issues.extend(cluster_issues)
     image = None
@@ -123,7 +133,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     pools = [(i, pool, _resolve_pool(i, pool, catalog, region, branch, issues))
              for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
-    issues.extend(_check_pool_set(pools, parsed, all_pools_parsed))
+    issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
     resolved = tuple(r for _, _, r in pools if r is not None)
     if not issues and parsed.get("budget") is not None:
         issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
@@ -136,23 +146,6 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
         dr=parsed["dr"], budget=parsed["budget"], catalog=catalog,
     )
-
-
-def stack_zones(spec: StackSpec, available: Sequence[str]) -> Tuple[str, ...]:
-    """The VPC's zones in the region as the provider reports them; a config error when they cannot fit.
-
-    The zone list is only known at run time (the account's available zones), so this is the one
-    check that runs after load_stack_spec, still before any resource is registered.
-    """
-    pinned = [(i, p.spec.availability_zone) for i, p in enumerate(spec.pools) if p.spec.availability_zone]
-    issues = [_issue(("nodePools", i, "availabilityZone"), f"{zone} is not an available zone in {spec.region}; "
-                     f"available: {', '.join(available)}") for i, zone in pinned if zone not in available]
-    if not issues and len(available) < spec.network.az_count:
-        issues.append(_issue(("network", "azCount"), f"{spec.network.az_count} zones asked, {spec.region} has "
-                             f"{len(available)} available: {', '.join(available)}"))
-    if issues:
-        raise ConfigError(issues)
-    return choose_zones(available, [zone for _, zone in pinned], spec.network.az_count)
 
 
 def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]]:
@@ -220,9 +213,12 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
     if (efa or s.reserved_capacity) and not s.availability_zone:
         why = "EFA pools" if efa else f"{s.capacity} pools"
         issues.append(_issue(at + ("availabilityZone",), f"is required for {why} (placement groups and reservations are zonal)"))
-    if s.availability_zone and region and not re.fullmatch(re.escape(region) + r"[a-z]", s.availability_zone):
+    if (s.availability_zone and region and not is_zone_id(s.availability_zone)
+            and not re.fullmatch(re.escape(region) + r"[a-z]", s.availability_zone)):
         issues.append(_issue(at + ("availabilityZone",), f"{s.availability_zone!r} is not a zone of {region} "
-                             f"(expected {region}a, {region}b, ...)"))
+                             f"(expected a zone ID of network.zones, or {region}a, {region}b, ...)"))
+    if s.capacity == "capacity-block" and s.placement_group:
+        issues.append(_issue(at + ("placementGroup",), "capacity blocks need no placement group; leave it out"))
 
     mode = s.gpu_sharing.mode
     for t in types[:1]:
@@ -260,11 +256,15 @@ def _check_template_tag_keys(at: Tuple[PathPart, ...], pool: NodePool) -> List[C
 
 def stack_warnings(spec: StackSpec, today: date) -> List[str]:
     """What a valid stack should still change (the plan prints these; `pulumi up` logs them)."""
-    return image_warnings(spec.node_image, today)
+    warnings = image_warnings(spec.node_image, today) + version_warnings(spec.cluster.kubernetes_version, today)
+    if ipaddress.IPv4Network(spec.network.cidr).overlaps(DOCKER_BRIDGE):
+        warnings.append(f"gpu-cloud:network.cidr: {spec.network.cidr} overlaps {DOCKER_BRIDGE}, the default bridge "
+                        "network of Docker and of many container build tools; pods there may not reach such hosts")
+    return warnings
 
 
 def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]],
-                    parsed: Mapping[str, Any], all_pools_parsed: bool) -> List[ConfigIssue]:
+                    parsed: Mapping[str, Any], all_pools_parsed: bool, region: Optional[str]) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
     seen: Dict[str, int] = {}
     for i, pool, _ in pools:
@@ -272,10 +272,9 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
             issues.append(_issue(("nodePools", i, "name"), f"{pool.name!r} is already used by nodePools[{seen[pool.name]}]"))
         seen.setdefault(pool.name, i)
     network = parsed.get("network")
-    zones = {p.availability_zone for _, p, _ in pools if p.availability_zone}
-    if network is not None and len(zones) > network.az_count:
-        issues.append(_issue(("network", "azCount"), f"{network.az_count} zones cannot hold the pools' zones "
-                             f"{', '.join(sorted(zones))}; raise azCount to at least {len(zones)}"))
+    if network is not None:
+        pins = [(i, p.availability_zone) for i, p, _ in pools if p.availability_zone]
+        issues.extend(_issue(parts, message) for parts, message in zones.static_issues(region, network.zones, pins))
     triton = parsed["inference"].triton if parsed.get("inference") else None
     # Only with every pool parsed: a pool with a typo elsewhere would read as "no such pool".
     if triton is not None and triton.enabled and triton.pool and all_pools_parsed:
@@ -321,6 +320,13 @@ def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalo
         return [_issue(("budget", "maxHourlyUsd"), f"pools at maxNodes cost ${estimate.hourly_at_max:,.2f}/hour, above the "
                        f"budget ${budget.max_hourly_usd:,.2f}/hour; lower maxNodes or raise the budget")]
     return []
+
+
+def _overlaps(cidr: str, other: str) -> bool:
+    try:
+        return ipaddress.IPv4Network(cidr).overlaps(ipaddress.IPv4Network(other, strict=False))
+    except ValueError:     # the peer's own validation names a malformed CIDR
+        return False
 
 
 def _issue(parts: Sequence[PathPart], message: str) -> ConfigIssue:

@@ -35,11 +35,17 @@ from plan.stackfile import load_stack_config  # noqa: E402
 STACKS = ("prod-us-east-1", "prod-eu-west-1", "dev")
 
 
-def run_stack(stack: str, overrides=None) -> ProgramRun:
-    """Run __main__.py for a stack file (Pulumi.yaml defaults applied), with optional key overrides."""
+def stack_config(stack: str, overrides=None) -> dict:
+    """A stack file's config (Pulumi.yaml defaults applied), with optional key overrides."""
     config = load_stack_config(stack)
     config.update(overrides or {})
-    return run_program(config, stack=stack)
+    return config
+
+
+def run_stack(stack: str, overrides=None, account=None) -> ProgramRun:
+    """Run __main__.py for a stack file, with optional key overrides and a changed mock account
+    (plan.engine.MockAccount; by default the offline plan's)."""
+    return run_program(stack_config(stack, overrides), stack=stack, account=account)
 
 
 def run_component(build, region: str = "us-east-1", stack: str = "test") -> ProgramRun:

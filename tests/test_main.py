@@ -84,8 +84,8 @@ def test_spot_pools_span_every_zone_and_efa_pools_one(stack_runs):
 def test_every_stack_boots_its_pinned_release_and_the_autoscaler_waits_out_the_gate(stack_runs, stack):
     run = stack_runs[stack]
     parameters = {args["name"] for token, args in run.invokes if token == "aws:ssm/getParameter:getParameter"}
-    assert parameters == {"/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
-                          "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id"}
+    assert parameters == {"/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+                          "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id"}
     release = run.one("kubernetes:helm.sh/v3:Release", "autoscaler-release")
     hooks = [h["heartbeatTimeout"] for asg in run.of_type(ASG) for h in asg.inputs["initialLifecycleHooks"]
              if h["lifecycleTransition"].endswith("LAUNCHING")]
@@ -105,3 +105,34 @@ def test_program_and_plan_validate_the_same_way(stack_runs):
     spec = load_stack_spec(project_keys(config), stack="prod-us-east-1", region=config["aws:region"])
     assert sorted(p.name for p in spec.pools) == sorted(a.name.removesuffix("-asg")
                                                         for a in stack_runs["prod-us-east-1"].of_type(ASG))
+
+
+def _policies(run, action):
+    return [r for r in run.of_type("aws:iam/rolePolicy:RolePolicy") if action in r.inputs["policy"]]
+
+
+SSM_CORE = lambda run: any(r.inputs["policyArn"].endswith("/AmazonSSMManagedInstanceCore")  # noqa: E731
+                           for r in run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment"))
+# Each interface endpoint's consumer in the program: an endpoint nothing here calls would only cost money.
+ENDPOINT_CONSUMERS = {
+    "ecr.api": lambda run: bool(run.of_type("aws:eks/addon:Addon")),          # add-on images live in ECR
+    "ecr.dkr": lambda run: bool(run.of_type("aws:eks/addon:Addon")),
+    "ec2": lambda run: bool(_policies(run, "ec2:CreateTags")) and bool(run.one("aws:eks/addon:Addon", "cluster-vpc-cni")),
+    "eks-auth": lambda run: bool(run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")),
+    "autoscaling": lambda run: bool(_policies(run, "autoscaling:CompleteLifecycleAction"))
+    and bool(run.one("kubernetes:helm.sh/v3:Release", "autoscaler-release")),
+    "sqs": lambda run: bool(run.of_type("aws:sqs/queue:Queue")),
+    "ssm": SSM_CORE, "ssmmessages": SSM_CORE, "ec2messages": SSM_CORE,
+}
+
+
+def test_every_interface_endpoint_has_a_consumer(stack_runs):
+    from components.network import INTERFACE_ENDPOINTS
+
+    run = stack_runs["prod-us-east-1"]
+    assert set(INTERFACE_ENDPOINTS.values()) == set(ENDPOINT_CONSUMERS)
+    endpoints = {e.inputs["serviceName"].removeprefix("com.amazonaws.us-east-1.")
+                 for e in run.of_type("aws:ec2/vpcEndpoint:VpcEndpoint") if e.inputs["vpcEndpointType"] == "Interface"}
+    assert endpoints == set(ENDPOINT_CONSUMERS)
+    for service, consumer in ENDPOINT_CONSUMERS.items():
+        assert consumer(run), f"nothing in the program uses the {service} endpoint"

@@ -1,4 +1,4 @@
-"""Subnet sizing and zone choice (pure), and the Network component under the shared mocks."""
+"""Subnet layout (pure), and the Network component under the shared mocks."""
 from __future__ import annotations
 
 import ipaddress
@@ -12,7 +12,7 @@ import pytest
 from pulumi.runtime.sync_await import _sync_await
 
 from components.network import INTERFACE_ENDPOINTS, Network, NetworkArgs
-from spec.network_plan import choose_zones, plan_subnets
+from spec.network_plan import plan_subnets
 from tests.conftest import run_component
 
 # ----------------------------------------------------------------------------- plan_subnets
@@ -24,7 +24,7 @@ LETTERS = "abcdef"
 @pytest.mark.parametrize("n_zones", range(2, 7))
 def test_plan_subnets_fits_and_never_overlaps(prefix, n_zones):
     vpc = ipaddress.IPv4Network(f"10.64.0.0/{prefix}")
-    zones = [f"us-east-1{x}" for x in LETTERS[:n_zones]]
+    zones = [f"use1-az{i + 1}" for i in range(n_zones)]
     plan = plan_subnets(str(vpc), zones)
 
     assert list(plan.private) == zones and list(plan.public) == zones
@@ -34,65 +34,48 @@ def test_plan_subnets_fits_and_never_overlaps(prefix, n_zones):
     assert all(s.subnet_of(vpc) for s in subnets), plan
     for a, b in itertools.combinations(subnets, 2):
         assert not a.overlaps(b), f"{a} overlaps {b}"
-
-    # Pod addresses: each private subnet holds at least 1/(2n) of the VPC, together more than half of it,
-    # and even the tightest case (/20, 6 zones) leaves 512 addresses per zone.
+    # Each private subnet is an eighth of the VPC whatever the zone count: 512 addresses even in a /20.
     for s in private:
-        assert s.num_addresses * 2 * n_zones >= vpc.num_addresses
-        assert s.num_addresses >= 512
-    assert sum(s.num_addresses for s in private) * 2 >= vpc.num_addresses
+        assert s.num_addresses * 8 == vpc.num_addresses and s.num_addresses >= 512
     # Public subnets stay small but big enough for a load balancer (/27 minimum) and never beat private ones.
     for s in public:
         assert 24 <= s.prefixlen <= 27
         assert min(p.num_addresses for p in private) >= 4 * s.num_addresses
 
 
+@pytest.mark.parametrize("prefix", range(16, 21))
+def test_adding_a_zone_never_moves_a_subnet(prefix):
+    """The layout the first `pulumi up` created stays: zone i keeps block i however many zones follow."""
+    zones = [f"use1-az{i + 1}" for i in range(6)]
+    first = plan_subnets(f"10.64.0.0/{prefix}", zones[:2])
+    for n in range(3, 7):
+        grown = plan_subnets(f"10.64.0.0/{prefix}", zones[:n])
+        assert {z: grown.private[z] for z in first.private} == first.private
+        assert {z: grown.public[z] for z in first.public} == first.public
+
+
 def test_plan_subnets_documented_examples():
     """The layouts the docstring promises; changing them would replace every subnet of a live stack."""
-    plan = plan_subnets("10.0.0.0/16", ["us-east-1a", "us-east-1b", "us-east-1c"])
-    assert plan.private == {"us-east-1a": "10.0.0.0/18", "us-east-1b": "10.0.64.0/18", "us-east-1c": "10.0.128.0/18"}
-    assert plan.public == {"us-east-1a": "10.0.192.0/24", "us-east-1b": "10.0.193.0/24", "us-east-1c": "10.0.194.0/24"}
+    plan = plan_subnets("10.0.0.0/16", ["use1-az1", "use1-az2", "use1-az4"])
+    assert plan.private == {"use1-az1": "10.0.0.0/19", "use1-az2": "10.0.32.0/19", "use1-az4": "10.0.64.0/19"}
+    assert plan.public == {"use1-az1": "10.0.224.0/24", "use1-az2": "10.0.225.0/24", "use1-az4": "10.0.226.0/24"}
+    assert plan.usable_private("use1-az1") == 8192 - 5
 
     plan = plan_subnets("10.0.0.0/20", list("abcdef"))
-    assert set(plan.private.values()) == {f"10.0.{2 * i}.0/23" for i in range(6)}
+    assert list(plan.private.values()) == [f"10.0.{2 * i}.0/23" for i in range(6)]
     assert plan.public["a"] == "10.0.14.0/26" and plan.public["f"] == "10.0.15.64/26"
 
 
 @pytest.mark.parametrize("cidr, zones, message", [
-    ("10.0.0.0/24", list("abcdef"), "too small"),
+    ("10.0.0.0/24", list("ab"), "too small"),
     ("10.0.0.0/16", ["a", "a"], "repeat"),
-    ("10.0.0.0/16", [], "at least one zone"),
+    ("10.0.0.0/16", [], "1 to 6 zones"),
+    ("10.0.0.0/16", list("abcdefg"), "1 to 6 zones"),
     ("10.0.0.1/16", ["a", "b"], "not an IPv4 network"),
 ])
 def test_plan_subnets_rejects(cidr, zones, message):
     with pytest.raises(ValueError, match=message):
         plan_subnets(cidr, zones)
-
-
-# ----------------------------------------------------------------------------- choose_zones
-
-AVAILABLE = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1e", "us-east-1f")
-
-
-def test_choose_zones_without_pins_takes_the_first_available():
-    assert choose_zones(AVAILABLE, [], 3) == ("us-east-1a", "us-east-1b", "us-east-1c")
-
-
-def test_choose_zones_keeps_pinned_zones_and_sorts():
-    assert choose_zones(AVAILABLE, ["us-east-1f", "us-east-1d"], 3) == ("us-east-1a", "us-east-1d", "us-east-1f")
-    assert choose_zones(AVAILABLE, ["us-east-1e", "us-east-1e"], 2) == ("us-east-1a", "us-east-1e")
-
-
-def test_choose_zones_rejects_a_foreign_pinned_zone():
-    with pytest.raises(ValueError, match="eu-west-1a.*not among the available zones"):
-        choose_zones(AVAILABLE, ["eu-west-1a"], 3)
-
-
-def test_choose_zones_rejects_more_pins_or_zones_than_possible():
-    with pytest.raises(ValueError, match="3 zones are pinned"):
-        choose_zones(AVAILABLE, ["us-east-1a", "us-east-1b", "us-east-1c"], 2)
-    with pytest.raises(ValueError, match="only 6 available"):
-        choose_zones(AVAILABLE, [], 7)
 
 
 # ----------------------------------------------------------------------------- the component
@@ -120,8 +103,8 @@ def _build(region: str, zones, nat_gateways: str, built: dict):
     return build
 
 
-US_ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-EU_ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
+US_ZONES = ("use1-az1", "use1-az2", "use1-az4")
+EU_ZONES = ("euw1-az1", "euw1-az2", "euw1-az3")
 
 
 @pytest.fixture(scope="module", params=["one-per-az", "single"])
@@ -145,7 +128,7 @@ def _subnets(run, role: str) -> Dict[str, object]:
     """zone -> subnet resource, for "private" or "public" subnets (told apart by their role tag)."""
     tag = {"private": "kubernetes.io/role/internal-elb", "public": "kubernetes.io/role/elb"}[role]
     found = [s for s in run.of_type(SUBNET) if s.inputs.get("tags", {}).get(tag) == "1"]
-    by_zone = {s.inputs["availabilityZone"]: s for s in found}
+    by_zone = {s.inputs["availabilityZoneId"]: s for s in found}
     assert len(by_zone) == len(found), "two subnets of one role in a zone"
     return by_zone
 
@@ -234,7 +217,7 @@ def test_vpc_endpoints(per_az):
     endpoints = run.of_type(ENDPOINT)
     interface = {e.inputs["serviceName"]: e for e in endpoints if e.inputs["vpcEndpointType"] == "Interface"}
     expected = {f"com.amazonaws.us-east-1.{s}" for s in
-                ("ecr.api", "ecr.dkr", "sts", "ec2", "ssm", "logs", "autoscaling", "elasticloadbalancing")}
+                ("ecr.api", "ecr.dkr", "ec2", "eks-auth", "autoscaling", "sqs", "ssm", "ssmmessages", "ec2messages")}
     assert set(interface) == expected
     private_ids = {s.state["id"] for s in _subnets(run, "private").values()}
     sg = run.one("aws:ec2/securityGroup:SecurityGroup")
@@ -260,7 +243,7 @@ def test_endpoint_service_names_follow_the_region():
     names = {e.inputs["serviceName"] for e in run.of_type(ENDPOINT)}
     assert len(names) == len(INTERFACE_ENDPOINTS) + 1
     assert all(n.startswith("com.amazonaws.eu-west-1.") for n in names), names
-    assert {s.inputs["availabilityZone"] for s in run.of_type(SUBNET)} == set(EU_ZONES)
+    assert {s.inputs["availabilityZoneId"] for s in run.of_type(SUBNET)} == set(EU_ZONES)
 
 
 def test_flow_logs_to_an_encrypted_log_group(per_az):

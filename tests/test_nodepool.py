@@ -17,7 +17,7 @@ from tests.test_validate import load, valid_config
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
 CLUSTER = "gpu-cloud-test"
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+ZONES = ("use1-az1", "use1-az2", "use1-az4")
 
 
 def pool_run(pool_fields=None, index=0, mutate=None):
@@ -39,6 +39,7 @@ def pool_run(pool_fields=None, index=0, mutate=None):
             region="us-east-1", account_id="123456789012", partition="aws",
             vpc_id="vpc-0123",
             subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
+            zones=ZONES[:1] if pool.spec.availability_zone else ZONES,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
             instance_tags=spec.resource_tags))
     return run_component(build), pool
@@ -77,8 +78,8 @@ def test_efa_pool_sits_in_a_cluster_placement_group_in_one_zone_with_self_refere
     group = run.one("aws:ec2/placementGroup:PlacementGroup")
     assert group.inputs["strategy"] == "cluster"
     placement = run.one(LT).inputs["placement"]
-    assert placement == {"groupName": group.state["name"], "availabilityZone": "us-east-1a"}
-    assert run.one(ASG).inputs["vpcZoneIdentifiers"] == ["subnet-a"]
+    assert placement == {"groupName": group.state["name"]}
+    assert run.one(ASG).inputs["vpcZoneIdentifiers"] == ["subnet-1"]
     sg = run.one("aws:ec2/securityGroup:SecurityGroup").state["id"]
     for kind in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
                  "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"):
@@ -100,6 +101,24 @@ def test_capacity_block_pool_uses_the_capacity_block_market_and_targets_the_bloc
     assert inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
     assert inputs["capacityReservationSpecification"]["capacityReservationTarget"] == {
         "capacityReservationId": "cr-0aaaaaaaaaaaaaaaa"}
+    # A capacity block is placed by AWS: no placement group is made or named.
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup") and "placement" not in inputs
+
+
+def test_reservation_made_in_a_placement_group_launches_into_that_group():
+    run, _ = pool_run({"placementGroup": "research-p5-cluster"})
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup")
+    assert run.one(LT).inputs["placement"] == {"groupName": "research-p5-cluster"}
+
+
+@pytest.mark.parametrize("itype,efa,pods", [("p5.48xlarge", True, 51), ("p5.48xlarge", False, 100),
+                                            ("p5en.48xlarge", True, 110), ("g6e.12xlarge", False, 110)])
+def test_nodes_register_with_the_pods_the_cni_can_address(itype, efa, pods):
+    run, _ = pool_run({"instanceTypes": [itype], "capacity": "on-demand", "capacityReservationId": None, "efa": efa})
+    user_data = base64.b64decode(run.one(LT).inputs["userData"]).decode()
+    parts = {p.get_content_type(): p.get_payload() for p in email.message_from_string(user_data).walk()
+             if not p.is_multipart()}
+    assert yaml.safe_load(parts["application/node.eks.aws"])["spec"]["kubelet"]["config"]["maxPods"] == pods
 
 
 def test_spot_pool_is_price_capacity_optimized_over_every_type_and_zone():
@@ -129,10 +148,10 @@ def test_launch_template_is_safe_by_default():
 
 
 @pytest.mark.parametrize("driver,parameter", [
-    ({}, "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
-         "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id"),
-    ({"source": "install", "amiRelease": "v20260505"}, "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/"
-     "standard/amazon-eks-node-al2023-x86_64-standard-1.33-v20260505/image_id"),
+    ({}, "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+         "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id"),
+    ({"source": "install", "amiRelease": "v20260505"}, "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/"
+     "standard/amazon-eks-node-al2023-x86_64-standard-1.35-v20260505/image_id"),
 ])
 def test_launch_template_boots_the_pinned_release_never_recommended(driver, parameter):
     run, _ = pool_run(mutate=lambda c: c.update(gpuDriver=driver))

@@ -31,33 +31,51 @@ def test_make_plan_shows_capacity_and_cost_tables(documents):
     text, _ = documents["prod-us-east-1"]
     assert "stack prod-us-east-1 (project gpu-cloud, region us-east-1)" in text
     assert "GPU capacity:" in text and "Hourly cost (USD" in text
-    assert re.search(r"\n  train-h100 +p5\.48xlarge +H100 +8 +reserved +4/4/4 +32 +32", text)
+    assert re.search(r"\n  train-h100 +p5\.48xlarge +H100 +8 +51 +reserved +4/4/4 +32 +32", text)
+
+
+def test_plan_shows_each_zones_subnets_pools_and_address_demand(documents):
+    text, document = documents["prod-us-east-1"]
+    zones = {z["zoneId"]: z for z in document["outputs"]["zones"]}
+    assert list(zones) == ["use1-az1", "use1-az2", "use1-az4"]
+    # 10.64.0.0/16: private /19 blocks 0, 1, 2 in declared order; public /24s in block 7.
+    assert [(z["privateSubnet"], z["publicSubnet"]) for z in zones.values()] == [
+        ("10.64.0.0/19", "10.64.224.0/24"), ("10.64.32.0/19", "10.64.225.0/24"), ("10.64.64.0/19", "10.64.226.0/24")]
+    assert zones["use1-az1"]["pools"] == ["train-h100", "finetune-a100-80gb-spot", "finetune-a100-40gb-spot", "infer-l40s"]
+    assert "train-h100" not in zones["use1-az2"]["pools"]
+    # at maxNodes: p5 4 x 50, p4de 3 x 116, p4d 3 x 116, g6e.12xlarge 8 x 117, system nodes 4 x 60
+    assert zones["use1-az1"]["addressesAtMax"] == 200 + 348 + 348 + 936 + 240 == 2072
+    assert zones["use1-az2"]["addressesAtMax"] == 2072 - 200
+    assert zones["use1-az1"]["usableAddresses"] == 8192 - 5
+    assert re.search(r"\n  use1-az1 +us-east-1a +10\.64\.0\.0/19 +10\.64\.224\.0/24 +2072 of 8187 +train-h100, ", text)
+    assert {r["pool"]: r["maxPodsPerNode"] for r in document["capacity"]} == {
+        "train-h100": 51, "finetune-a100-80gb-spot": 110, "finetune-a100-40gb-spot": 110, "infer-l40s": 110}
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_plan_names_the_node_image_and_shipped_stacks_have_nothing_to_warn_about(documents, stack):
     text, document = documents[stack]
     assert document["nodeImage"] == {
-        "release": "v20260714", "amiName": "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714",
-        "ssmParameter": "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/"
-                        "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714/image_id",
+        "release": "v20260714", "amiName": "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714",
+        "ssmParameter": "/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+                        "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id",
         "driverSource": "ami", "driverBranch": "580", "driverVersion": "580.159.03"}
-    assert "GPU node image: amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714" in text
+    assert "GPU node image: amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714" in text
     assert document["warnings"] == [] and "Warnings:" not in text
 
 
 def test_plan_warns_about_an_outdated_release_and_still_plans(tmp_path):
     stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
-    stack["config"]["gpu-cloud:gpuDriver"] = {"amiRelease": "v20251112"}
+    stack["config"]["gpu-cloud:gpuDriver"] = {"amiRelease": "v20260116"}
     path = tmp_path / "Pulumi.old.yaml"
     path.write_text(yaml.safe_dump(stack))
     out = tmp_path / "old.json"
     result = plan("dev", "--stack-file", path, "--json", out)
     assert result.returncode == 0, result.stderr
     (warning,) = json.loads(out.read_text())["warnings"]
-    assert warning.startswith("gpu-cloud:gpuDriver.amiRelease: v20251112 is older than v20260714")
+    assert warning.startswith("gpu-cloud:gpuDriver.amiRelease: v20260116 is older than v20260714")
     assert "Warnings:\n  - " + warning in result.stdout
-    assert "NVIDIA driver 580.95.05, carried by the AMI" in result.stdout
+    assert "NVIDIA driver 580.105.08, carried by the AMI" in result.stdout
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -106,7 +124,7 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
     config["gpu-cloud:nodePools"][1]["maxNode"] = 3
     config["gpu-cloud:network"]["cidr"] = "10.64.0.0/8"
     config["gpu-cloud:nodePools"][2]["instanceTypes"] = ["p4d.24xlarge", "p4de.24xlarge"]
-    config["gpu-cloud:gpuDriver"]["version"] = "580.95.05"
+    config["gpu-cloud:gpuDriver"]["version"] = "580.105.08"
     broken = tmp_path / "Pulumi.broken.yaml"
     broken.write_text(yaml.safe_dump(stack))
     result = plan("prod-us-east-1", "--stack-file", broken)
@@ -114,7 +132,7 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
     for expected in ("gpu-cloud:environment", "gpu-cloud:nodePools[0].instanceTypes[0]",
                      "did you mean p5.48xlarge?", "gpu-cloud:nodePools[1].maxNode", "gpu-cloud:network",
                      "gpu-cloud:nodePools[2].instanceTypes: types in one pool need one node shape",
-                     "gpu-cloud:gpuDriver.version: 580.95.05 does not match"):
+                     "gpu-cloud:gpuDriver.version: 580.105.08 does not match"):
         assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stdout == ""          # nothing was planned

@@ -97,10 +97,3 @@ def test_template_tag_prefixes_leave_82_characters_for_keys():
     # the 46-character prefixes of gpu-facts.md; spec/validate.py refuses longer label and taint keys
     assert len(pools.TEMPLATE_LABEL_PREFIX) == len(pools.TEMPLATE_TAINT_PREFIX) == 46
     assert pools.ASG_TAG_KEY_MAX - len(pools.TEMPLATE_LABEL_PREFIX) == 82
-
-
-def test_pool_zones():
-    train, infer = pools_of()
-    zones = ("us-east-1a", "us-east-1b", "us-east-1c")
-    assert pools.pool_zones(train, zones) == ("us-east-1a",)
-    assert pools.pool_zones(infer, zones) == zones

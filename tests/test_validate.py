@@ -12,7 +12,7 @@ def valid_config():
     return {
         "environment": "prod",
         "tags": {"team": "ml", "costCenter": "cc-1"},
-        "network": {"cidr": "10.0.0.0/16"},
+        "network": {"cidr": "10.0.0.0/16", "zones": ["use1-az1", "use1-az2", "use1-az4"]},
         "cluster": {"adminRoleArns": ["arn:aws:iam::123456789012:role/admin"]},
         "nodePools": [
             {"name": "train", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved",
@@ -69,9 +69,18 @@ MISTAKES = [
     ("tag key reserved by AWS", setter(["tags", "aws:owner"], "x"), "gpu-cloud:tags.aws:owner", "reserved by AWS"),
     ("CIDR is not a CIDR", setter(["network", "cidr"], "10.0.0.0/33"), "gpu-cloud:network.cidr", "not an IPv4 CIDR"),
     ("VPC too large", setter(["network", "cidr"], "10.0.0.0/12"), "gpu-cloud:network", "/16 to /20"),
-    ("too many zones", setter(["network", "azCount"], 7), "gpu-cloud:network.azCount", "less than or equal to 6"),
+    ("too many zones", setter(["network", "zones"], [f"use1-az{i}" for i in range(1, 8)]), "gpu-cloud:network.zones", "at most 6 items"),
+    ("one zone", setter(["network", "zones"], ["use1-az1"]), "gpu-cloud:network.zones", "at least 2 items"),
+    ("zones not declared", deleter(["network", "zones"]), "gpu-cloud:network.zones", "required"),
+    ("zone given by name", setter(["network", "zones"], ["us-east-1a", "us-east-1b"]), "gpu-cloud:network.zones[0]", "availability zone ID such as use1-az1"),
+    ("zone repeated", setter(["network", "zones"], ["use1-az1", "use1-az1"]), "gpu-cloud:network", "zones repeat"),
+    ("zone of another region", setter(["network", "zones"], ["use1-az1", "euw1-az2"]), "gpu-cloud:network.zones[1]", "not a zone ID of us-east-1"),
+    ("zone EKS refuses", setter(["network", "zones"], ["use1-az1", "use1-az3"]), "gpu-cloud:network.zones[1]", "EKS does not accept cluster subnets"),
+    ("public address range", setter(["network", "cidr"], "100.64.0.0/16"), "gpu-cloud:network", "not in a private (RFC 1918) range"),
+    ("pool pinned to an undeclared zone ID", lambda c: pool(0)(c).update(availabilityZone="use1-az6"), "gpu-cloud:nodePools[0].availabilityZone", "not one of network.zones"),
+    ("placement group on a capacity block", lambda c: pool(0)(c).update(capacity="capacity-block", placementGroup="pg-1"), "gpu-cloud:nodePools[0].placementGroup", "capacity blocks need no placement group"),
     ("unknown NAT mode", setter(["network", "natGateways"], "none"), "gpu-cloud:network.natGateways", "'one-per-az' or 'single'"),
-    ("misspelt nested key", setter(["network", "azcount"], 3), "gpu-cloud:network.azcount", "did you mean azCount"),
+    ("misspelt nested key", setter(["network", "zone"], ["use1-az1"]), "gpu-cloud:network.zone", "did you mean zones"),
     ("unsupported Kubernetes version", setter(["cluster", "kubernetesVersion"], "1.21"), "gpu-cloud:cluster.kubernetesVersion", "allowed:"),
     ("public CIDR not a CIDR", setter(["cluster", "publicAccessCidrs"], ["0.0.0.0", "1.2.3.4/40"]), "gpu-cloud:cluster.publicAccessCidrs[1]", "not an IPv4 CIDR"),
     ("admin ARN is a user", setter(["cluster", "adminRoleArns"], ["arn:aws:iam::123456789012:user/bob"]), "gpu-cloud:cluster.adminRoleArns[0]", "IAM role ARN"),
@@ -82,11 +91,11 @@ MISTAKES = [
     ("driver version off its branch", setter(["gpuDriver"], {"branch": "580", "version": "570.1.2"}), "gpu-cloud:gpuDriver", "not on branch 580"),
     ("unknown driver source", setter(["gpuDriver"], {"source": "runfile"}), "gpu-cloud:gpuDriver.source", "'ami' or 'install'"),
     ("AMI release not a release name", setter(["gpuDriver"], {"amiRelease": "latest"}), "gpu-cloud:gpuDriver.amiRelease", "EKS AMI release"),
-    ("AMI release gpu-cloud does not know", setter(["gpuDriver"], {"amiRelease": "v20240101"}), "gpu-cloud:gpuDriver.amiRelease", "not a release in spec/amis.yaml; releases for Kubernetes 1.33: v20260714"),
+    ("AMI release gpu-cloud does not know", setter(["gpuDriver"], {"amiRelease": "v20240101"}), "gpu-cloud:gpuDriver.amiRelease", "not a release in spec/amis.yaml; releases for Kubernetes 1.35: v20260714"),
     ("AMI release without the cluster's minor", lambda c: (c["cluster"].update(kubernetesVersion="1.35"), c.update(gpuDriver={"amiRelease": "v20251217"})),
      "gpu-cloud:gpuDriver.amiRelease", "has no Kubernetes 1.35 AMI"),
     ("branch the AMI does not carry", setter(["gpuDriver"], {"branch": "570"}), "gpu-cloud:gpuDriver.branch", "carries driver 580.159.03"),
-    ("version another AMI release carries", setter(["gpuDriver"], {"version": "580.95.05"}), "gpu-cloud:gpuDriver.version", "carries it: v20251112, v20251108, v20251029"),
+    ("version another AMI release carries", setter(["gpuDriver"], {"version": "580.105.08"}), "gpu-cloud:gpuDriver.version", "carries it: v20260116, v20260114"),
     ("version no AMI release carries", setter(["gpuDriver"], {"version": "580.65.06"}), "gpu-cloud:gpuDriver.version", "use source: install"),
     ("install of a branch gpu-cloud does not know", setter(["gpuDriver"], {"source": "install", "branch": "590"}), "gpu-cloud:gpuDriver.branch", "known: 535, 570, 575, 580, 595"),
     ("install onto a containerd 1.7 AMI", lambda c: (c["cluster"].update(kubernetesVersion="1.32"), c.update(gpuDriver={"source": "install", "amiRelease": "v20251112"})),
@@ -104,7 +113,7 @@ MISTAKES = [
     ("negative max", lambda c: pool(1)(c).update(maxNodes=-1), "gpu-cloud:nodePools[1].maxNodes", "greater than or equal to 0"),
     ("EFA pool with two types", lambda c: pool(1)(c).update(instanceTypes=["p5en.48xlarge", "p5e.48xlarge"], efa=True, availabilityZone="us-east-1a"), "gpu-cloud:nodePools[1].instanceTypes", "exactly one instance type"),
     ("EFA pool without a zone", lambda c: pool(0)(c).update(capacity="on-demand", capacityReservationId=None) or pool(0)(c).pop("availabilityZone"), "gpu-cloud:nodePools[0].availabilityZone", "required for EFA pools"),
-    ("zone of another region", lambda c: pool(0)(c).update(availabilityZone="us-west-2a"), "gpu-cloud:nodePools[0].availabilityZone", "not a zone of us-east-1"),
+    ("pool zone of another region", lambda c: pool(0)(c).update(availabilityZone="us-west-2a"), "gpu-cloud:nodePools[0].availabilityZone", "not a zone of us-east-1"),
     ("mixed GPU counts in a pool", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge", "g6e.48xlarge"]), "gpu-cloud:nodePools[1].instanceTypes",
      "g6e.12xlarge has 4 x L40S (45776 MiB), 48 vCPUs, 384 GiB; g6e.48xlarge has 8 x L40S (45776 MiB), 192 vCPUs, 1536 GiB"),
     ("A100 40 GB and 80 GB in one pool", lambda c: pool(1)(c).update(instanceTypes=["p4de.24xlarge", "p4d.24xlarge"]), "gpu-cloud:nodePools[1].instanceTypes",
@@ -131,10 +140,6 @@ MISTAKES = [
     ("DR role without peer", setter(["dr"], {"role": "primary"}), "gpu-cloud:dr", "needs peerStack, domain, hostedZoneId"),
     ("DR peer stack of another project", setter(["dr"], {"role": "secondary", "peerStack": "acme/other/prod", "domain": "a.example.com", "hostedZoneId": "Z123"}), "gpu-cloud:dr.peerStack", "org/gpu-cloud/<stack>"),
     ("budget below the pools' cost", setter(["budget"], {"maxHourlyUsd": 10}), "gpu-cloud:budget.maxHourlyUsd", "above the budget"),
-    ("pinned zones exceed azCount", lambda c: (c["network"].update(azCount=2), pool(0)(c).update(availabilityZone="us-east-1a"),
-                                               c["nodePools"].append({**copy.deepcopy(c["nodePools"][0]), "name": "t2", "availabilityZone": "us-east-1b"}),
-                                               c["nodePools"].append({**copy.deepcopy(c["nodePools"][0]), "name": "t3", "availabilityZone": "us-east-1c"})),
-     "gpu-cloud:network.azCount", "raise azCount to at least 3"),
 ]
 
 
@@ -192,8 +197,8 @@ def test_valid_config_resolves_defaults_and_catalog_facts():
     train, infer = spec.pools
     assert train.efa is True and train.gpus_per_node == 8          # EFA defaults on where the type has it
     assert infer.efa is False and [t.name for t in infer.types] == ["g6e.12xlarge"]
-    assert spec.network.az_count == 3 and spec.network.nat_gateways == "one-per-az"
-    assert spec.cluster.kubernetes_version == "1.33"
+    assert spec.network.zones == ("use1-az1", "use1-az2", "use1-az4") and spec.network.nat_gateways == "one-per-az"
+    assert spec.cluster.kubernetes_version == "1.35"
     # No gpuDriver: the default release's accelerated AMI, whose driver the gate then requires exactly.
     assert (spec.node_image.source, spec.node_image.release, spec.node_image.driver_version) == ("ami", "v20260714", "580.159.03")
     assert spec.monitoring.alerts.gpu_temp_c == 85
@@ -217,7 +222,7 @@ def test_keys_at_the_tag_limit_are_accepted():
 def test_spec_is_frozen():
     spec = load(valid_config())
     with pytest.raises(Exception):
-        spec.network.az_count = 5  # type: ignore[misc]
+        spec.network.nat_gateways = "single"  # type: ignore[misc]
 
 
 def test_kubernetes_versions_accepted_are_exactly_those_with_every_pin():

@@ -1,0 +1,269 @@
+"""Zones and subnets a real account can hold for good: spec/zones.py, spec/pods.py and the program around them.
+
+The program is run under the shared mocks with the account changed as AWS might change it between two
+`pulumi up`s, to see that nothing already created moves, and with accounts that cannot take the stack, to see
+each refused with its key before anything is registered.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import date
+
+import pulumi
+import pytest
+
+from plan.engine import offline_account
+from spec import pods
+from spec.catalog import load_catalog
+from spec.eks import standard_support_end, version_warnings
+from spec.validate import load_stack_spec, stack_warnings, supported_kubernetes_versions
+from spec.model import Cluster
+from spec.zones import zone_demand
+from tests.conftest import run_stack, stack_config
+from tests.test_validate import load, valid_config
+
+SUBNET = "aws:ec2/subnet:Subnet"
+ASG = "aws:autoscaling/group:Group"
+STACK = "prod-us-east-1"
+
+
+def account(overrides=None, stack=STACK):
+    config = stack_config(stack, overrides)
+    return offline_account(config["aws:region"], config), config
+
+
+def subnets(run):
+    return {s.name: (s.inputs["cidrBlock"], s.inputs["availabilityZoneId"]) for s in run.of_type(SUBNET)}
+
+
+def config_error(stack=STACK, overrides=None, mock=None):
+    with pytest.raises(pulumi.RunError) as raised:
+        run_stack(stack, overrides, account=mock)
+    return str(raised.value)
+
+
+# ----------------------------------------------------------------------------- a layout that stays put
+
+@pytest.fixture(scope="module")
+def first_up():
+    return run_stack(STACK)
+
+
+@pytest.mark.parametrize("change", ["undeclared zone impaired", "zones listed in another order", "new zone opens"])
+def test_what_the_account_reports_never_moves_a_subnet(first_up, change):
+    mock, _ = account()
+    if change == "undeclared zone impaired":
+        del mock.zones["use1-az3"], mock.zones["use1-az5"]
+    elif change == "zones listed in another order":
+        mock.zones = dict(reversed(list(mock.zones.items())))
+        mock.offerings = dict(reversed(list(mock.offerings.items())))
+    else:
+        mock.zones["use1-az7"] = "us-east-1g"
+        mock.offerings["use1-az7"] = mock.offerings["use1-az1"]
+    assert subnets(run_stack(STACK, account=mock)) == subnets(first_up)
+
+
+def test_a_new_pool_or_an_appended_zone_moves_no_existing_subnet(first_up):
+    config = stack_config(STACK)
+    pools = copy.deepcopy(config["gpu-cloud:nodePools"])
+    pools.append({**pools[0], "name": "train-h100-b", "capacityReservationId": "cr-0b1b2c3d4e5f60718",
+                  "availabilityZone": "use1-az2"})
+    network = {**config["gpu-cloud:network"], "zones": [*config["gpu-cloud:network"]["zones"], "use1-az5"]}
+    grown = subnets(run_stack(STACK, {"gpu-cloud:nodePools": pools, "gpu-cloud:network": network,
+                                      "gpu-cloud:budget": {"maxHourlyUsd": 700}}))
+    before = subnets(first_up)
+    assert {name: grown[name] for name in before} == before
+    assert set(grown) - set(before) == {"network-private-use1-az5", "network-public-use1-az5"}
+
+
+def test_subnets_are_named_and_placed_by_zone_id(first_up):
+    assert subnets(first_up)["network-private-use1-az4"] == ("10.64.64.0/19", "use1-az4")
+    assert subnets(first_up)["network-public-use1-az1"] == ("10.64.224.0/24", "use1-az1")
+
+
+# ----------------------------------------------------------------------------- zones the account really has
+
+def test_a_declared_zone_the_account_does_not_offer_is_refused_not_replanned():
+    mock, _ = account()
+    del mock.zones["use1-az4"]
+    message = config_error(mock=mock)
+    assert "gpu-cloud:network.zones[2]: use1-az4 is not an available zone of us-east-1 in this account" in message
+
+
+def test_a_pin_by_name_resolves_per_account_and_must_be_declared():
+    config = stack_config(STACK)
+    pools = copy.deepcopy(config["gpu-cloud:nodePools"])
+    pools[0]["availabilityZone"] = "us-east-1c"          # use1-az3 in the mock account: not declared
+    mock, _ = account({"gpu-cloud:nodePools": pools})
+    message = config_error(overrides={"gpu-cloud:nodePools": pools}, mock=mock)
+    assert "gpu-cloud:nodePools[0].availabilityZone: us-east-1c is not one of network.zones" in message
+
+
+def test_a_pinned_pools_type_must_be_offered_in_its_zone():
+    mock, _ = account()
+    mock.offerings["use1-az1"] = mock.offerings["use1-az1"] - {"p5.48xlarge"}
+    assert "gpu-cloud:nodePools[0].instanceTypes: p5.48xlarge not offered in use1-az1 (us-east-1a)" in config_error(mock=mock)
+
+
+def test_a_multi_zone_pool_launches_only_where_its_type_is_offered_and_says_so():
+    mock, _ = account()
+    mock.offerings["use1-az2"] = mock.offerings["use1-az2"] - {"g6e.12xlarge"}
+    run = run_stack(STACK, account=mock)
+    infer = run.one(ASG, "infer-l40s-asg")
+    subnet_zone = {s.state["id"]: s.inputs["availabilityZoneId"] for s in run.of_type(SUBNET)}
+    assert sorted(subnet_zone[s] for s in infer.inputs["vpcZoneIdentifiers"]) == ["use1-az1", "use1-az4"]
+    assert "gpu-cloud:nodePools[3]: infer-l40s launches only in use1-az1, use1-az4; use1-az2 do not offer g6e.12xlarge" \
+        in run.warnings
+
+
+def test_a_pool_no_declared_zone_offers_is_refused():
+    mock, _ = account()
+    for zone in mock.offerings:
+        mock.offerings[zone] = mock.offerings[zone] - {"g6e.12xlarge"}
+    assert "gpu-cloud:nodePools[3].instanceTypes: g6e.12xlarge: no zone of network.zones offers it" in config_error(mock=mock)
+
+
+# ----------------------------------------------------------------------------- reservations as they are
+
+RESERVATION = "cr-0a1b2c3d4e5f60718"
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"AvailabilityZoneId": "use1-az2"}, "gpu-cloud:nodePools[0].availabilityZone: the pool's zone is use1-az1, but "
+                                         "cr-0a1b2c3d4e5f60718 is in use1-az2 (us-east-1b)"),
+    ({"InstanceType": "p5e.48xlarge"}, "gpu-cloud:nodePools[0].instanceTypes: cr-0a1b2c3d4e5f60718 reserves p5e.48xlarge"),
+    ({"InstanceCount": 3}, "gpu-cloud:nodePools[0].maxNodes: 4 is more than the 3 instances cr-0a1b2c3d4e5f60718 holds"),
+    ({"PlacementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-spine"},
+     "gpu-cloud:nodePools[0].placementGroup: cr-0a1b2c3d4e5f60718 was made in placement group p5-spine: set "
+     "placementGroup: p5-spine"),
+])
+def test_a_reservation_that_is_not_what_its_pool_says_is_refused(change, expected):
+    mock, _ = account()
+    mock.reservations[RESERVATION].update(change)
+    assert expected in config_error(mock=mock)
+
+
+def test_a_reservation_the_account_does_not_have_is_refused():
+    mock, _ = account()
+    del mock.reservations[RESERVATION]
+    message = config_error(mock=mock)
+    assert ("gpu-cloud:nodePools[0].capacityReservationId: cr-0a1b2c3d4e5f60718 could not be read in this account "
+            "and region:") in message
+    assert "InvalidCapacityReservationId.NotFound" in message
+
+
+def test_the_offline_plan_reads_reservations_through_the_providers_own_functions(first_up):
+    tokens = [token for token, args in first_up.invokes if args.get("identifier") == RESERVATION or args.get("id") == RESERVATION]
+    assert tokens == ["aws:cloudcontrol/getResource:getResource"]
+    config = stack_config(STACK)
+    pools = copy.deepcopy(config["gpu-cloud:nodePools"])
+    pools[0]["capacity"] = "capacity-block"
+    run = run_stack(STACK, {"gpu-cloud:nodePools": pools})
+    assert [t for t, a in run.invokes if a.get("id") == RESERVATION] == [
+        "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"]
+
+
+# ----------------------------------------------------------------------------- pods and addresses
+
+# Per EFA layout, entry by entry: interfaces on card 0 left to the CNI, maxPods, subnet addresses per node.
+POD_TABLE = [
+    ("p5.48xlarge", True, 1, 51, 50), ("p5.48xlarge", False, 2, 100, 100),
+    ("p5e.48xlarge", True, 1, 51, 50), ("p5en.48xlarge", True, 3, 110, 116),
+    ("p6-b200.48xlarge", True, 3, 110, 116), ("p4d.24xlarge", True, 14, 110, 116),
+    ("p4de.24xlarge", True, 14, 110, 116), ("g6e.48xlarge", True, 9, 110, 116),
+    ("g5.48xlarge", True, 6, 110, 116), ("g6e.12xlarge", True, 9, 110, 117),
+    ("g6.12xlarge", False, 8, 110, 117), ("g4dn.12xlarge", True, 7, 110, 117),
+]
+
+
+@pytest.mark.parametrize("itype,efa,interfaces,max_pods,addresses", POD_TABLE)
+def test_pods_per_node_match_what_the_cni_can_address(itype, efa, interfaces, max_pods, addresses):
+    t = load_catalog().instance_types[itype]
+    assert pods.pod_interfaces(t, efa=efa) == interfaces
+    assert pods.max_pods([t], efa=efa) == max_pods
+    assert pods.pool_addresses_per_node([t], efa=efa) == addresses
+
+
+def test_cni_formula_and_its_warm_addresses():
+    assert pods.cni_max_pods(1, 50) == 51 and pods.cni_max_pods(2, 50) == 100     # nodeadm's p5 default: 100
+    assert pods.addresses_per_node(1, 50, 51) == 50          # every address of the one interface
+    assert pods.addresses_per_node(14, 50, 110) == 113 + 3   # 108 pods + 5 warm, on 3 interfaces
+    assert pods.addresses_per_node(4, 15, 3) == 10 + 1       # the minimum of 10 on one interface
+    assert pods.system_addresses_per_node() == 60
+
+
+def test_a_pool_of_two_types_gets_the_tighter_limit():
+    catalog = load_catalog().instance_types
+    both = [catalog["p5en.48xlarge"], catalog["p5e.48xlarge"]]
+    assert pods.max_pods(both, efa=False) == 100
+
+
+def test_subnet_capacity_is_checked_with_headroom_at_the_boundary():
+    # 10.0.0.0/20: private /23, 507 usable. Spot g6e.12xlarge: 117 addresses a node; system nodes 240.
+    def spec_with(max_nodes):
+        config = valid_config()
+        config["network"] = {"cidr": "10.0.0.0/20", "zones": ["use1-az1", "use1-az2"]}
+        config["nodePools"] = [config["nodePools"][1] | {"maxNodes": max_nodes}]
+        config["inference"] = {}
+        return load(config)
+
+    mock = offline_account("us-east-1", {})
+    from spec.zones import AccountZones, resolve_layout
+    zones = AccountZones(names_by_id=mock.zones, offerings=mock.offerings, reservations={})
+    fits = spec_with(1)                          # (117 + 240) x 1.2 = 428.4 <= 507
+    assert zone_demand(fits, {"infer": ("use1-az1",)})["use1-az1"] == {"infer": 117, "system nodes": 240}
+    resolve_layout(fits, zones)
+    from spec.errors import ConfigError
+    with pytest.raises(ConfigError) as raised:   # (234 + 240) x 1.2 = 568.8 > 507
+        resolve_layout(spec_with(2), zones)
+    (issue, *_) = [i for i in raised.value.issues if i.path == "gpu-cloud:network.cidr"]
+    assert "use1-az1 (10.0.0.0/23, 507 usable addresses) cannot hold 474 addresses" in issue.message
+    assert "(system nodes 240, infer 234)" in issue.message
+
+
+# ----------------------------------------------------------------------------- versions and ranges
+
+def test_the_default_kubernetes_version_is_pinned_everywhere_and_in_standard_support():
+    default = Cluster.model_fields["kubernetes_version"].default
+    assert default in supported_kubernetes_versions()
+    assert standard_support_end()[default] > date(2026, 12, 2)
+    # every other supported minor had left standard support by the day this default was chosen
+    assert all(end <= date(2026, 12, 2) for minor, end in standard_support_end().items() if minor != default)
+
+
+@pytest.mark.parametrize("version,today,warns", [("1.33", date(2026, 7, 28), False), ("1.33", date(2026, 7, 29), True),
+                                                 ("1.35", date(2026, 12, 2), False)])
+def test_extended_support_warns_from_its_first_day(version, today, warns):
+    found = version_warnings(version, today)
+    assert bool(found) is warns
+    if warns:
+        assert found[0].startswith("gpu-cloud:cluster.kubernetesVersion: 1.33 left EKS standard support on 2026-07-29")
+
+
+def test_peer_vpcs_may_not_overlap():
+    from spec.errors import ConfigError
+    config = valid_config()
+    config["dr"] = {"role": "primary", "peerStack": "acme/gpu-cloud/peer", "domain": "a.example.com",
+                    "hostedZoneId": "Z123"}
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(config, stack="test", region="us-east-1", peer_cidr="10.0.128.0/17")
+    assert any(i.path == "gpu-cloud:network.cidr" and "overlaps the DR peer's VPC 10.0.128.0/17" in i.message
+               for i in raised.value.issues)
+    assert load_stack_spec(config, stack="test", region="us-east-1", peer_cidr="10.1.0.0/16")
+
+
+def test_shipped_peers_read_each_others_stack_files():
+    from plan.stackfile import peer_cidr, project_keys
+    assert peer_cidr(project_keys(stack_config("prod-us-east-1"))) == "10.80.0.0/16"
+    assert peer_cidr(project_keys(stack_config("prod-eu-west-1"))) == "10.64.0.0/16"
+    assert peer_cidr(project_keys(stack_config("dev"))) is None
+
+
+def test_a_range_over_dockers_bridge_warns():
+    config = valid_config()
+    config["network"]["cidr"] = "172.16.0.0/16"
+    assert not [w for w in stack_warnings(load(config), date(2026, 12, 2)) if "172.17.0.0/16" in w]
+    config["network"]["cidr"] = "172.17.0.0/16"
+    (warning,) = [w for w in stack_warnings(load(config), date(2026, 12, 2)) if "172.17.0.0/16" in w]
+    assert warning.startswith("gpu-cloud:network.cidr: 172.17.0.0/16 overlaps 172.17.0.0/16")
