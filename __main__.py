@@ -1,16 +1,16 @@
 """gpu-cloud: one regional GPU cluster per stack.
 
-Reads the stack config once, validates all of it before registering anything, then composes:
-network -> EKS cluster -> artifact bucket -> one GPU node pool per `nodePools` entry ->
-spot/scale-in draining -> cluster-autoscaler.
+Reads the stack config once, validates all of it and checks it against the account (through the stack's
+own AWS provider, the only thing registered first), then composes:
+network -> EKS cluster -> artifact bucket -> spot/scale-in draining -> one GPU node pool per `nodePools`
+entry -> cluster-autoscaler.
 """
-import json
 from datetime import date
 
 import pulumi
 import pulumi_aws as aws
 
-from components.account import read_account
+from components.account import read_account, read_deployer
 from components.artifacts import ArtifactBucket, ArtifactBucketArgs
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
@@ -22,69 +22,89 @@ from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
 from plan.stackfile import peer_cidr
+from spec.deployer import AWS_PROVIDER_KEYS, aws_settings
+from spec.model import SECTIONS
 from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
 from spec.zones import resolve_layout, zone_table
 
 
 def project_config() -> dict:
-    """Every `gpu-cloud:` key the engine passed, objects parsed from their JSON form."""
-    keys = set(pulumi.runtime.config.CONFIG.get()) | set(pulumi.runtime.config.get_config_env())
+    """Each declared `gpu-cloud:` key that the stack sets, through the public Config API (objects parsed)."""
     config = pulumi.Config(NAMESPACE)
-    values = {}
-    for key in sorted(k.split(":", 1)[1] for k in keys if k.startswith(f"{NAMESPACE}:")):
-        raw = config.get(key)
-        try:
-            values[key] = json.loads(raw) if raw and raw.lstrip()[:1] in "{[" else raw
-        except json.JSONDecodeError:
-            values[key] = raw
-    return values
+    values = {key: config.get(key) if key == "environment" else config.get_object(key) for key in SECTIONS}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def aws_config() -> dict:
+    """The stack's `aws:` settings gpu-cloud passes to its AWS provider."""
+    config = pulumi.Config("aws")
+    values = {key: config.get_object(key) if key in ("assumeRoles", "allowedAccountIds") else config.get(key)
+              for key in AWS_PROVIDER_KEYS}
+    return {key: value for key, value in values.items() if value is not None}
 
 
 try:
     keys = project_config()
-    spec = load_stack_spec(keys, stack=pulumi.get_stack(), region=pulumi.Config("aws").get("region"),
+    settings = aws_settings(aws_config())
+    spec = load_stack_spec(keys, stack=pulumi.get_stack(), region=settings.region,
                            project=pulumi.get_project(), peer_cidr=peer_cidr(keys))
     check_user_data_fits(spec)
-    layout = resolve_layout(spec, read_account(spec))     # zones, offerings, reservations, subnet room
+    # One AWS provider for everything, reads included: it is the stack's `aws:` identity (an explicit provider
+    # does not read `aws:` config itself), so ARNs name the right account and the deployer is who runs it.
+    aws_provider = aws.Provider(
+        "aws", region=spec.region, profile=settings.profile,
+        assume_roles=[aws.ProviderAssumeRoleArgs(**settings.assume_role)] if settings.assume_role else None,
+        allowed_account_ids=list(settings.allowed_account_ids) or None,
+        default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
+    reads = pulumi.InvokeOptions(provider=aws_provider)
+    layout = resolve_layout(spec, read_account(spec, reads))   # zones, offerings, reservations, subnet room
+    deployer_arn = read_deployer(reads)
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 for warning in stack_warnings(spec, date.today()) + list(layout.warnings):
     pulumi.log.warn(warning)
 
 cluster_name = spec.cluster_name
-aws_provider = aws.Provider("aws", region=spec.region,
-                            default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
 with_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})
 log_retention = cloudwatch_retention_days(spec.monitoring.retention_days)
-account_id = aws.get_caller_identity().account_id
-partition = aws.get_partition().partition
+account_id = aws.get_caller_identity(opts=reads).account_id
+partition = aws.get_partition(opts=reads).partition
 
+tgw = spec.network.transit_gateway
 network = Network("network", NetworkArgs(
     cidr=spec.network.cidr, zones=layout.zones, nat_gateways=spec.network.nat_gateways, cluster_name=cluster_name,
-    flow_log_retention_days=log_retention), opts=with_aws)
+    flow_log_retention_days=log_retention, transit_gateway_id=tgw.id if tgw else None,
+    transit_routes=tgw.routes if tgw else ()), opts=with_aws)
 
 cluster = EksCluster("cluster", ClusterArgs(
     name=cluster_name, kubernetes_version=spec.cluster.kubernetes_version,
     subnet_ids=list(network.private_subnet_ids.values()), public_access_cidrs=spec.cluster.public_access_cidrs,
-    admin_role_arns=spec.cluster.admin_role_arns, log_retention_days=log_retention), opts=with_aws)
+    admin_role_arns=spec.cluster.admin_role_arns, log_retention_days=log_retention, deployer_arn=deployer_arn,
+    private_access_cidrs=spec.cluster.private_access_cidrs,
+    private_access_security_group_ids=spec.cluster.private_access_security_group_ids,
+    token_args=tuple(settings.token_args()), deployer_network=network.transit_routes), opts=with_aws)
 with_cluster = pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.kube_provider})
 
 artifacts = ArtifactBucket("artifacts", ArtifactBucketArgs(force_destroy=spec.environment == "dev"), opts=with_aws)
 
+# Before the pools, so that deleting a pool (or the stack) still has the drain handler for its last nodes.
+asg_names = tuple(pool_rules.asg_name(cluster_name, pool.name) for pool in spec.pools)
+node_drain = NodeDrain("node-drain", NodeDrainArgs(
+    cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names,
+    asg_arn_patterns=tuple(pool_rules.asg_arn_pattern(partition, spec.region, account_id, asg) for asg in asg_names)),
+    opts=with_cluster)
+
 node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     pool=pool, cluster_name=cluster_name,
-    cluster=ClusterConnection(endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
+    cluster=ClusterConnection(name=cluster.cluster_name, endpoint=cluster.endpoint,
+                              certificate_authority=cluster.certificate_authority,
                               service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id),
     region=spec.region, account_id=account_id, partition=partition,
     vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, zones=layout.pool_zones[pool.name],
     image=spec.node_image,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
     artifact_bucket=artifacts.bucket_name, instance_tags=spec.resource_tags,
-    depends_on=[cluster.addons["vpc-cni"]]), opts=with_aws) for pool in spec.pools]
-
-NodeDrain("node-drain", NodeDrainArgs(
-    cluster_name=cluster.cluster_name, region=spec.region, asg_names=tuple(p.asg_name for p in node_pools),
-    asg_arns=[p.asg.arn for p in node_pools]), opts=with_cluster)
+    depends_on=[cluster.addons["vpc-cni"], node_drain]), opts=with_aws) for pool in spec.pools]
 
 priorities = {}
 for pool, component in zip(spec.pools, node_pools):

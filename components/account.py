@@ -1,54 +1,76 @@
-"""What the AWS account reports about the stack's zones, their instance offerings and the pools' capacity
-reservations: provider reads (invokes), no resources. spec/zones.py checks the stack against the answer
-before anything is registered.
+"""What the AWS account reports before anything is registered: the stack's zones, their instance offerings,
+the pools' capacity reservations, the transit gateway, and who is running Pulumi. Provider reads (invokes)
+through the stack's own AWS provider, no resources; spec/ checks the stack against the answers.
 
 The identity running Pulumi needs ec2:DescribeAvailabilityZones, ec2:DescribeInstanceTypeOfferings,
-ec2:DescribeCapacityReservations and, for On-Demand Capacity Reservations (read through Cloud Control),
-cloudformation:GetResource.
+ec2:DescribeCapacityReservations, ec2:DescribeTransitGateways, iam:GetRole (the session context) and, for
+On-Demand Capacity Reservations (read through Cloud Control), cloudformation:GetResource.
 """
 from __future__ import annotations
 
 import json
 from typing import Dict, Union
 
+import pulumi
 import pulumi_aws as aws
 
+from spec.deployer import deployer_principal
+from spec.errors import ConfigError, ConfigIssue
 from spec.zones import AccountZones, Reservation
 
 ODCR_TYPE = "AWS::EC2::CapacityReservation"
 
 
-def read_account(spec) -> AccountZones:
+def read_account(spec, opts: pulumi.InvokeOptions) -> AccountZones:
     """Available zones (ID -> name), which of the pools' types each declared zone offers, and each pool's
-    reservation (spec: a spec.validate.StackSpec)."""
-    available = aws.get_availability_zones(state="available")
+    reservation (spec: a spec.validate.StackSpec). Raises ConfigError if the transit gateway is not there."""
+    available = aws.get_availability_zones(state="available", opts=opts)
     types = sorted({t.name for pool in spec.pools for t in pool.types})
     offered = aws.ec2.get_instance_type_offerings(location_type="availability-zone-id", filters=[
         aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="instance-type", values=types),
-        aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=list(spec.network.zones))])
+        aws.ec2.GetInstanceTypeOfferingsFilterArgs(name="location", values=list(spec.network.zones))], opts=opts)
     offerings: Dict[str, set] = {}
     for itype, zone in zip(offered.instance_types, offered.locations):
         offerings.setdefault(zone, set()).add(itype)
     reservations = {pool.spec.capacity_reservation_id: _reservation(pool.spec.capacity_reservation_id,
-                                                                    pool.spec.capacity)
+                                                                    pool.spec.capacity, opts)
                     for pool in spec.pools if pool.spec.reserved_capacity}
+    tgw = spec.network.transit_gateway
+    if tgw:
+        try:
+            aws.ec2transitgateway.get_transit_gateway(id=tgw.id, opts=opts)
+        except Exception as error:  # an invoke error: not found, not shared with this account, or not allowed
+            raise ConfigError([ConfigIssue("gpu-cloud:network.transitGateway.id",
+                                           f"{tgw.id} could not be read in this account and region: {_first_line(error)}")])
     return AccountZones(names_by_id=dict(zip(available.zone_ids, available.names)),
                         offerings={zone: frozenset(found) for zone, found in offerings.items()},
                         reservations=reservations)
 
 
-def _reservation(reservation_id: str, capacity: str) -> Union[Reservation, str]:
+def read_deployer(opts: pulumi.InvokeOptions) -> str:
+    """The IAM principal Pulumi runs as (an assumed role's role, with its path), for its access entry."""
+    caller = aws.get_caller_identity(opts=opts).arn
+    issuer = aws.iam.get_session_context(arn=caller, opts=opts).issuer_arn if ":assumed-role/" in caller else None
+    return deployer_principal(caller, issuer)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _reservation(reservation_id: str, capacity: str, opts: pulumi.InvokeOptions) -> Union[Reservation, str]:
     """The reservation as EC2 describes it, or why it could not be read."""
     try:
         if capacity == "capacity-block":
-            block = aws.ec2.get_capacity_block_reservation(id=reservation_id)
+            block = aws.ec2.get_capacity_block_reservation(id=reservation_id, opts=opts)
             return Reservation(reservation_id, block.availability_zone_id, block.instance_type, block.instance_count,
                                _group_name(block.placement_group_arn))
-        found = json.loads(aws.cloudcontrol.get_resource(type_name=ODCR_TYPE, identifier=reservation_id).properties)
+        found = json.loads(aws.cloudcontrol.get_resource(type_name=ODCR_TYPE, identifier=reservation_id,
+                                                         opts=opts).properties)
         return Reservation(reservation_id, found["AvailabilityZoneId"], found["InstanceType"],
                            int(found["InstanceCount"]), _group_name(found.get("PlacementGroupArn")))
     except Exception as error:  # an invoke error: not found, or not allowed to read it
-        return str(error).splitlines()[0] if str(error) else type(error).__name__
+        return _first_line(error)
 
 
 def _group_name(arn) -> str | None:

@@ -52,6 +52,7 @@ KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of t
 SYSTEM_NODE_ROLE_LABEL = "gpu-cloud.io/node-role"
 SYSTEM_NODE_LABELS = {SYSTEM_NODE_ROLE_LABEL: "system"}
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+DEPLOYER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$")
 # Instance families with GPUs or other accelerators (p*, g*, gr*, inf*, trn*, dl*).
 _ACCELERATED_FAMILY = re.compile(r"^(p|g|gr|inf|trn|dl)\d")
 
@@ -67,6 +68,11 @@ class ClusterArgs:
     public_access_cidrs: Tuple[str, ...]         # empty -> private endpoint only
     admin_role_arns: Tuple[str, ...]
     log_retention_days: int
+    deployer_arn: str                            # the IAM principal running Pulumi (spec.deployer.deployer_principal)
+    private_access_cidrs: Tuple[str, ...] = ()   # networks allowed to the private endpoint on 443
+    private_access_security_group_ids: Tuple[str, ...] = ()
+    token_args: Tuple[str, ...] = ()             # `aws eks get-token` arguments: the deployer's profile and role
+    deployer_network: Sequence[pulumi.Resource] = ()   # what the deployer's path to the endpoint needs (routes)
     system_instance_types: Tuple[str, ...] = SYSTEM_NODE_TYPES
     system_min_nodes: int = 2
     system_desired_nodes: int = 2
@@ -98,6 +104,8 @@ def validate_cluster_args(args: ClusterArgs) -> None:
     for arn in args.admin_role_arns:
         if not IAM_ROLE_ARN.match(arn):
             problems.append(f"admin role {arn!r} is not an IAM role ARN")
+    if not DEPLOYER_ARN.match(args.deployer_arn):
+        problems.append(f"deployer {args.deployer_arn!r} is not an IAM role or user ARN")
     if len(set(args.admin_role_arns)) != len(args.admin_role_arns):
         problems.append("admin_role_arns lists a role twice")
     if args.log_retention_days not in CLOUDWATCH_RETENTION_DAYS:
@@ -115,8 +123,10 @@ def validate_cluster_args(args: ClusterArgs) -> None:
         raise ValueError(f"invalid ClusterArgs for {args.name!r}: " + "; ".join(problems))
 
 
-def render_kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
-    """A kubeconfig (JSON) that gets a short-lived token from `aws eks get-token`: it holds no credential."""
+def render_kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str,
+                      token_args: Sequence[str] = ()) -> str:
+    """A kubeconfig (JSON) that gets a short-lived token from `aws eks get-token`, as the identity the AWS
+    provider uses (`token_args`: its profile and role): it holds no credential."""
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Config",
@@ -125,12 +135,23 @@ def render_kubeconfig(cluster_name: str, endpoint: str, certificate_authority: s
         "users": [{"name": cluster_name, "user": {"exec": {
             "apiVersion": "client.authentication.k8s.io/v1beta1",
             "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json",
+                     *token_args],
             "interactiveMode": "Never",
         }}}],
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
         "current-context": cluster_name,
     }, indent=2)
+
+
+def compact_json(value) -> str:
+    """JSON with sorted keys and no spaces: the same bytes every run, on every machine."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _source_suffix(source: str) -> str:
+    """Resource-name suffix for a CIDR or security group: 10.0.0.0/22 -> 10-0-0-0-22."""
+    return re.sub(r"[^\w-]", "-", source)
 
 
 def _admin_suffix(arn: str) -> str:
@@ -249,10 +270,14 @@ class EksCluster(pulumi.ComponentResource):
         self.service_cidr = self.cluster.kubernetes_network_config.service_ipv4_cidr
         self.cluster_security_group_id = self.cluster.vpc_config.cluster_security_group_id
 
-        # --- admins: access entries, cluster scope ----------------------------------------------
+        # --- admins and the deployer: access entries, cluster scope -------------------------------
+        # The deployer (whoever runs Pulumi; the cluster creator gets nothing under API authentication) needs
+        # admin to install the Helm releases: its own entry, unless it is one of the admin roles already.
+        admins = {_admin_suffix(arn): arn for arn in args.admin_role_arns}
+        if args.deployer_arn not in args.admin_role_arns:
+            admins["deployer"] = args.deployer_arn
         admin_grants: List[pulumi.Resource] = []
-        for arn in args.admin_role_arns:
-            suffix = _admin_suffix(arn)
+        for suffix, arn in admins.items():
             entry = aws.eks.AccessEntry(f"{name}-admin-{suffix}", cluster_name=self.cluster.name, principal_arn=arn,
                                         type="STANDARD", opts=child)
             admin_grants.append(aws.eks.AccessPolicyAssociation(
@@ -261,6 +286,13 @@ class EksCluster(pulumi.ComponentResource):
                                                 ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"),
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[entry])))
+
+        # --- who else reaches the private endpoint: 443 on the cluster security group -------------
+        endpoint_rules = [aws.vpc.SecurityGroupIngressRule(
+            f"{name}-api-from-{_source_suffix(source)}", security_group_id=self.cluster_security_group_id,
+            ip_protocol="tcp", from_port=443, to_port=443, description="Kubernetes API from the deployer's network",
+            **({"referenced_security_group_id": source} if source.startswith("sg-") else {"cidr_ipv4": source}),
+            opts=child) for source in (*args.private_access_cidrs, *args.private_access_security_group_ids)]
 
         # --- Pod Identity roles for the add-ons that call AWS (managed policies, kept current by AWS) --
         def addon_role(short: str, service_account: str, policy: str) -> Tuple[aws.iam.Role, pulumi.Resource]:
@@ -282,7 +314,7 @@ class EksCluster(pulumi.ComponentResource):
                 cluster_name=self.cluster.name,
                 addon_name=addon_name,
                 addon_version=versions[addon_name],
-                configuration_values=json.dumps(config, sort_keys=True) if config else None,
+                configuration_values=compact_json(config) if config else None,
                 pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                     service_account=identity_for[0], role_arn=identity_for[1].arn)] if identity_for else None,
                 resolve_conflicts_on_create=ADDON_CONFLICT_RESOLUTION,
@@ -345,11 +377,14 @@ class EksCluster(pulumi.ComponentResource):
         # The kubeconfig holds no credential (exec auth), but kubeconfigs usually do: kept secret.
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             self.cluster.name, self.endpoint, self.certificate_authority, region.region,
-        ).apply(lambda values: render_kubeconfig(*values)))
-        # Anything deployed through this provider waits for admin access, pod networking and DNS.
+        ).apply(lambda values: render_kubeconfig(*values, token_args=args.token_args)))
+        # Anything deployed through this provider waits for the deployer's admin access and its path to the
+        # endpoint, pod networking and DNS. The fixed identifier keeps a kubeconfig change (a new profile, a
+        # rotated CA) from replacing every release the provider manages.
         self.kube_provider = kubernetes.Provider(
-            f"{name}-k8s", kubeconfig=self.kubeconfig,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*admin_grants, vpc_cni, coredns]))
+            f"{name}-k8s", kubeconfig=self.kubeconfig, cluster_identifier=args.name,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*admin_grants, *endpoint_rules,
+                                                                 *args.deployer_network, vpc_cni, coredns]))
 
         self.register_outputs({
             "clusterName": self.cluster_name,

@@ -8,8 +8,9 @@ Manager) inside the VPC; the S3 gateway endpoint carries ECR layers and the node
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import pulumi
 import pulumi_aws as aws
@@ -46,6 +47,8 @@ class NetworkArgs:
     nat_gateways: str            # "one-per-az" | "single"
     cluster_name: str            # EKS cluster name, for kubernetes.io/cluster/<name> subnet tags
     flow_log_retention_days: int
+    transit_gateway_id: Optional[str] = None     # an existing transit gateway to attach the private subnets to
+    transit_routes: Tuple[str, ...] = ()         # networks reached through it (the deployer's runners, ...)
 
 
 def _tags(name: str, *, cluster_name: Optional[str] = None, role: Optional[str] = None) -> Dict[str, str]:
@@ -69,6 +72,8 @@ def _validate(args: NetworkArgs) -> None:
                          f"retention; pick one of {', '.join(map(str, CLOUDWATCH_RETENTION_DAYS))}")
     if not args.cluster_name:
         raise ValueError("cluster_name is needed for the kubernetes.io/cluster/<name> subnet tags")
+    if bool(args.transit_gateway_id) != bool(args.transit_routes):
+        raise ValueError("a transit gateway needs routes, and routes need a transit gateway")
 
 
 class Network(pulumi.ComponentResource):
@@ -146,6 +151,20 @@ class Network(pulumi.ComponentResource):
             aws.ec2.RouteTableAssociation(f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=rt.id,
                                           opts=child)
             private_subnets[zone], private_rts[zone] = subnet, rt
+
+        # --- transit gateway: the private subnets reach connected networks (and they reach the endpoint)
+        self.transit_routes: List[aws.ec2.Route] = []
+        if args.transit_gateway_id:
+            attachment = aws.ec2transitgateway.VpcAttachment(
+                f"{name}-tgw", transit_gateway_id=args.transit_gateway_id, vpc_id=self.vpc.id,
+                subnet_ids=[subnet.id for subnet in private_subnets.values()], dns_support="enable",
+                tags=_tags(f"{name}-tgw"), opts=child)
+            self.transit_routes = [aws.ec2.Route(
+                f"{name}-private-tgw-{zone}-{re.sub(r'[^0-9]+', '-', cidr)}", route_table_id=rt.id,
+                destination_cidr_block=cidr, transit_gateway_id=args.transit_gateway_id,
+                # The route only carries traffic once the attachment is available.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]))
+                for zone, rt in private_rts.items() for cidr in args.transit_routes]
 
         # --- VPC endpoints ---------------------------------------------------------------------
         service_prefix = f"{partition.reverse_dns_prefix}.{region}"

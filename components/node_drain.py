@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import pulumi
 import pulumi_aws as aws
@@ -36,7 +36,9 @@ class NodeDrainArgs:
     cluster_name: pulumi.Input[str]
     region: str
     asg_names: Tuple[str, ...]      # the GPU pools' ASG names (fixed physical names)
-    asg_arns: Sequence[pulumi.Input[str]]
+    # ARN patterns of those groups (spec.pools.asg_arn_pattern): names, not the groups' outputs, so the drain
+    # handler can be created before the pools and deleted after them, draining their last nodes.
+    asg_arn_patterns: Tuple[str, ...]
 
 
 class NodeDrain(pulumi.ComponentResource):
@@ -55,8 +57,8 @@ class NodeDrain(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeDrainArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
         patterns = drain.event_patterns(args.asg_names)
-        if not args.asg_arns:
-            raise ValueError("NodeDrain needs the pools' ASG ARNs")
+        if not args.asg_arn_patterns:
+            raise ValueError("NodeDrain needs the pools' ASG ARN patterns")
         pin = charts.chart(charts.NODE_TERMINATION_HANDLER)
 
         super().__init__("gpu-cloud:node_drain:NodeDrain", name, None, opts)
@@ -93,7 +95,7 @@ class NodeDrain(pulumi.ComponentResource):
 
         identity = ServiceAccountRole(f"{name}-identity", ServiceAccountRoleArgs(
             cluster_name=args.cluster_name, namespace=drain.NAMESPACE, service_account=drain.NTH_SERVICE_ACCOUNT,
-            policy=policy_document(*drain.nth_policy_statements(self.queue.arn, list(args.asg_arns)))), opts=child)
+            policy=policy_document(*drain.nth_policy_statements(self.queue.arn, list(args.asg_arn_patterns)))), opts=child)
         self.role = identity.role
 
         self.release = pinned_release(

@@ -2,7 +2,9 @@
 
 Self-managed ASGs rather than EKS managed node groups, because the node-verification launch hook must
 exist before the first instance launches (`initial_lifecycle_hooks`) and spot pools need a
-mixed-instances policy. Every decision (interfaces, labels, taints, tags, pacing, expectations) comes
+mixed-instances policy. The provider replaces a group when its initial hooks change, so they only seed
+the group at creation (changes ignored); separate LifecycleHook resources own the hooks from then on, and
+changing a timeout updates them in place. Every decision (interfaces, labels, taints, tags, pacing, expectations) comes
 from spec/; this file only turns those values into resources.
 """
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import pulumi
 import pulumi_aws as aws
@@ -20,7 +22,7 @@ from spec import boot, pods
 from spec import pools as pool_rules
 from spec.amis import NodeImage, load_amis
 from spec.catalog import Catalog
-from spec.drain import LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
+from spec.drain import ASG_DELETE_TIMEOUT_S, LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from spec.efa import interface_layout
 from spec.errors import ConfigError, ConfigIssue, key_path
 from spec.validate import NAMESPACE, ResolvedPool, StackSpec
@@ -78,7 +80,9 @@ def check_user_data_fits(spec: StackSpec) -> None:
 
 @dataclass(frozen=True)
 class ClusterConnection:
-    """What a node needs from the control plane."""
+    """What a node needs from the control plane. `name` is the cluster's own output: what calls the EKS API
+    about the cluster (the access entry) must wait for it to exist."""
+    name: pulumi.Input[str]
     endpoint: pulumi.Input[str]
     certificate_authority: pulumi.Input[str]
     service_cidr: pulumi.Input[str]
@@ -88,7 +92,7 @@ class ClusterConnection:
 @dataclass(frozen=True)
 class NodePoolArgs:
     pool: ResolvedPool
-    cluster_name: str
+    cluster_name: str                                  # for names, tags and user-data (the cluster's fixed name)
     cluster: ClusterConnection
     region: str
     account_id: str
@@ -111,8 +115,7 @@ class GpuNodePool(pulumi.ComponentResource):
         pool = args.pool
         child = pulumi.ResourceOptions(parent=self)
         self.asg_name = pool_rules.asg_name(args.cluster_name, pool.name)
-        asg_arn_pattern = (f"arn:{args.partition}:autoscaling:{args.region}:{args.account_id}:autoScalingGroup:*:"
-                           f"autoScalingGroupName/{self.asg_name}")
+        asg_arn_pattern = pool_rules.asg_arn_pattern(args.partition, args.region, args.account_id, self.asg_name)
 
         artifact = build_verifier_artifact(
             pool_rules.verify_expectations(pool, args.image, args.max_temp_c, args.catalog))
@@ -122,10 +125,10 @@ class GpuNodePool(pulumi.ComponentResource):
             f"{name}-verifier", bucket=args.artifact_bucket, key=artifact_key,
             content_base64=base64.b64encode(artifact).decode(), content_type="application/gzip", opts=child)
 
-        self.role = self._node_role(name, args, asg_arn_pattern, artifact_key)
+        self.role, grants = self._node_role(name, args, asg_arn_pattern, artifact_key)
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=self.role.name, opts=child)
         self.access_entry = aws.eks.AccessEntry(
-            f"{name}-access", cluster_name=args.cluster_name, principal_arn=self.role.arn, type="EC2_LINUX", opts=child)
+            f"{name}-access", cluster_name=args.cluster.name, principal_arn=self.role.arn, type="EC2_LINUX", opts=child)
 
         security_groups = [args.cluster.security_group_id]
         self.placement_group = None
@@ -185,12 +188,15 @@ class GpuNodePool(pulumi.ComponentResource):
                                           **(pool_rules.cluster_ownership_tag(args.cluster_name) if kind == "instance" else {})})
                 for kind in ("instance", "volume", "network-interface")],
             update_default_version=True,
-            opts=child)
+            # A node started from this template fetches its bundle and uses its role's grants at once.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.artifact, *grants]))
 
         # Spot pools, and pools of several types, need a mixed-instances policy; the others use the template.
         mixed = pool.spec.capacity == "spot" or len(pool.types) > 1
         refresh = pool_rules.refresh_preferences(pool)
         hook_timeout = boot.verify_hook_timeout(args.image.source)
+        hooks = {boot.VERIFY_HOOK_NAME: ("autoscaling:EC2_INSTANCE_LAUNCHING", "ABANDON", hook_timeout),
+                 DRAIN_HOOK_NAME: ("autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE", LIFECYCLE_DRAIN_TIMEOUT_S)}
         tags = {**args.instance_tags, "Name": self.asg_name, NTH_MANAGED_TAG: "true",
                 **pool_rules.cluster_ownership_tag(args.cluster_name), **pool_rules.autoscaler_tags(pool, args.cluster_name)}
         self.asg = aws.autoscaling.Group(
@@ -202,14 +208,11 @@ class GpuNodePool(pulumi.ComponentResource):
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             mixed_instances_policy=self._mixed_policy(pool) if mixed else None,
             capacity_rebalance=pool.spec.capacity == "spot",
+            # The first nodes must already be held by the hooks: seeded here, owned by the resources below.
             initial_lifecycle_hooks=[
                 aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name=boot.VERIFY_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_LAUNCHING",
-                    default_result="ABANDON", heartbeat_timeout=hook_timeout),
-                aws.autoscaling.GroupInitialLifecycleHookArgs(
-                    name=DRAIN_HOOK_NAME, lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                    default_result="CONTINUE", heartbeat_timeout=LIFECYCLE_DRAIN_TIMEOUT_S),
-            ],
+                    name=hook, lifecycle_transition=transition, default_result=result, heartbeat_timeout=timeout)
+                for hook, (transition, result, timeout) in hooks.items()],
             instance_refresh=aws.autoscaling.GroupInstanceRefreshArgs(
                 strategy="Rolling",
                 preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
@@ -226,25 +229,34 @@ class GpuNodePool(pulumi.ComponentResource):
                   for k, v in sorted(tags.items())],
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[self.access_entry, *args.depends_on],
-                # cluster-autoscaler owns the desired size once the pool exists.
-                ignore_changes=["desiredCapacity"]))
+                # cluster-autoscaler owns the desired size once the pool exists; the hooks resources own the hooks.
+                ignore_changes=["desiredCapacity", "initialLifecycleHooks"],
+                # Deleting a pool with nodes drains each through the termination hook first.
+                custom_timeouts=pulumi.CustomTimeouts(delete=f"{ASG_DELETE_TIMEOUT_S // 60}m")))
+        self.lifecycle_hooks = [aws.autoscaling.LifecycleHook(
+            f"{name}-hook-{hook}", name=hook, autoscaling_group_name=self.asg.name, lifecycle_transition=transition,
+            default_result=result, heartbeat_timeout=timeout, opts=child)
+            for hook, (transition, result, timeout) in hooks.items()]
 
         self.register_outputs({"asgName": self.asg.name, "asgArn": self.asg.arn, "launchTemplateId": self.launch_template.id,
                                "nodeRoleArn": self.role.arn, "artifactKey": artifact_key})
 
-    def _node_role(self, name: str, args: NodePoolArgs, asg_arn_pattern: str, artifact_key: str) -> aws.iam.Role:
+    def _node_role(self, name: str, args: NodePoolArgs, asg_arn_pattern: str,
+                   artifact_key: str) -> Tuple[aws.iam.Role, List[pulumi.Resource]]:
+        """The nodes' role and its grants (managed policies and the gate's own)."""
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(f"{name}-node-role", description=f"GPU nodes of pool {args.pool.name}",
                             assume_role_policy=policy_document({
                                 "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
                                 "Action": "sts:AssumeRole"}),
                             opts=child)
-        for i, policy in enumerate(NODE_MANAGED_POLICIES):
+        grants: List[pulumi.Resource] = [
             aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=role.name,
                                          policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}", opts=child)
+            for i, policy in enumerate(NODE_MANAGED_POLICIES)]
         # The bootstrap gate: complete this ASG's lifecycle action, tag only the instance itself with
         # the verdict keys, and read this pool's verifier bundle. Nothing else.
-        aws.iam.RolePolicy(f"{name}-node-gate", role=role.id, policy=policy_document(
+        grants.append(aws.iam.RolePolicy(f"{name}-node-gate", role=role.id, policy=policy_document(
             {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow", "Action": "autoscaling:CompleteLifecycleAction",
              "Resource": asg_arn_pattern},
             {"Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
@@ -253,8 +265,8 @@ class GpuNodePool(pulumi.ComponentResource):
                            "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}},
             {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/", artifact_key)},
-        ), opts=child)
-        return role
+        ), opts=child))
+        return role, grants
 
     def _efa_security_group(self, name: str, vpc_id: pulumi.Input[str]) -> aws.ec2.SecurityGroup:
         """EFA's OS-bypass traffic needs all protocols to and from the group itself, both ways."""

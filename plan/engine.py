@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import runpy
 import sys
 import uuid
@@ -49,12 +50,16 @@ class MockAccount:
     zones: Dict[str, str]                          # available zone ID -> this account's name for it
     offerings: Dict[str, FrozenSet[str]]           # zone ID -> instance types offered there
     reservations: Dict[str, Dict[str, Any]]        # id -> properties as EC2 reports them
+    caller_arn: str = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/gpu-cloud-deployer/pulumi"   # who runs Pulumi
+    role_paths: Dict[str, str] = field(default_factory=dict)   # role name -> IAM path, for session issuers
+    transit_gateways: Tuple[str, ...] = ()                     # IDs the account can attach to
 
 
 def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount:
     """The account the offline plan assumes: every zone of the region available, named a, b, c... in zone-ID
     order; every catalog type of the region offered in every zone; and every reservation the stack names
-    existing exactly as its pool describes it (there is no account to read it from; `pulumi preview` does)."""
+    existing exactly as its pool describes it, and the stack's transit gateway too (there is no account to read
+    them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises."""
     from spec.catalog import load_catalog
     from spec.zones import load_zone_facts
 
@@ -73,7 +78,16 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
                 "InstanceType": (pool.get("instanceTypes") or [""])[0], "InstanceCount": pool.get("maxNodes", 0),
                 "PlacementGroupArn": f"arn:aws:ec2:{region}:{ACCOUNT_ID}:placement-group/{group}" if group else None,
                 "ReservationType": "capacity-block" if pool.get("capacity") == "capacity-block" else "default"}
-    return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations)
+    network, cluster = stack_config.get("gpu-cloud:network") or {}, stack_config.get("gpu-cloud:cluster") or {}
+    tgw = (network.get("transitGateway") or {}).get("id") if isinstance(network, dict) else None
+    admins = (cluster.get("adminRoleArns") or []) if isinstance(cluster, dict) else []
+    caller, paths = MockAccount.caller_arn, {}
+    found = re.match(r"arn:aws:iam::(\d{12}):role(/(?:.*/)?)([^/]+)$", str(admins[0])) if admins else None
+    if found:
+        account, path, role = found.groups()
+        caller, paths = f"arn:aws:sts::{account}:assumed-role/{role}/pulumi", {role: path}
+    return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations,
+                       caller_arn=caller, role_paths=paths, transit_gateways=(tgw,) if tgw else ())
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,8 @@ class RegisteredResource:
     protect: bool
     retain_on_delete: bool
     state: Dict[str, Any] = field(repr=False)   # what the mocks answered (ids, ARNs, ...)
+    ignore_changes: Tuple[str, ...] = ()
+    delete_timeout: str = ""                    # customTimeouts.delete, as the engine gets it
 
 
 @dataclass
@@ -99,6 +115,7 @@ class ProgramRun:
     resources: List[RegisteredResource]
     outputs: Dict[str, Any]
     invokes: List[Tuple[str, Dict[str, Any]]] = field(default_factory=list)   # provider functions called: (token, args)
+    invoke_providers: List[Tuple[str, str]] = field(default_factory=list)    # (token, provider reference) per call
     warnings: List[str] = field(default_factory=list)                         # what the program logged as warnings
 
     def of_type(self, type_token: str) -> List[RegisteredResource]:
@@ -126,6 +143,7 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
         self.peer_outputs = peer_outputs
         self.account = account
         self.invokes: List[Tuple[str, Dict[str, Any]]] = []
+        self.invoke_providers: List[Tuple[str, str]] = []
 
     # --- resources -------------------------------------------------------------------------
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> Tuple[Optional[str], dict]:
@@ -232,6 +250,7 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         token, inputs, r = args.token, args.args, self.region
         self.invokes.append((token, dict(inputs)))
+        self.invoke_providers.append((token, args.provider or ""))
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             zones = sorted(self.account.zones.items(), key=lambda kv: kv[1])      # EC2 lists them by name
             return {"names": [name for _, name in zones], "zoneIds": [zone for zone, _ in zones],
@@ -262,7 +281,22 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             return {"name": name, "value": f"ami-{_hex(name + r, 17)}", "type": "String",
                     "arn": f"arn:aws:ssm:{r}::parameter{name}", "version": 1, "insecureValue": None, "id": name}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/plan", "userId": "AIDAPLAN", "id": ACCOUNT_ID}
+            return {"accountId": ACCOUNT_ID, "arn": self.account.caller_arn, "userId": "AROAPLAN:pulumi", "id": ACCOUNT_ID}
+        if token == "aws:iam/getSessionContext:getSessionContext":
+            arn = inputs["arn"]
+            if ":assumed-role/" not in arn:     # IAM's answer for a user or a role: it is its own issuer
+                return {"arn": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": "", "id": arn}
+            account, role, session = re.match(r"arn:aws:sts::(\d{12}):assumed-role/([^/]+)/(.+)", arn).groups()
+            path = self.account.role_paths.get(role, "/")
+            return {"arn": arn, "issuerArn": f"arn:aws:iam::{account}:role{path}{role}", "issuerId": "AROAPLAN",
+                    "issuerName": role, "sessionName": session, "id": arn}
+        if token == "aws:ec2transitgateway/getTransitGateway:getTransitGateway":
+            tgw = inputs.get("id")
+            if tgw not in self.account.transit_gateways:
+                return {}, [("id", f"InvalidTransitGatewayID.NotFound: Transit Gateway {tgw} was deleted or does not exist.")]
+            return {"id": tgw, "arn": f"arn:aws:ec2:{r}:{ACCOUNT_ID}:transit-gateway/{tgw}", "ownerId": ACCOUNT_ID,
+                    "defaultRouteTableAssociation": "enable", "defaultRouteTablePropagation": "enable",
+                    "autoAcceptSharedAttachments": "disable"}
         if token == "aws:index/getRegion:getRegion":
             return {"name": r, "region": r, "id": r, "endpoint": f"ec2.{r}.amazonaws.com", "description": r}
         if token == "aws:index/getPartition:getPartition":
@@ -310,8 +344,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             self.registrations.append(RegisteredResource(
                 urn=response.urn, type=request.type, name=request.name, custom=bool(request.custom),
                 parent=request.parent or None, provider=request.provider or None, inputs=inputs,
-                dependencies=tuple(request.dependencies), protect=bool(request.protect),
-                retain_on_delete=bool(request.retainOnDelete), state=dict(state)))
+                dependencies=tuple(sorted(request.dependencies)), protect=bool(request.protect),   # a set to the engine
+                retain_on_delete=bool(request.retainOnDelete), state=dict(state),
+                ignore_changes=tuple(request.ignoreChanges), delete_timeout=request.customTimeouts.delete))
         return response
 
 
@@ -389,7 +424,8 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
     root = pulumi_settings.get_root_resource()
     outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
     return ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
-                      outputs=outputs, invokes=list(mocks.invokes), warnings=list(warnings.messages))
+                      outputs=outputs, invokes=list(mocks.invokes), invoke_providers=list(mocks.invoke_providers),
+                      warnings=list(warnings.messages))
 
 
 class _WarningLog(logging.Handler):

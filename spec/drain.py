@@ -49,6 +49,9 @@ from typing import Any, Dict, List, Optional, Sequence
 NODE_DRAIN_GRACE_S = 120            # spot: EC2's two-minute interruption notice; the hard limit on spot
 SPOT_CHECKPOINT_BUDGET_S = 90       # what a pod can count on after SIGTERM on spot (delivery takes ~30 s)
 LIFECYCLE_DRAIN_TIMEOUT_S = 900     # ASG termination hook heartbeat: room for a training checkpoint
+# Deleting a pool (or the stack) with nodes running: the ASG waits for every node to drain through the
+# termination hook, then for EC2 to stop it. The provider's default of 10 minutes would fail mid-drain.
+ASG_DELETE_TIMEOUT_S = LIFECYCLE_DRAIN_TIMEOUT_S + 600
 DRAIN_DELIVERY_MARGIN_S = 60        # EventBridge -> SQS -> NTH long poll (20 s) -> eviction, and back
 NTH_NODE_TERMINATION_GRACE_S = LIFECYCLE_DRAIN_TIMEOUT_S - DRAIN_DELIVERY_MARGIN_S          # 840
 WORKLOAD_MAX_GRACE_S = NTH_NODE_TERMINATION_GRACE_S - DRAIN_DELIVERY_MARGIN_S              # 780

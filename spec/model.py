@@ -20,6 +20,8 @@ LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+TRANSIT_GATEWAY_ID = re.compile(r"^tgw-([0-9a-f]{8}|[0-9a-f]{17})$")
+SECURITY_GROUP_ID = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 RESERVATION_ID = re.compile(r"^cr-([0-9a-f]{8}|[0-9a-f]{17})$")
 HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,32}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
@@ -114,6 +116,13 @@ class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False)
 
 
+class TransitGateway(ConfigModel):
+    """An existing transit gateway the VPC attaches to, and the networks reached through it (for example the
+    CI runners that run Pulumi). Its route tables and any cross-account acceptance are the network team's."""
+    id: Annotated[str, _matches(TRANSIT_GATEWAY_ID, "a transit gateway ID such as tgw-0123456789abcdef0")]
+    routes: Tuple[Cidr, ...] = Field(min_length=1)
+
+
 class Network(ConfigModel):
     cidr: Cidr
     # Zone IDs (use1-az1), in subnet order: the i-th zone gets the i-th block of the VPC for good, so add
@@ -121,6 +130,7 @@ class Network(ConfigModel):
     zones: Tuple[Annotated[str, _matches(ZONE_ID, "an availability zone ID such as use1-az1")], ...] = Field(
         min_length=2, max_length=6)
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"
+    transit_gateway: Optional["TransitGateway"] = None
 
     @model_validator(mode="after")
     def _layout(self) -> "Network":
@@ -132,6 +142,9 @@ class Network(ConfigModel):
                              f"{', '.join(map(str, PRIVATE_RANGES))}")
         if len(set(self.zones)) != len(self.zones):
             raise ValueError(f"zones repeat: {', '.join(self.zones)}")
+        for route in self.transit_gateway.routes if self.transit_gateway else ():
+            if ipaddress.IPv4Network(route).overlaps(network):
+                raise ValueError(f"transitGateway.routes: {route} overlaps the VPC {self.cidr}")
         return self
 
 
@@ -140,6 +153,13 @@ class Cluster(ConfigModel):
     # 2027-03-27 (spec/eks.yaml); older minors cost six times as much once extended support starts.
     kubernetes_version: str = "1.35"
     public_access_cidrs: Tuple[Cidr, ...] = ()
+    # Who may reach the private endpoint on 443 besides the nodes: networks (in the VPC or routed to it) and
+    # security groups (in the VPC, or a peered one in the region).
+    private_access_cidrs: Tuple[Cidr, ...] = ()
+    private_access_security_group_ids: Tuple[Annotated[str, _matches(SECURITY_GROUP_ID, "a security group ID such as sg-0123456789abcdef0")], ...] = ()
+    # How the machine running Pulumi reaches the API server (the Kubernetes provider and every Helm release
+    # go that way): no default, because a wrong guess fails 25 minutes into the first `pulumi up`.
+    deployer_access: Literal["public", "private"]
     # Required, at least one: the cluster creator gets no access (API authentication mode), so without an
     # admin role nobody, Pulumi included, could reach the Kubernetes API.
     admin_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = Field(min_length=1)

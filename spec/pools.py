@@ -39,6 +39,12 @@ def asg_name(cluster_name: str, pool_name: str) -> str:
     return f"{cluster_name}-{pool_name}"
 
 
+def asg_arn_pattern(partition: str, region: str, account_id: str, asg: str) -> str:
+    """Every ARN an ASG of this name can have (the ARN embeds a UUID known only after creation): IAM grants
+    name the group by it, so they can exist before the group and outlive it."""
+    return f"arn:{partition}:autoscaling:{region}:{account_id}:autoScalingGroup:*:autoScalingGroupName/{asg}"
+
+
 def gpu_model_label(model: str) -> str:
     """'A100 40GB' -> 'A100-40GB' (label values allow no spaces)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", model)

@@ -125,6 +125,8 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
                              "and failover route between the two, so pick a range that does not"))
     cluster_issues = _check_cluster(parsed.get("cluster"))
     issues.extend(cluster_issues)
+    if network is not None and parsed.get("cluster") is not None:
+        issues.extend(_issue(parts, message) for parts, message in deployer_path_issues(network, parsed["cluster"]))
     image = None
     if parsed.get("cluster") is not None and parsed.get("gpuDriver") is not None and not cluster_issues:
         image, image_issues = resolve_node_image(parsed["gpuDriver"], parsed["cluster"].kubernetes_version)
@@ -308,6 +310,36 @@ def _check_cluster(cluster: Optional[Cluster]) -> List[ConfigIssue]:
         return []
     return [_issue(("cluster", "kubernetesVersion"), f"{cluster.kubernetes_version!r} is not a supported EKS version; "
                    f"allowed: {', '.join(supported)}")]
+
+
+# RFC 5737: ranges reserved for documentation; no deployer ever has one of these addresses.
+DOCUMENTATION_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
+
+
+def deployer_path_issues(network: Network, cluster: Cluster) -> List[Tuple[tuple, str]]:
+    """Is there a way from the machine running Pulumi to the API server? Checked from config alone, so a
+    stack without one fails now rather than when the first Helm release times out."""
+    issues: List[Tuple[tuple, str]] = []
+    for key, cidrs in (("publicAccessCidrs", cluster.public_access_cidrs), ("privateAccessCidrs", cluster.private_access_cidrs)):
+        for i, cidr in enumerate(cidrs):
+            if any(ipaddress.IPv4Network(cidr).overlaps(doc) for doc in DOCUMENTATION_RANGES):
+                issues.append((("cluster", key, i), f"{cidr} is a documentation-only range (RFC 5737); no deployer "
+                                                    "has such an address: give your runners' real range"))
+    vpc = ipaddress.IPv4Network(network.cidr)
+    routed = [ipaddress.IPv4Network(c) for c in (network.transit_gateway.routes if network.transit_gateway else ())]
+    for i, cidr in enumerate(cluster.private_access_cidrs):
+        net = ipaddress.IPv4Network(cidr)
+        if not net.subnet_of(vpc) and not any(net.subnet_of(r) for r in routed):
+            issues.append((("cluster", "privateAccessCidrs", i), f"{cidr} is neither in the VPC ({network.cidr}) nor "
+                           "in a network.transitGateway.routes range, so the endpoint's answers cannot reach it"))
+    if cluster.deployer_access == "public" and not cluster.public_access_cidrs:
+        issues.append((("cluster", "publicAccessCidrs"), "is empty, but deployerAccess is public: list the egress "
+                       "range of the machines that run Pulumi, or use deployerAccess: private"))
+    if cluster.deployer_access == "private" and not (cluster.private_access_cidrs or cluster.private_access_security_group_ids):
+        issues.append((("cluster", "privateAccessCidrs"), "is empty (and so is privateAccessSecurityGroupIds), but "
+                       "deployerAccess is private: nothing outside the nodes may reach the private endpoint; list "
+                       "the runners' network (routed through network.transitGateway) or their security group"))
+    return issues
 
 
 def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str) -> List[ConfigIssue]:

@@ -32,7 +32,8 @@ ADMINS = ("arn:aws:iam::123456789012:role/PlatformAdmin", "arn:aws:iam::21098765
 BASE = ClusterArgs(
     name="gpu-cloud-test-us-east-1", kubernetes_version="1.33",
     subnet_ids=["subnet-0aaaaaaaaaaaaaaa1", "subnet-0bbbbbbbbbbbbbbb2"], public_access_cidrs=(),
-    admin_role_arns=ADMINS, log_retention_days=90)
+    admin_role_arns=ADMINS, log_retention_days=90, deployer_arn=ADMINS[0])
+DEPLOYER = "arn:aws:iam::123456789012:role/ci/gpu-cloud-deployer"
 
 
 def build(args: ClusterArgs, name: str = "cluster"):
@@ -320,6 +321,56 @@ def test_kube_provider_waits_for_admin_access_and_cluster_dns(private_run):
     associations = {a.urn for a in private_run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")}
     coredns = next(a.urn for a in private_run.of_type(ADDON) if a.inputs["addonName"] == "coredns")
     assert associations | {coredns} <= set(provider.dependencies)
+
+
+@pytest.fixture(scope="module")
+def deployer_run():
+    """Pulumi runs as a CI role that is not an admin role, from runners reached through the network."""
+    return build(replace(BASE, deployer_arn=DEPLOYER, private_access_cidrs=("10.0.0.0/22",),
+                         private_access_security_group_ids=("sg-0123456789abcdef0",),
+                         token_args=("--profile", "ci", "--role-arn", DEPLOYER)))
+
+
+def test_the_deployer_gets_cluster_admin_and_the_provider_waits_for_it(deployer_run):
+    entries = {e.inputs["principalArn"]: e for e in deployer_run.of_type("aws:eks/accessEntry:AccessEntry")}
+    assert set(entries) == {*ADMINS, DEPLOYER}
+    assert entries[DEPLOYER].name == "cluster-admin-deployer"     # one stable name, whoever deploys
+    grant = next(a for a in deployer_run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+                 if a.inputs["principalArn"] == DEPLOYER)
+    assert grant.inputs["policyArn"].endswith(":cluster-access-policy/AmazonEKSClusterAdminPolicy")
+    assert grant.urn in deployer_run.one("pulumi:providers:kubernetes").dependencies
+
+
+def test_an_admin_role_deploying_gets_no_second_entry(private_run):
+    assert len(private_run.of_type("aws:eks/accessEntry:AccessEntry")) == len(ADMINS)
+
+
+def test_the_kubeconfig_authenticates_as_the_aws_providers_identity(deployer_run):
+    args = json.loads(deployer_run.outputs["kubeconfig"])["users"][0]["user"]["exec"]["args"]
+    assert args[-4:] == ["--profile", "ci", "--role-arn", DEPLOYER]
+
+
+def test_the_deployers_network_may_reach_the_private_endpoint_before_the_provider_is_used(deployer_run):
+    rules = deployer_run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    cluster = deployer_run.one(CLUSTER)
+    assert {(r.inputs.get("cidrIpv4"), r.inputs.get("referencedSecurityGroupId")) for r in rules} == {
+        ("10.0.0.0/22", None), (None, "sg-0123456789abcdef0")}
+    for rule in rules:
+        assert (rule.inputs["ipProtocol"], rule.inputs["fromPort"], rule.inputs["toPort"]) == ("tcp", 443, 443)
+        assert rule.inputs["securityGroupId"] == cluster.state["vpcConfig"]["clusterSecurityGroupId"]
+        assert rule.urn in deployer_run.one("pulumi:providers:kubernetes").dependencies
+
+
+def test_the_kube_provider_has_a_fixed_identity_so_a_new_kubeconfig_replaces_nothing(private_run, deployer_run):
+    ids = {run.one("pulumi:providers:kubernetes").inputs["clusterIdentifier"] for run in (private_run, deployer_run)}
+    assert ids == {BASE.name}
+
+
+def test_addon_configuration_is_compact_sorted_json(private_run):
+    for addon in private_run.of_type(ADDON):
+        values = addon.inputs.get("configurationValues")
+        if values:
+            assert values == json.dumps(json.loads(values), sort_keys=True, separators=(",", ":"))
 
 
 def test_service_cidr_is_read_back_from_the_cluster(private_run):

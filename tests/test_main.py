@@ -1,11 +1,16 @@
 """The whole program (__main__.py) for each shipped stack, under the shared mocks."""
 import base64
+import json
+import os
+import subprocess
+import sys
 
 import pulumi
 import pytest
 
+from plan.engine import run_program
 from spec.validate import load_stack_spec
-from tests.conftest import STACKS, run_stack
+from tests.conftest import ROOT, STACKS, run_stack
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 ASG = "aws:autoscaling/group:Group"
@@ -136,3 +141,142 @@ def test_every_interface_endpoint_has_a_consumer(stack_runs):
     assert endpoints == set(ENDPOINT_CONSUMERS)
     for service, consumer in ENDPOINT_CONSUMERS.items():
         assert consumer(run), f"nothing in the program uses the {service} endpoint"
+
+
+# --- the first `pulumi up`: order, identity, reachability ------------------------------------------------
+
+EKS_API_TYPES = ("aws:eks/accessEntry:AccessEntry", "aws:eks/accessPolicyAssociation:AccessPolicyAssociation",
+                 "aws:eks/addon:Addon", "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+                 "aws:eks/nodeGroup:NodeGroup")
+
+
+def waits_for(run, resource) -> set:
+    """Every URN the engine makes `resource` wait for: its dependencies and its provider, transitively."""
+    by_urn = {r.urn: r for r in run.resources}
+    seen, todo = set(), [resource.urn]
+    while todo:
+        current = by_urn.get(todo.pop())
+        if current is None:
+            continue
+        edges = list(current.dependencies) + ([current.provider.rsplit("::", 1)[0]] if current.provider else [])
+        for urn in edges:
+            if urn not in seen:
+                seen.add(urn)
+                todo.append(urn)
+    return seen
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_everything_that_calls_the_eks_api_waits_for_the_cluster(stack_runs, stack):
+    run = stack_runs[stack]
+    cluster = run.one("aws:eks/cluster:Cluster").urn
+    callers = [r for r in run.resources if r.type in EKS_API_TYPES or r.type.startswith("kubernetes:")]
+    assert len(callers) > 10
+    late = [r.urn for r in callers if cluster not in waits_for(run, r)]
+    assert late == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_provider_read_goes_through_the_stacks_own_aws_provider(stack_runs, stack):
+    run = stack_runs[stack]
+    provider = run.one("pulumi:providers:aws")
+    used = {ref.rsplit("::", 1)[0] for token, ref in run.invoke_providers if token.startswith("aws:")}
+    assert used == {provider.urn}
+    assert len(run.invoke_providers) >= 8      # zones, offerings, caller, session, partition, region, AMIs, ...
+
+
+def test_the_aws_provider_takes_the_stacks_aws_settings():
+    role = "arn:aws:iam::123456789012:role/deploy"
+    run = run_stack("dev", {"aws:profile": "platform", "aws:assumeRoles": [{"roleArn": role, "sessionName": "ci"}],
+                            "aws:allowedAccountIds": ["123456789012"]})
+    inputs = run.one("pulumi:providers:aws").inputs
+    assert inputs["profile"] == "platform" and inputs["region"] == "us-east-1"
+    assert json.loads(inputs["assumeRoles"]) == [{"roleArn": role, "sessionName": "ci"}] \
+        if isinstance(inputs["assumeRoles"], str) else inputs["assumeRoles"] == [{"roleArn": role, "sessionName": "ci"}]
+    assert "123456789012" in str(inputs["allowedAccountIds"])
+
+
+def test_the_identity_running_pulumi_becomes_cluster_admin():
+    from plan.engine import offline_account
+    from tests.conftest import stack_config
+    account = offline_account("us-east-1", stack_config("dev"))
+    account.caller_arn = "arn:aws:sts::123456789012:assumed-role/gpu-cloud-ci/run-42"
+    account.role_paths = {"gpu-cloud-ci": "/ci/"}
+    run = run_stack("dev", account=account)
+    entries = {e.inputs["principalArn"]: e for e in run.of_type("aws:eks/accessEntry:AccessEntry")
+               if e.inputs.get("type") == "STANDARD"}
+    # the session's role, with the path only IAM knows (the session ARN drops it)
+    assert set(entries) == {"arn:aws:iam::123456789012:role/ml-platform-dev", "arn:aws:iam::123456789012:role/ci/gpu-cloud-ci"}
+    provider = run.one("pulumi:providers:kubernetes")
+    grants = [g.urn for g in run.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")]
+    assert set(grants) <= set(provider.dependencies)
+
+
+def test_the_shipped_stacks_run_as_an_admin_role_and_need_no_extra_entry(stack_runs):
+    run = stack_runs["prod-us-east-1"]
+    standard = [e for e in run.of_type("aws:eks/accessEntry:AccessEntry") if e.inputs.get("type") == "STANDARD"]
+    assert [e.inputs["principalArn"] for e in standard] == ["arn:aws:iam::123456789012:role/ml-platform-admin"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_deployers_network_is_routed_and_admitted_before_kubernetes_is_used(stack_runs, stack):
+    run = stack_runs[stack]
+    provider = run.one("pulumi:providers:kubernetes")
+    routes = [r for r in run.of_type("aws:ec2/route:Route") if r.inputs.get("destinationCidrBlock") == "10.0.0.0/22"]
+    rules = [r for r in run.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+             if r.inputs.get("cidrIpv4") == "10.0.0.0/22"]
+    zones = len(run.of_type("aws:ec2/routeTable:RouteTable")) - 1          # one private table per zone, one public
+    assert len(routes) == zones and all(r.inputs["transitGatewayId"].startswith("tgw-") for r in routes)
+    assert len(rules) == 1 and rules[0].inputs["fromPort"] == 443
+    assert {r.urn for r in routes + rules} <= waits_for(run, provider)
+    attachment = run.one("aws:ec2transitgateway/vpcAttachment:VpcAttachment")
+    assert all(attachment.urn in r.dependencies for r in routes)
+
+
+def test_a_transit_gateway_the_account_cannot_see_is_a_config_error():
+    from plan.engine import offline_account
+    from tests.conftest import stack_config
+    account = offline_account("us-east-1", stack_config("dev"))
+    account.transit_gateways = ()
+    with pytest.raises(pulumi.RunError) as raised:
+        run_stack("dev", account=account)
+    assert "gpu-cloud:network.transitGateway.id: tgw-0c1d2e3f405162738 could not be read" in str(raised.value)
+
+
+def test_config_set_the_way_the_engine_may_pass_it_is_read(monkeypatch):
+    # The engine may hand a key to the program as its own PULUMI_CONFIG_<KEY> variable; the public Config API
+    # reads it, a walk over the runtime's config store would not.
+    from tests.conftest import stack_config
+    config = stack_config("dev")
+    config.pop("gpu-cloud:budget", None)
+    monkeypatch.setenv("PULUMI_CONFIG_GPU_CLOUD_BUDGET", json.dumps({"maxHourlyUsd": 1}))
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(config, stack="dev")
+    assert "gpu-cloud:budget.maxHourlyUsd" in str(raised.value)
+
+
+# --- later runs: deletion order and the same bytes every time -------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_drain_handler_outlives_the_pools_it_drains(stack_runs, stack):
+    # Deletion runs dependents first: every group must depend on the handler, and nothing of the handler on a group.
+    run = stack_runs[stack]
+    drain = [r for r in run.resources if r.urn.split("::")[2].startswith("gpu-cloud:node_drain:NodeDrain$") and r.custom]
+    release = next(r for r in drain if r.type == "kubernetes:helm.sh/v3:Release")
+    groups = run.of_type(ASG)
+    assert groups and all({release.urn, *(r.urn for r in drain if r.type.startswith("aws:cloudwatch/eventRule"))}
+                          <= set(g.dependencies) for g in groups)
+    assert not {g.urn for g in groups} & set().union(*(waits_for(run, r) for r in drain))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_two_runs_in_separate_processes_give_the_same_inputs(tmp_path, stack):
+    documents = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"{seed}.json"
+        result = subprocess.run([sys.executable, "-m", "plan", stack, "--json", str(out)], cwd=ROOT, text=True,
+                                capture_output=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        documents.append({r["urn"]: (r["inputs"], r["dependencies"]) for r in json.loads(out.read_text())["resources"]})
+    assert documents[0].keys() == documents[1].keys()
+    assert [urn for urn in documents[0] if documents[0][urn] != documents[1][urn]] == []

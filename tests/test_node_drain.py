@@ -21,9 +21,8 @@ from tests.conftest import run_component
 REGION = "eu-west-1"
 CLUSTER = "gpu-cloud-prod"
 ASG_NAMES = ("gpu-cloud-prod-train", "gpu-cloud-prod-spot")
-ASG_ARNS = tuple(
-    f"arn:aws:autoscaling:{REGION}:123456789012:autoScalingGroup:0000000{i}-aaaa-bbbb-cccc-dddddddddddd:"
-    f"autoScalingGroupName/{name}" for i, name in enumerate(ASG_NAMES))
+ASG_ARNS = tuple(f"arn:aws:autoscaling:{REGION}:123456789012:autoScalingGroup:*:autoScalingGroupName/{name}"
+                 for name in ASG_NAMES)
 
 COMPONENT = "gpu-cloud:node_drain:NodeDrain"
 RULE = "aws:cloudwatch/eventRule:EventRule"
@@ -41,7 +40,7 @@ def _build(asg_names=ASG_NAMES, asg_arns=ASG_ARNS):
     def build():
         k8s = kubernetes.Provider("k8s", kubeconfig="{}")
         NodeDrain("drain", NodeDrainArgs(cluster_name=CLUSTER, region=REGION, asg_names=tuple(asg_names),
-                                         asg_arns=list(asg_arns)),
+                                         asg_arn_patterns=tuple(asg_arns)),
                   opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
     return build
 

@@ -32,7 +32,7 @@ def pool_run(pool_fields=None, index=0, mutate=None):
     def build():
         GpuNodePool(pool.name, NodePoolArgs(
             pool=pool, cluster_name=CLUSTER,
-            cluster=ClusterConnection(endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
+            cluster=ClusterConnection(name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
                                       certificate_authority=base64.b64encode(
                                           b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n").decode(),
                                       service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
@@ -182,11 +182,44 @@ def test_instances_are_tagged_as_owned_by_the_cluster():
 
 def test_lifecycle_hooks_gate_launch_and_drain_termination():
     run, _ = pool_run()
-    hooks = {h["lifecycleTransition"]: h for h in run.one(ASG).inputs["initialLifecycleHooks"]}
-    launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
-    assert launch["defaultResult"] == "ABANDON" and launch["name"] == boot.VERIFY_HOOK_NAME
-    assert launch["heartbeatTimeout"] == 1200
-    assert hooks["autoscaling:EC2_INSTANCE_TERMINATING"]["defaultResult"] == "CONTINUE"
+    asg = run.one(ASG)
+    seeded = {h["lifecycleTransition"]: h for h in asg.inputs["initialLifecycleHooks"]}
+    owned = {h.inputs["lifecycleTransition"]: h for h in run.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")}
+    for hooks in (seeded, {t: h.inputs for t, h in owned.items()}):
+        launch = hooks["autoscaling:EC2_INSTANCE_LAUNCHING"]
+        assert launch["defaultResult"] == "ABANDON" and launch["name"] == boot.VERIFY_HOOK_NAME
+        assert launch["heartbeatTimeout"] == 1200
+        assert hooks["autoscaling:EC2_INSTANCE_TERMINATING"]["defaultResult"] == "CONTINUE"
+        assert hooks["autoscaling:EC2_INSTANCE_TERMINATING"]["heartbeatTimeout"] == 900
+    assert all(h.inputs["autoscalingGroupName"] == asg.inputs["name"] and asg.urn in h.dependencies
+               for h in owned.values())
+
+
+def test_a_hook_timeout_change_updates_the_hook_and_never_replaces_the_group():
+    # The provider replaces a group whose initial hooks change (ForceNew): the group ignores them after
+    # creation, and the LifecycleHook resources carry the change as an in-place update.
+    ami, install = pool_run()[0], pool_run(mutate=lambda c: c.update(gpuDriver={"source": "install", "branch": "580"}))[0]
+    assert "initialLifecycleHooks" in ami.one(ASG).ignore_changes
+    timeouts = [{h.inputs["name"]: h.inputs["heartbeatTimeout"] for h in run.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")}
+                for run in (ami, install)]
+    assert timeouts == [{boot.VERIFY_HOOK_NAME: 1200, "gpu-cloud-drain": 900}, {boot.VERIFY_HOOK_NAME: 3000, "gpu-cloud-drain": 900}]
+    assert [h.urn for h in ami.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")] == \
+        [h.urn for h in install.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")]
+
+
+def test_deleting_a_pool_with_nodes_waits_for_them_to_drain():
+    asg = pool_run()[0].one(ASG)
+    minutes = int(asg.delete_timeout.removesuffix("m"))
+    assert minutes * 60 > 900          # the termination hook holds each node up to 900 s
+    assert asg.delete_timeout == "25m"
+
+
+def test_nodes_start_only_once_their_bundle_and_grants_exist():
+    run, _ = pool_run()
+    template = run.one(LT)
+    needed = [run.one("aws:s3/bucketObjectv2:BucketObjectv2"), run.one("aws:iam/rolePolicy:RolePolicy"),
+              *run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")]
+    assert len(needed) == 5 and {r.urn for r in needed} <= set(template.dependencies)
 
 
 def test_install_pools_wait_longer_in_the_hook_and_configure_the_nvidia_runtime():

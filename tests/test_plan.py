@@ -159,3 +159,13 @@ def test_unexpected_failure_is_one_line_exit_3(tmp_path):
     path.write_text("{")
     result = plan("--policy-check", path)
     assert result.returncode == 3 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_aws_key_the_provider_would_not_get_is_a_config_error(tmp_path):
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
+    stack["config"]["aws:skipMetadataApiCheck"] = True
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    result = plan("dev", "--stack-file", path)
+    assert result.returncode == 2
+    assert "aws:skipMetadataApiCheck: is not passed to gpu-cloud's AWS provider" in result.stderr

@@ -13,7 +13,8 @@ def valid_config():
         "environment": "prod",
         "tags": {"team": "ml", "costCenter": "cc-1"},
         "network": {"cidr": "10.0.0.0/16", "zones": ["use1-az1", "use1-az2", "use1-az4"]},
-        "cluster": {"adminRoleArns": ["arn:aws:iam::123456789012:role/admin"]},
+        "cluster": {"adminRoleArns": ["arn:aws:iam::123456789012:role/admin"], "deployerAccess": "public",
+                    "publicAccessCidrs": ["198.18.0.0/24"]},
         "nodePools": [
             {"name": "train", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved",
              "capacityReservationId": "cr-0123456789abcdef0", "minNodes": 1, "desiredNodes": 2, "maxNodes": 2,
@@ -24,6 +25,16 @@ def valid_config():
         "inference": {"triton": {"enabled": True, "pool": "infer", "modelRepository": "s3://models/triton"}},
         "dr": {"role": "none"},
     }
+
+
+def test_private_paths_that_reach_the_endpoint_are_accepted():
+    config = valid_config()
+    config["network"]["transitGateway"] = {"id": "tgw-0123456789abcdef0", "routes": ["10.200.0.0/22"]}
+    config["cluster"].update(deployerAccess="private", publicAccessCidrs=[],
+                             privateAccessCidrs=["10.200.1.0/24", "10.0.250.0/24"])       # routed; in the VPC
+    assert load(config).cluster.private_access_cidrs == ("10.200.1.0/24", "10.0.250.0/24")
+    config["cluster"].update(privateAccessCidrs=[], privateAccessSecurityGroupIds=["sg-0123456789abcdef0"])
+    assert load(config).cluster.deployer_access == "private"
 
 
 def load(config, region="us-east-1"):
@@ -83,6 +94,19 @@ MISTAKES = [
     ("misspelt nested key", setter(["network", "zone"], ["use1-az1"]), "gpu-cloud:network.zone", "did you mean zones"),
     ("unsupported Kubernetes version", setter(["cluster", "kubernetesVersion"], "1.21"), "gpu-cloud:cluster.kubernetesVersion", "allowed:"),
     ("public CIDR not a CIDR", setter(["cluster", "publicAccessCidrs"], ["0.0.0.0", "1.2.3.4/40"]), "gpu-cloud:cluster.publicAccessCidrs[1]", "not an IPv4 CIDR"),
+    ("deployer path missing", deleter(["cluster", "deployerAccess"]), "gpu-cloud:cluster.deployerAccess", "required"),
+    ("public path, no CIDRs", setter(["cluster", "publicAccessCidrs"], []), "gpu-cloud:cluster.publicAccessCidrs",
+     "deployerAccess is public"),
+    ("documentation range", setter(["cluster", "publicAccessCidrs"], ["203.0.113.0/24"]), "gpu-cloud:cluster.publicAccessCidrs[0]",
+     "documentation-only range"),
+    ("private path, nobody admitted", setter(["cluster", "deployerAccess"], "private"), "gpu-cloud:cluster.privateAccessCidrs",
+     "nothing outside the nodes may reach the private endpoint"),
+    ("private CIDR without a route", lambda c: c["cluster"].update(deployerAccess="private", privateAccessCidrs=["10.200.0.0/24"]),
+     "gpu-cloud:cluster.privateAccessCidrs[0]", "neither in the VPC (10.0.0.0/16) nor in a network.transitGateway.routes range"),
+    ("transit route over the VPC", setter(["network", "transitGateway"], {"id": "tgw-0123456789abcdef0", "routes": ["10.0.128.0/20"]}),
+     "gpu-cloud:network", "transitGateway.routes: 10.0.128.0/20 overlaps the VPC 10.0.0.0/16"),
+    ("bad transit gateway ID", setter(["network", "transitGateway"], {"id": "tgw-1", "routes": ["10.200.0.0/24"]}),
+     "gpu-cloud:network.transitGateway.id", "transit gateway ID"),
     ("admin ARN is a user", setter(["cluster", "adminRoleArns"], ["arn:aws:iam::123456789012:user/bob"]), "gpu-cloud:cluster.adminRoleArns[0]", "IAM role ARN"),
     ("no admin role", setter(["cluster", "adminRoleArns"], []), "gpu-cloud:cluster.adminRoleArns", "at least 1"),
     ("cluster left at its default", deleter(["cluster"]), "gpu-cloud:cluster.adminRoleArns", "required"),
