@@ -14,10 +14,11 @@ from components.account import read_account, read_deployer
 from components.artifacts import ArtifactBucket, ArtifactBucketArgs
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
+from components.log_bucket import LogBucket, LogBucketArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
-from spec import boot
+from spec import autoscaling, boot
 from spec import pools as pool_rules
 from spec.errors import ConfigError
 from spec.logs import cloudwatch_retention_days
@@ -85,13 +86,16 @@ cluster = EksCluster("cluster", ClusterArgs(
     token_args=tuple(settings.token_args()), deployer_network=network.transit_routes), opts=with_aws)
 with_cluster = pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.kube_provider})
 
-artifacts = ArtifactBucket("artifacts", ArtifactBucketArgs(force_destroy=spec.environment == "dev"), opts=with_aws)
+logs = LogBucket("access-logs", LogBucketArgs(account_id=account_id, retention_days=spec.monitoring.retention_days,
+                                               force_destroy=spec.environment == "dev"), opts=with_aws)
+artifacts = ArtifactBucket("artifacts", ArtifactBucketArgs(log_bucket=logs.bucket_name,
+                                                           force_destroy=spec.environment == "dev"), opts=with_aws)
 
 # Before the pools, so that deleting a pool (or the stack) still has the drain handler for its last nodes.
 asg_names = tuple(pool_rules.asg_name(cluster_name, pool.name) for pool in spec.pools)
+asg_arn_patterns = tuple(pool_rules.asg_arn_pattern(partition, spec.region, account_id, asg) for asg in asg_names)
 node_drain = NodeDrain("node-drain", NodeDrainArgs(
-    cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names,
-    asg_arn_patterns=tuple(pool_rules.asg_arn_pattern(partition, spec.region, account_id, asg) for asg in asg_names)),
+    cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names, asg_arn_patterns=asg_arn_patterns),
     opts=with_cluster)
 
 node_pools = [GpuNodePool(pool.name, NodePoolArgs(
@@ -113,7 +117,9 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
     cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region,
     kubernetes_version=spec.cluster.kubernetes_version,
     priorities={weight: tuple(names) for weight, names in priorities.items()},
-    max_node_provision_time=boot.max_node_provision_time(spec.node_image.source)), opts=with_cluster)
+    max_node_provision_time=boot.max_node_provision_time(spec.node_image.source), asg_arn_patterns=asg_arn_patterns,
+    nodegroup_arns=autoscaling.nodegroup_arn_pattern(partition, spec.region, account_id, cluster_name)),
+    opts=with_cluster)
 
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)

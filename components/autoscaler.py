@@ -25,6 +25,8 @@ class AutoscalerArgs:
     kubernetes_version: str
     priorities: Mapping[int, Tuple[str, ...]]   # weight -> ASG names (exact), higher weight preferred
     max_node_provision_time: str                 # Go duration, from spec.boot.max_node_provision_time
+    asg_arn_patterns: Tuple[str, ...]            # the pools' ASGs (spec.pools.asg_arn_pattern): what CA may scale
+    nodegroup_arns: str                          # the cluster's managed node groups (autoscaling.nodegroup_arn_pattern)
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -40,7 +42,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                       for weight, names in args.priorities.items()}
         values = autoscaling.autoscaler_values(args.cluster_name_plain, args.region, args.kubernetes_version,
                                                priorities, args.max_node_provision_time, autoscaling.SERVICE_ACCOUNT)
-        statements = autoscaling.autoscaler_policy_statements(args.cluster_name_plain)
+        statements = autoscaling.autoscaler_policy_statements(args.cluster_name_plain, args.asg_arn_patterns,
+                                                              args.nodegroup_arns)
         pin = charts.chart(charts.CLUSTER_AUTOSCALER)
         self.image = f"{values['image']['repository']}:{values['image']['tag']}"
         self.chart_version = pin.version

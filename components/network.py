@@ -104,6 +104,10 @@ class Network(pulumi.ComponentResource):
         self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.cidr, enable_dns_support=True,
                                enable_dns_hostnames=True, tags=_tags(f"{name}-vpc"), opts=child)
         self.vpc_id = self.vpc.id
+        # Adopt the VPC's default security group and leave it without rules: anything launched without a
+        # group of its own gets no traffic at all, instead of "all traffic from the group".
+        aws.ec2.DefaultSecurityGroup(f"{name}-default-sg", vpc_id=self.vpc.id, ingress=[], egress=[],
+                                     tags=_tags(f"{name}-default-sg"), opts=child)
 
         # --- public side: internet gateway, one route table, one small subnet per zone ----------
         igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=_tags(f"{name}-igw"), opts=child)

@@ -103,8 +103,16 @@ class RegisteredResource:
     protect: bool
     retain_on_delete: bool
     state: Dict[str, Any] = field(repr=False)   # what the mocks answered (ids, ARNs, ...)
+    # The options that keep a running pool or stored data in place (the engine honours them; mocks do not).
     ignore_changes: Tuple[str, ...] = ()
-    delete_timeout: str = ""                    # customTimeouts.delete, as the engine gets it
+    replace_on_changes: Tuple[str, ...] = ()
+    delete_before_replace: bool = False
+    custom_timeouts: Dict[str, str] = field(default_factory=dict)   # create / update / delete, when set
+    aliases: Tuple[str, ...] = ()                                   # earlier URNs or names it answers to
+
+    @property
+    def delete_timeout(self) -> str:
+        return self.custom_timeouts.get("delete", "")
 
 
 @dataclass
@@ -346,8 +354,21 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 parent=request.parent or None, provider=request.provider or None, inputs=inputs,
                 dependencies=tuple(sorted(request.dependencies)), protect=bool(request.protect),   # a set to the engine
                 retain_on_delete=bool(request.retainOnDelete), state=dict(state),
-                ignore_changes=tuple(request.ignoreChanges), delete_timeout=request.customTimeouts.delete))
+                ignore_changes=tuple(request.ignoreChanges), replace_on_changes=tuple(request.replaceOnChanges),
+                delete_before_replace=bool(request.deleteBeforeReplace),
+                custom_timeouts={k: v for k, v in (("create", request.customTimeouts.create),
+                                                   ("update", request.customTimeouts.update),
+                                                   ("delete", request.customTimeouts.delete)) if v},
+                aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases)))
         return response
+
+
+def _alias(alias) -> str:
+    """An alias as one string: its URN, or the parts of its spec that are set (type=..., name=...)."""
+    if alias.urn:
+        return alias.urn
+    fields = json_format.MessageToDict(alias.spec, preserving_proto_field_name=True)
+    return ", ".join(f"{key}={value}" for key, value in sorted(fields.items()) if value)
 
 
 def _redact(value: Any) -> Any:

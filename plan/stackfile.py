@@ -1,6 +1,7 @@
 """Read a stack file the way the Pulumi CLI hands it to the program: with Pulumi.yaml defaults."""
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -28,25 +29,72 @@ def project_keys(config: Dict[str, Any], namespace: str = "gpu-cloud") -> Dict[s
     return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{namespace}:")}
 
 
+# Namespaces a stack file may use: the project's, the AWS provider's (spec/deployer.py) and the engine's own.
+READ_NAMESPACES = ("aws", "pulumi")
+# A project config declaration is a schema when it uses these keys; any other value is a plain default.
+SCHEMA_KEYS = {"type", "description", "items", "default", "value", "secret"}
+
+
 def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]:
-    """`config:` of the stack file (namespaced keys), with the project's declared defaults filled in."""
+    """`config:` of the stack file (namespaced keys), merged with Pulumi.yaml the way the Pulumi CLI does it
+    (pulumi/pulumi sdk/go/common/workspace, ValidateStackConfigAndApplyProjectConfig): a declared key the stack
+    leaves out takes its `default` or `value`, and without either it is missing; an explicitly typed key must
+    have its type. Keys under a namespace gpu-cloud does not read are refused too. Raises StackFileError."""
     path = Path(path) if path else stack_file_path(stack)
     try:
         with open(path, encoding="utf-8") as handle:
-            document = yaml.safe_load(handle) or {}
+            document = yaml.safe_load(handle)
     except FileNotFoundError:
         raise StackFileError(f"no stack file at {path}") from None
     except yaml.YAMLError as err:
         raise StackFileError(f"{path} is not valid YAML: {err}") from None
-    if not isinstance(document, dict) or not isinstance(document.get("config", {}), dict):
-        raise StackFileError(f"{path}: expected a mapping with a `config:` mapping")
-    config = dict(document.get("config") or {})
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        raise StackFileError(f"{path}: a stack file is a mapping with a `config:` mapping of keys such as "
+                             "aws:region and gpu-cloud:environment; this one has none")
     name = project()["name"]
+    config = {(key if ":" in key else f"{name}:{key}"): value for key, value in document["config"].items()}
+    problems = _namespace_problems(config, name)
+    missing = []
     for key, declaration in (project().get("config") or {}).items():
         full_key = key if ":" in key else f"{name}:{key}"
-        if isinstance(declaration, dict) and "default" in declaration:
-            config.setdefault(full_key, declaration["default"])
+        schema = declaration if isinstance(declaration, dict) and set(declaration) <= SCHEMA_KEYS else {"default": declaration}
+        if full_key not in config:
+            if "default" in schema or "value" in schema:
+                config[full_key] = schema.get("default", schema.get("value"))
+            else:
+                missing.append(key)
+        elif "type" in schema and not _has_type(config[full_key], schema):
+            problems.append(f"Stack '{stack}' with configuration key '{key}' must be of type '{_type_name(schema)}'")
+    if missing:
+        problems.insert(0, f"Stack '{stack}' is missing configuration value{'s' if len(missing) > 1 else ''} "
+                           + ", ".join(f"'{k}'" for k in missing))
+    if problems:
+        raise StackFileError(f"{path}: " + "; ".join(problems))
     return config
+
+
+def _namespace_problems(config: Dict[str, Any], project_name: str) -> list:
+    known = (project_name, *READ_NAMESPACES)
+    problems = []
+    for key in sorted(config):
+        namespace = key.split(":", 1)[0]
+        if namespace not in known:
+            close = difflib.get_close_matches(namespace, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}:{key.split(':', 1)[1]}?)" if close else ""
+            problems.append(f"{key}: gpu-cloud reads no `{namespace}:` keys{hint}; namespaces read: {', '.join(known)}")
+    return problems
+
+
+def _has_type(value: Any, schema: Dict[str, Any]) -> bool:
+    kind = schema["type"]
+    if kind == "array":
+        return isinstance(value, list) and all(_has_type(v, schema.get("items") or {"type": "string"}) for v in value)
+    return {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
+            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool)}[kind](value)
+
+
+def _type_name(schema: Dict[str, Any]) -> str:
+    return f"array<{_type_name(schema.get('items') or {'type': 'string'})}>" if schema["type"] == "array" else schema["type"]
 
 
 def peer_cidr(keys: Dict[str, Any]) -> Optional[str]:

@@ -36,7 +36,6 @@ DESCRIBE_ACTIONS = (
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:GetInstanceTypesFromInstanceRequirements",
-    "eks:DescribeNodegroup",
 )
 MUTATING_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
 
@@ -99,27 +98,32 @@ def autoscaler_values(cluster_name: str, region: str, kubernetes_version: str,
     }
 
 
-def autoscaler_policy_statements(cluster_name: str, asg_arns: Optional[Sequence[Any]] = None) -> List[Dict[str, Any]]:
+def autoscaler_policy_statements(cluster_name: str, asg_arns: Sequence[Any], nodegroup_arns: Any) -> List[Dict[str, Any]]:
     """Least-privilege IAM for cluster-autoscaler.
 
-    Reads are on `*` (the describe calls take no resource-level permissions). The two mutating calls
-    are allowed only on ASGs tagged as this cluster's (`k8s.io/cluster-autoscaler/<cluster>` = owned and
-    `.../enabled` = true, as spec/pools tags them) and, when `asg_arns` is given, only on those ASGs too.
+    Reads are on `*` where the describe calls take no resource-level permissions. The two mutating calls
+    are allowed only on this cluster's ASGs (`asg_arns`, ARN patterns by name) and only while they carry
+    this cluster's tags (`k8s.io/cluster-autoscaler/<cluster>` = owned and `.../enabled` = true, as
+    spec/pools tags them). eks:DescribeNodegroup is on this cluster's node groups (`nodegroup_arns`).
     """
     _check_cluster_name(cluster_name)
-    resources: Any = "*"
-    if asg_arns is not None:
-        if not asg_arns:
-            raise ValueError("asg_arns, when given, must not be empty")
-        resources = list(asg_arns)
+    if isinstance(asg_arns, str) or not asg_arns:
+        raise ValueError("asg_arns must be a non-empty list of ARNs or ARN patterns")
     return [
         {"Sid": "DiscoverNodeGroups", "Effect": "Allow", "Action": list(DESCRIBE_ACTIONS), "Resource": "*"},
-        {"Sid": "ScaleOwnNodeGroups", "Effect": "Allow", "Action": list(MUTATING_ACTIONS), "Resource": resources,
+        {"Sid": "DescribeOwnManagedNodeGroups", "Effect": "Allow", "Action": "eks:DescribeNodegroup",
+         "Resource": nodegroup_arns},
+        {"Sid": "ScaleOwnNodeGroups", "Effect": "Allow", "Action": list(MUTATING_ACTIONS), "Resource": list(asg_arns),
          "Condition": {"StringEquals": {
              f"aws:ResourceTag/{CA_PREFIX}/{cluster_name}": "owned",
              f"aws:ResourceTag/{CA_PREFIX}/enabled": "true",
          }}},
     ]
+
+
+def nodegroup_arn_pattern(partition: str, region: str, account_id: str, cluster_name: str) -> str:
+    """Every managed node group of the cluster: arn:...:nodegroup/<cluster>/<group>/<uuid>."""
+    return f"arn:{partition}:eks:{region}:{account_id}:nodegroup/{cluster_name}/*/*"
 
 
 def _check_cluster_name(cluster_name: str) -> None:

@@ -20,6 +20,7 @@ LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
 IAM_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+MAX_NODES_PER_POOL = 64
 TRANSIT_GATEWAY_ID = re.compile(r"^tgw-([0-9a-f]{8}|[0-9a-f]{17})$")
 SECURITY_GROUP_ID = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 RESERVATION_ID = re.compile(r"^cr-([0-9a-f]{8}|[0-9a-f]{17})$")
@@ -218,7 +219,9 @@ class NodePool(ConfigModel):
     capacity_reservation_id: Optional[Annotated[str, _matches(RESERVATION_ID, "a capacity reservation id (cr- and 8 or 17 hex digits)")]] = None
     min_nodes: int = Field(ge=0)
     desired_nodes: int = Field(ge=0)
-    max_nodes: int = Field(ge=0)
+    # One pool is one launch template and one instance refresh: past 64 nodes (512 GPUs) a slip of the
+    # keyboard or one bad template costs too much at once. Larger fleets are several pools.
+    max_nodes: int = Field(ge=0, le=MAX_NODES_PER_POOL)
     efa: Optional[bool] = None  # None: on where the instance type supports EFA (resolved by spec.validate)
     # A zone name (us-east-1a) or ID (use1-az1) of network.zones; names are resolved per account at run time.
     availability_zone: Optional[Annotated[str, _matches(ZONE, "an availability zone name (us-east-1a) or ID (use1-az1)")]] = None
@@ -302,7 +305,8 @@ class Dr(ConfigModel):
 
 
 class Budget(ConfigModel):
-    max_hourly_usd: float = Field(gt=0)
+    # Left out: no check (prod stacks get a warning, spec.validate.stack_warnings).
+    max_hourly_usd: Optional[float] = Field(default=None, gt=0)
 
 
 Environment = Literal["prod", "staging", "dev"]
@@ -321,5 +325,5 @@ SECTIONS = {
     "inference": (Inference, False),
     "monitoring": (Monitoring, False),
     "dr": (Dr, False),
-    "budget": (Optional[Budget], False),
+    "budget": (Budget, False),
 }

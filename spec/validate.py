@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args, get_origin
@@ -66,7 +67,7 @@ class StackSpec:
     inference: Inference
     monitoring: Monitoring
     dr: Dr
-    budget: Optional[Budget]
+    budget: Budget
     catalog: Catalog = field(repr=False, compare=False)
 
     @property
@@ -80,6 +81,11 @@ class StackSpec:
 
     def pool(self, name: str) -> ResolvedPool:
         return next(p for p in self.pools if p.name == name)
+
+
+# EKS CreateCluster: 1-100 characters. Everything named after the cluster (ASGs, tags such as
+# k8s.io/cluster-autoscaler/<name>, at most 128 characters) fits when the cluster name does.
+EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 
 
 def cluster_name(project: str, stack: str) -> str:
@@ -97,6 +103,11 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     issues: List[ConfigIssue] = []
     parsed: Dict[str, Any] = {}
 
+    name = cluster_name(project, stack)
+    if not EKS_CLUSTER_NAME.match(name):
+        issues.append(ConfigIssue("stack", f"{stack!r} makes the EKS cluster name {name!r}, which EKS refuses: at most "
+                                           "100 characters, letters, digits, '-' and '_', starting with a letter or "
+                                           "digit; name the stack with those (prod-us-east-1)"))
     for key in sorted(set(config) - set(SECTIONS)):
         issues.append(_issue((key,), f"unknown key{_did_you_mean(key, SECTIONS)}; allowed keys: {', '.join(SECTIONS)}"))
     for key, (type_, required) in SECTIONS.items():
@@ -105,10 +116,9 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         elif key == "nodePools":
             parsed[key] = _parse_pools(config[key], issues)
         else:
-            # An optional section left out is its defaults: {} (budget: none).
-            value = config.get(key, None if key == "budget" else {})
+            # An optional section left out is its defaults: {}.
             try:
-                parsed[key] = TypeAdapter(type_).validate_python(value)
+                parsed[key] = strictly(type_, config.get(key, {}))
             except ValidationError as err:
                 issues.extend(_pydantic_issues(err, (key,), type_))
 
@@ -137,7 +147,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
     issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
     resolved = tuple(r for _, _, r in pools if r is not None)
-    if not issues and parsed.get("budget") is not None:
+    if not issues and parsed.get("budget") is not None and parsed["budget"].max_hourly_usd is not None:
         issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
     if issues:
         raise ConfigError(issues)
@@ -150,6 +160,12 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     )
 
 
+def strictly(type_: Any, value: Any) -> Any:
+    """Validate a config value without coercion (`maxNodes: true` and `efa: "yes"` are errors, not 1 and True).
+    Through JSON, because strict Python validation would also refuse the lists YAML gives for tuples."""
+    return TypeAdapter(type_).validate_json(json.dumps(value, default=str), strict=True)
+
+
 def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]]:
     if not isinstance(raw, list) or not raw:
         issues.append(_issue(("nodePools",), "must be a non-empty list of node pools"))
@@ -157,7 +173,7 @@ def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]
     pools: List[Optional[NodePool]] = []
     for i, item in enumerate(raw):
         try:
-            pools.append(NodePool.model_validate(item))
+            pools.append(strictly(NodePool, item))
         except ValidationError as err:
             issues.extend(_pydantic_issues(err, ("nodePools", i), NodePool))
             pools.append(None)
@@ -262,6 +278,9 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
     if ipaddress.IPv4Network(spec.network.cidr).overlaps(DOCKER_BRIDGE):
         warnings.append(f"gpu-cloud:network.cidr: {spec.network.cidr} overlaps {DOCKER_BRIDGE}, the default bridge "
                         "network of Docker and of many container build tools; pods there may not reach such hosts")
+    if spec.environment == "prod" and spec.budget.max_hourly_usd is None:
+        warnings.append("gpu-cloud:budget.maxHourlyUsd: not set on a prod stack, so nothing stops a maxNodes typo "
+                        "from multiplying the bill; set the most the pools may cost per hour")
     return warnings
 
 

@@ -25,6 +25,9 @@ from tests.conftest import run_component
 
 REGION = "us-east-1"
 CLUSTER = "gpu-cloud-prod-us-east-1"
+ASG_ARNS = tuple(f"arn:aws:autoscaling:{REGION}:123456789012:autoScalingGroup:*:autoScalingGroupName/{CLUSTER}-{pool}"
+                 for pool in ("train", "infer"))
+NODEGROUPS = autoscaling.nodegroup_arn_pattern("aws", REGION, "123456789012", CLUSTER)
 RESERVED = f"{CLUSTER}-reserved"
 SPOT = (f"{CLUSTER}-spot-a", f"{CLUSTER}-spot.b")          # a dot: must be matched literally
 ON_DEMAND = f"{CLUSTER}-on-demand"
@@ -44,7 +47,8 @@ def _build(kubernetes_version: str = "1.33", priorities=PRIORITIES):
         ClusterAutoscaler("autoscaler", AutoscalerArgs(
             cluster_name=CLUSTER, cluster_name_plain=CLUSTER, region=REGION,
             kubernetes_version=kubernetes_version, priorities=priorities,
-            max_node_provision_time=boot.max_node_provision_time("ami")),
+            max_node_provision_time=boot.max_node_provision_time("ami"), asg_arn_patterns=ASG_ARNS,
+            nodegroup_arns=NODEGROUPS),
             opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
     return build
 
@@ -190,14 +194,20 @@ def test_exact_name_regex_escapes_re2_metacharacters():
     assert pattern.startswith("^") and pattern.endswith("$")
 
 
-def test_policy_can_also_pin_asg_arns():
-    arns = ["arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:u:autoScalingGroupName/x"]
-    scale = [s for s in autoscaling.autoscaler_policy_statements(CLUSTER, arns) if s["Sid"] == "ScaleOwnNodeGroups"]
-    assert scale[0]["Resource"] == arns and "Condition" in scale[0]
+def test_restrictable_actions_name_this_clusters_resources(run):
+    statements = {s["Sid"]: s for s in json.loads(run.one(ROLE_POLICY).inputs["policy"])["Statement"]}
+    assert statements["ScaleOwnNodeGroups"]["Resource"] == list(ASG_ARNS)          # and the tag condition above
+    assert statements["DescribeOwnManagedNodeGroups"] == {
+        "Sid": "DescribeOwnManagedNodeGroups", "Effect": "Allow", "Action": "eks:DescribeNodegroup",
+        "Resource": f"arn:aws:eks:{REGION}:123456789012:nodegroup/{CLUSTER}/*/*"}
+    assert "*" not in [s["Resource"] for s in statements.values() if "eks:DescribeNodegroup" in _as_list(s["Action"])]
+
+
+def test_policy_needs_the_asgs_and_a_plain_cluster_name():
     with pytest.raises(ValueError):
-        autoscaling.autoscaler_policy_statements(CLUSTER, [])
+        autoscaling.autoscaler_policy_statements(CLUSTER, [], NODEGROUPS)
     with pytest.raises(ValueError):
-        autoscaling.autoscaler_policy_statements("a/b")
+        autoscaling.autoscaler_policy_statements("a/b", ASG_ARNS, NODEGROUPS)
 
 
 # --- spec/charts.py ---------------------------------------------------------------------------------------

@@ -13,6 +13,39 @@ def test_catalog_covers_the_families_gpu_cloud_supports():
     assert expected <= set(CATALOG.instance_types)
 
 
+# Every catalog type, entry by entry, from the vetted reference table (shared/reference/instances.md, "Hardware
+# and network": EC2 DescribeInstanceTypes as generated into aws/karpenter-provider-aws, 2026-07/08).
+HARDWARE = [
+    # type,              GPU,         GPUs, GPU MiB, vCPU, GiB,  Gbps, cards, EFA cards, NVMe GB
+    ("g4dn.12xlarge",    "T4",        4, 16384,  48,  192,   50,  1,  1,   900),
+    ("g4dn.metal",       "T4",        8, 16384,  96,  384,  100,  1,  1,  1800),
+    ("g5.12xlarge",      "A10G",      4, 22888,  48,  192,   40,  1,  1,  3800),
+    ("g5.48xlarge",      "A10G",      8, 22888, 192,  768,  100,  1,  1,  7600),
+    ("g6.12xlarge",      "L4",        4, 22888,  48,  192,   40,  1,  1,  3760),
+    ("g6.48xlarge",      "L4",        8, 22888, 192,  768,  100,  1,  1,  7520),
+    ("g6e.12xlarge",     "L40S",      4, 45776,  48,  384,  100,  1,  1,  3800),
+    ("g6e.48xlarge",     "L40S",      8, 45776, 192, 1536,  400,  4,  4,  7600),
+    ("p4d.24xlarge",     "A100 40GB", 8, 40960,  96, 1152,  400,  4,  4,  8000),
+    ("p4de.24xlarge",    "A100 80GB", 8, 81920,  96, 1152,  400,  4,  4,  8000),
+    ("p5.48xlarge",      "H100",      8, 81920, 192, 2048, 3200, 32, 32, 30400),
+    ("p5e.48xlarge",     "H200",      8, 144384, 192, 2048, 3200, 32, 32, 30400),
+    ("p5en.48xlarge",    "H200",      8, 144384, 192, 2048, 3200, 16, 16, 30400),
+    ("p6-b200.48xlarge", "B200",      8, 183359, 192, 2048, 3200,  8,  8, 30400),
+]
+
+
+def test_the_hardware_table_covers_every_catalog_type():
+    assert {row[0] for row in HARDWARE} == set(CATALOG.instance_types)
+
+
+@pytest.mark.parametrize("name,model,gpus,gpu_mib,vcpu,memory_gib,gbps,cards,efa_cards,nvme_gb", HARDWARE)
+def test_every_type_matches_the_reference(name, model, gpus, gpu_mib, vcpu, memory_gib, gbps, cards, efa_cards, nvme_gb):
+    t = CATALOG.instance_types[name]
+    assert (t.gpu.model, t.gpu.count, t.gpu.memory_mib) == (model, gpus, gpu_mib)
+    assert (t.vcpu, t.memory_gib, t.network_gbps, t.network_cards, t.efa.cards) == (vcpu, memory_gib, gbps, cards, efa_cards)
+    assert t.instance_store.disks * t.instance_store.disk_gb == nvme_gb
+
+
 @pytest.mark.parametrize("name,model,count,links,nvswitch", [
     ("p5.48xlarge", "H100", 8, 18, True), ("p4d.24xlarge", "A100 40GB", 8, 12, True),
     ("p6-b200.48xlarge", "B200", 8, 18, True), ("g6e.48xlarge", "L40S", 8, 0, False), ("g4dn.12xlarge", "T4", 4, 0, False),

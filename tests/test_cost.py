@@ -18,6 +18,13 @@ def test_capacity_types_are_priced_by_their_rule():
     assert cost.node_hourly_usd("p5.48xlarge", "on-demand", CATALOG, "eu-west-1") is None   # not offered
 
 
+@pytest.mark.parametrize("discount,expected", [(0.3, 55.04 * 0.7), (0.7, 55.04 * 0.3), (0.0, 55.04)])
+def test_spot_is_the_on_demand_rate_less_the_discount_whatever_the_discount(discount, expected):
+    # 0.5 alone cannot tell `price * (1 - d)` from `price * d`
+    catalog = CATALOG.model_copy(update={"default_spot_discount": discount})
+    assert cost.node_hourly_usd("p5.48xlarge", "spot", catalog, "us-east-1") == pytest.approx(expected)
+
+
 def test_totals_at_desired_and_max():
     spec = load(valid_config())
     estimate = cost.estimate(spec.pools, CATALOG, "us-east-1")

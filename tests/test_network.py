@@ -285,6 +285,13 @@ def test_kms_key_rotates_is_protected_and_lets_logs_use_it(per_az):
     assert "kms:*" not in logs["Action"]
 
 
+def test_the_default_security_group_is_adopted_and_admits_nothing(net):
+    _, net, _ = net
+    default = net.one("aws:ec2/defaultSecurityGroup:DefaultSecurityGroup")
+    assert default.inputs["vpcId"] == net.one("aws:ec2/vpc:Vpc").state["id"]
+    assert default.inputs.get("ingress", []) == [] and default.inputs.get("egress", []) == []
+
+
 def test_children_are_parented_named_and_use_the_callers_provider(net):
     _, run, _ = net
     component = run.one(COMPONENT, NAME)

@@ -241,6 +241,8 @@ def test_reserved_refresh_never_surges_and_cluster_autoscaler_owns_desired():
     run, _ = pool_run()
     prefs = run.one(ASG).inputs["instanceRefresh"]["preferences"]
     assert prefs["maxHealthyPercentage"] == 100 and prefs["minHealthyPercentage"] == 50
+    # Without this every `pulumi up` would set the size back to desiredNodes and terminate busy GPU nodes.
+    assert "desiredCapacity" in run.one(ASG).ignore_changes
 
 
 def test_user_data_renders_the_pool_and_points_at_its_verified_bundle():
@@ -270,7 +272,13 @@ def test_node_role_may_only_gate_itself():
     gate = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
     by_sid = {s["Sid"]: s for s in gate["Statement"]}
     assert by_sid["CompleteOwnLifecycleAction"]["Resource"].endswith("autoScalingGroupName/gpu-cloud-test-train")
-    assert by_sid["TagSelfWithVerdict"]["Condition"]["StringEquals"] == {"aws:ARN": "${ec2:SourceInstanceARN}"}
+    # the whole statement: only CreateTags, only on the calling instance, only the two verdict keys
+    assert by_sid["TagSelfWithVerdict"] == {
+        "Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
+        "Resource": "arn:aws:ec2:us-east-1:123456789012:instance/*",
+        "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+                      "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}}
+    assert by_sid["CompleteOwnLifecycleAction"]["Action"] == "autoscaling:CompleteLifecycleAction"
     assert by_sid["ReadVerifierBundle"]["Resource"].startswith("arn:aws:s3:::artifacts-bucket/verifier/train/")
     assert run.one("aws:eks/accessEntry:AccessEntry").inputs["type"] == "EC2_LINUX"
 

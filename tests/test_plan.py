@@ -169,3 +169,32 @@ def test_an_aws_key_the_provider_would_not_get_is_a_config_error(tmp_path):
     result = plan("dev", "--stack-file", path)
     assert result.returncode == 2
     assert "aws:skipMetadataApiCheck: is not passed to gpu-cloud's AWS provider" in result.stderr
+
+
+def test_a_config_error_found_at_run_time_is_exit_2_without_traceback(tmp_path):
+    # use1-az7 passes the static checks, but the account (the offline plan's: use1-az1..az6) does not have it
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-cloud:network"]["zones"] = ["use1-az1", "use1-az7"]
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    result = plan("dev", "--stack-file", path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "gpu-cloud:network.zones[1]: use1-az7 is not an available zone of us-east-1" in result.stderr
+
+
+def test_a_recorded_mandatory_violation_is_exit_1(documents, tmp_path):
+    document = json.loads(json.dumps(documents["dev"][1]))
+    document["policy"]["violations"] = [{"policyName": "example", "enforcement": "mandatory", "message": "m"}]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(document))
+    assert plan("--policy-check", path).returncode == 1
+
+
+def test_the_document_records_what_protects_running_capacity(documents):
+    resources = {r["name"]: r for r in documents["dev"][1]["resources"]}
+    asg = resources["dev-gpu-spot-asg"]
+    assert asg["ignoreChanges"] == ["desiredCapacity", "initialLifecycleHooks"]
+    assert asg["customTimeouts"] == {"delete": "25m"}
+    assert resources["cluster-system"]["ignoreChanges"] == ["scalingConfig.desiredSize"]
+    assert all(set(r) >= {"ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "customTimeouts", "aliases"}
+               for r in resources.values())

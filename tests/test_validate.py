@@ -94,6 +94,15 @@ MISTAKES = [
     ("misspelt nested key", setter(["network", "zone"], ["use1-az1"]), "gpu-cloud:network.zone", "did you mean zones"),
     ("unsupported Kubernetes version", setter(["cluster", "kubernetesVersion"], "1.21"), "gpu-cloud:cluster.kubernetesVersion", "allowed:"),
     ("public CIDR not a CIDR", setter(["cluster", "publicAccessCidrs"], ["0.0.0.0", "1.2.3.4/40"]), "gpu-cloud:cluster.publicAccessCidrs[1]", "not an IPv4 CIDR"),
+    ("maxNodes given as a boolean", lambda c: pool(1)(c).update(maxNodes=True), "gpu-cloud:nodePools[1].maxNodes",
+     "True: Input should be a valid integer"),
+    ("efa given as a word", lambda c: pool(1)(c).update(efa="yes"), "gpu-cloud:nodePools[1].efa", "'yes': Input should be a valid boolean"),
+    ("minNodes given as a string", lambda c: pool(1)(c).update(minNodes="1"), "gpu-cloud:nodePools[1].minNodes",
+     "'1': Input should be a valid integer"),
+    ("version given as a number", setter(["cluster", "kubernetesVersion"], 1.35), "gpu-cloud:cluster.kubernetesVersion",
+     "1.35: Input should be a valid string"),
+    ("more nodes than one pool may have", lambda c: pool(1)(c).update(maxNodes=65), "gpu-cloud:nodePools[1].maxNodes",
+     "less than or equal to 64"),
     ("deployer path missing", deleter(["cluster", "deployerAccess"]), "gpu-cloud:cluster.deployerAccess", "required"),
     ("public path, no CIDRs", setter(["cluster", "publicAccessCidrs"], []), "gpu-cloud:cluster.publicAccessCidrs",
      "deployerAccess is public"),
@@ -202,6 +211,39 @@ def test_all_mistakes_are_reported_at_once():
     paths = {i.path for i in issues_of(many)}
     assert {"gpu-cloud:environment", "gpu-cloud:network.cidr", "gpu-cloud:nodePools[0].instanceTypes[0]",
             "gpu-cloud:nodePools[1]", "gpu-cloud:dr"} <= paths
+
+
+def test_a_pool_of_exactly_64_nodes_is_accepted():
+    config = valid_config()
+    config["nodePools"][1].update(maxNodes=64)
+    assert load(config).pools[1].spec.max_nodes == 64
+
+
+@pytest.mark.parametrize("stack,accepted", [("prod-us-east-1", True), ("a" * 90, True), ("a" * 91, False),
+                                            ("prod.us-east-1", False), ("-prod", True)])
+def test_the_stack_name_must_make_a_valid_eks_cluster_name(stack, accepted):
+    # gpu-cloud-<stack>: 10 + 90 = 100 characters, EKS's limit
+    if accepted:
+        assert load_stack_spec(valid_config(), stack=stack, region="us-east-1").cluster_name == f"gpu-cloud-{stack}"
+        return
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(valid_config(), stack=stack, region="us-east-1")
+    (issue,) = raised.value.issues
+    assert issue.path == "stack" and f"{stack!r} makes the EKS cluster name" in issue.message
+
+
+def test_a_prod_stack_without_a_budget_is_warned_about():
+    from datetime import date
+    from spec.validate import stack_warnings
+    config = valid_config()
+    config["budget"] = {"maxHourlyUsd": 1000}
+    assert not [w for w in stack_warnings(load(config), date(2026, 12, 3)) if "budget" in w]
+    config.pop("budget")
+    assert config["environment"] == "prod"
+    (warning,) = [w for w in stack_warnings(load(config), date(2026, 12, 3)) if "budget" in w]
+    assert warning.startswith("gpu-cloud:budget.maxHourlyUsd: not set on a prod stack")
+    config["environment"] = "dev"
+    assert not [w for w in stack_warnings(load(config), date(2026, 12, 3)) if "budget" in w]
 
 
 def test_missing_region_is_named():
