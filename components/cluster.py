@@ -325,7 +325,10 @@ class EksCluster(pulumi.ComponentResource):
         # DaemonSets that must be in place before any node joins (they need no running node to install).
         # preserve: deleting the add-on object by mistake must not tear networking out of live nodes.
         pod_identity_agent = addon("eks-pod-identity-agent", preserve=True)
-        vpc_cni = addon("vpc-cni", config={"env": VPC_CNI_ENV}, identity_for=("aws-node", cni_role), preserve=True,
+        # enableNetworkPolicy: the CNI's network policy agent enforces NetworkPolicies (tenancy relies on them);
+        # without it the API accepts them and nothing enforces them.
+        vpc_cni = addon("vpc-cni", config={"env": VPC_CNI_ENV, "enableNetworkPolicy": "true"},
+                        identity_for=("aws-node", cni_role), preserve=True,
                         depends_on=[cni_policy, pod_identity_agent])
         kube_proxy = addon("kube-proxy", preserve=True)
 

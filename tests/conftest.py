@@ -28,6 +28,25 @@ def require_tool(name: str) -> str:
     pytest.skip(message)
 
 
+def validate_kubernetes(run: "ProgramRun", version: str) -> int:
+    """Validate every Kubernetes object `run` created directly (not Helm releases) with kubernetes-validate
+    against Kubernetes `version`'s schemas, strictly (unknown fields fail); returns how many were checked.
+    Custom resources have no schema there: the caller checks them against their CRDs."""
+    import kubernetes_validate
+
+    checked = 0
+    for resource in run.resources:
+        if not resource.type.startswith("kubernetes:") or resource.type.startswith("kubernetes:helm.sh"):
+            continue
+        group = resource.type.split(":")[1].split("/")[0]
+        if "." in group and not group.endswith(".k8s.io"):      # a custom resource's API group
+            continue
+        obj = {key: value for key, value in resource.inputs.items() if not key.startswith("__")}
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    return checked
+
+
 # --- the Pulumi mock harness (plan/engine.py), shared by every test ----------------------------
 from plan.engine import ProgramRun, run_program  # noqa: E402
 from plan.stackfile import load_stack_config  # noqa: E402

@@ -222,8 +222,11 @@ def test_addons_overwrite_conflicts_and_core_networking_survives_addon_deletion(
 
 def test_vpc_cni_settings(private_run):
     cni = next(a for a in private_run.of_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
-    env = json.loads(cni.inputs["configurationValues"])["env"]
+    config = json.loads(cni.inputs["configurationValues"])
+    env = config["env"]
     assert env["ENABLE_PREFIX_DELEGATION"] == "false"
+    # NetworkPolicies are enforced only with the CNI's policy agent on (EKS user guide, cni-network-policy)
+    assert config["enableNetworkPolicy"] == "true"
     assert all(isinstance(value, str) for value in env.values())     # the add-on schema takes strings
 
 
