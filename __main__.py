@@ -17,10 +17,11 @@ from components.cluster import ClusterArgs, EksCluster
 from components.log_bucket import LogBucket, LogBucketArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
+from components.tenancy import Tenancy, TenancyArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
-from spec import autoscaling, boot
+from spec import autoscaling, boot, tenancy
 from spec import pools as pool_rules
-from spec.errors import ConfigError
+from spec.errors import ConfigError, ConfigIssue
 from spec.logs import cloudwatch_retention_days
 from plan.stackfile import peer_cidr
 from spec.deployer import AWS_PROVIDER_KEYS, aws_settings
@@ -60,6 +61,12 @@ try:
     reads = pulumi.InvokeOptions(provider=aws_provider)
     layout = resolve_layout(spec, read_account(spec, reads))   # zones, offerings, reservations, subnet room
     deployer_arn = read_deployer(reads)
+    # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
+    teams_with_deployer = [team for team, access in spec.tenancy.teams if deployer_arn in access.role_arns]
+    if teams_with_deployer:
+        raise ConfigError([ConfigIssue(f"{NAMESPACE}:tenancy.teams.{team}.roleArns", f"{deployer_arn} runs Pulumi "
+                                       "and so has a cluster-admin access entry; give the team another role")
+                           for team in teams_with_deployer])
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 for warning in stack_warnings(spec, date.today()) + list(layout.warnings):
@@ -120,6 +127,12 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
     max_node_provision_time=boot.max_node_provision_time(spec.node_image.source), asg_arn_patterns=asg_arn_patterns,
     nodegroup_arns=autoscaling.nodegroup_arn_pattern(partition, spec.region, account_id, cluster_name)),
     opts=with_cluster)
+
+# Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
+Tenancy("tenancy", TenancyArgs(
+    cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
+    team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
+    admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn)), opts=with_cluster)
 
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)

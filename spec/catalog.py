@@ -24,7 +24,7 @@ class GpuModel(_Frozen):
     architecture: str
     nvlink_links_per_gpu: int = Field(alias="nvlinkLinksPerGpu", ge=0)
     nvswitch: bool
-    mig_profiles: Tuple[str, ...] = Field(alias="migProfiles")
+    mig_profiles: Dict[str, int] = Field(alias="migProfiles")      # profile -> instances per GPU
     min_driver_branch: int = Field(alias="minDriverBranch")
     ecc_expected: bool = Field(alias="eccExpected")
     datacenter: bool

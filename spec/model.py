@@ -309,6 +309,23 @@ class Budget(ConfigModel):
     max_hourly_usd: Optional[float] = Field(default=None, gt=0)
 
 
+class TeamAccess(ConfigModel):
+    # IAM roles whose sessions join the team's Kubernetes group gpu-cloud:<namespace>: one EKS access entry each,
+    # with no access policy (components/tenancy.py; RBAC on the group decides what the team may do).
+    role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = ()
+
+
+class Teams(ConfigModel):
+    # One field per team namespace, named as spec.tenancy.TEAM_NAMESPACES (tests/test_validate.py keeps them
+    # equal): a misspelt team is an unknown key with a "did you mean".
+    training: TeamAccess = TeamAccess()
+    inference: TeamAccess = TeamAccess()
+
+
+class Tenancy(ConfigModel):
+    teams: Teams = Teams()
+
+
 Environment = Literal["prod", "staging", "dev"]
 Tags = Dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]]
 
@@ -326,4 +343,5 @@ SECTIONS = {
     "monitoring": (Monitoring, False),
     "dr": (Dr, False),
     "budget": (Budget, False),
+    "tenancy": (Tenancy, False),
 }

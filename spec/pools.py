@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from spec.catalog import load_catalog
 from spec.efa import efa_device_count
 from spec.model import ACCELERATOR_LABEL
 
@@ -80,15 +81,24 @@ def node_taints(pool) -> Tuple[Taint, ...]:
     return (Taint(*GPU_TAINT),) + tuple(Taint(t.key, t.value, t.effect) for t in pool.spec.taints)
 
 
-def advertised_gpus(pool) -> int:
-    """`nvidia.com/gpu` a node offers: GPUs x time-slicing replicas, or x MIG instances per GPU."""
-    s, count = pool.spec.gpu_sharing, pool.gpus_per_node
-    if s.mode == "time-slicing":
-        return count * s.replicas
-    if s.mode == "mig":
-        slices = int(s.mig_profile.split("g.", 1)[0])
-        return count * (7 // slices)
-    return count
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def mig_resource(profile: str) -> str:
+    """The extended resource the device plugin advertises a MIG instance as under the mixed strategy."""
+    return f"nvidia.com/mig-{profile}"
+
+
+def offered_gpu_resources(pool, catalog) -> Dict[str, int]:
+    """GPU resources one node of `pool` offers to pods, by resource name, as the device plugin advertises them:
+    GPUs, GPUs x time-slicing replicas, or (MIG, mixed strategy) GPUs x instances of the profile per GPU."""
+    sharing, gpus = pool.spec.gpu_sharing, pool.gpus_per_node
+    if sharing.mode == "mig":
+        per_gpu = catalog.gpus[pool.primary_type.gpu.model].mig_profiles[sharing.mig_profile]
+        return {mig_resource(sharing.mig_profile): gpus * per_gpu}
+    if sharing.mode == "time-slicing":
+        return {GPU_RESOURCE: gpus * sharing.replicas}
+    return {GPU_RESOURCE: gpus}
 
 
 def efa_devices(pool) -> int:
@@ -105,7 +115,7 @@ def autoscaler_tags(pool, cluster_name: str) -> Dict[str, str]:
     tags = {f"{CA_PREFIX}/enabled": "true", f"{CA_PREFIX}/{cluster_name}": "owned"}
     tags.update({f"{TEMPLATE_LABEL_PREFIX}{k}": v for k, v in node_labels(pool).items()})
     tags.update({f"{TEMPLATE_TAINT_PREFIX}{t.key}": f"{t.value}:{t.effect}" for t in node_taints(pool)})
-    tags[f"{resources}/nvidia.com/gpu"] = str(advertised_gpus(pool))
+    tags.update({f"{resources}/{name}": str(count) for name, count in offered_gpu_resources(pool, load_catalog()).items()})
     if pool.efa:
         tags[f"{resources}/vpc.amazonaws.com/efa"] = str(efa_devices(pool))
     return tags

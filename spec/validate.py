@@ -22,7 +22,7 @@ from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.model import SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage
+from spec.model import SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy
 from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 from spec.zones import is_zone_id
 
@@ -68,6 +68,7 @@ class StackSpec:
     monitoring: Monitoring
     dr: Dr
     budget: Budget
+    tenancy: Tenancy
     catalog: Catalog = field(repr=False, compare=False)
 
     @property
@@ -146,6 +147,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
              for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
     issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
+    issues.extend(_check_tenancy(parsed.get("tenancy"), parsed.get("cluster")))
     resolved = tuple(r for _, _, r in pools if r is not None)
     if not issues and parsed.get("budget") is not None and parsed["budget"].max_hourly_usd is not None:
         issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
@@ -156,7 +158,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
         network=parsed["network"], cluster=parsed["cluster"], node_image=image, pools=resolved,
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
-        dr=parsed["dr"], budget=parsed["budget"], catalog=catalog,
+        dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"], catalog=catalog,
     )
 
 
@@ -304,6 +306,24 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
         if target is None or target.workload != "inference":
             issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} is not an inference pool of this "
                                  f"stack; inference pools: {', '.join(inference_pools) or 'none'}"))
+    return issues
+
+
+def _check_tenancy(tenancy: Optional[Tenancy], cluster: Optional[Cluster]) -> List[ConfigIssue]:
+    """EKS allows one access entry per role and cluster: an admin role has one already (cluster admin), and a
+    role listed twice for a team would be that entry twice. A role in both teams is fine: one entry, two groups."""
+    if tenancy is None:
+        return []
+    admins = set(cluster.admin_role_arns) if cluster else set()
+    issues: List[ConfigIssue] = []
+    for team, access in tenancy.teams:
+        for i, arn in enumerate(access.role_arns):
+            at = ("tenancy", "teams", team, "roleArns", i)
+            if arn in admins:
+                issues.append(_issue(at, f"{arn} is in cluster.adminRoleArns, whose access entry makes it cluster "
+                                         "admin (EKS allows one entry per role); give the team its own role"))
+            elif arn in access.role_arns[:i]:
+                issues.append(_issue(at, f"{arn} is listed twice"))
     return issues
 
 

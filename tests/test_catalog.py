@@ -46,6 +46,22 @@ def test_every_type_matches_the_reference(name, model, gpus, gpu_mib, vcpu, memo
     assert t.instance_store.disks * t.instance_store.disk_gb == nvme_gb
 
 
+# MIG instances per GPU, every profile of every MIG GPU: NVIDIA MIG User Guide, "Supported MIG Profiles",
+# "Number of Instances Available" (A100-SXM4-40GB table; 80 GB, H100, H200, B200 tables).
+MIG_INSTANCES = {
+    "A100 40GB": {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
+    "A100 80GB": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
+    "H100": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
+    "H200": {"1g.18gb": 7, "1g.35gb": 4, "2g.35gb": 3, "3g.71gb": 2, "4g.71gb": 1, "7g.141gb": 1},
+    "B200": {"1g.23gb": 7, "1g.45gb": 4, "2g.45gb": 3, "3g.90gb": 2, "4g.90gb": 1, "7g.180gb": 1},
+}
+
+
+def test_mig_instance_counts_entry_by_entry():
+    assert {model: dict(gpu.mig_profiles) for model, gpu in CATALOG.gpus.items() if gpu.supports_mig} == MIG_INSTANCES
+    assert all(not gpu.mig_profiles for model, gpu in CATALOG.gpus.items() if model not in MIG_INSTANCES)
+
+
 @pytest.mark.parametrize("name,model,count,links,nvswitch", [
     ("p5.48xlarge", "H100", 8, 18, True), ("p4d.24xlarge", "A100 40GB", 8, 12, True),
     ("p6-b200.48xlarge", "B200", 8, 18, True), ("g6e.48xlarge", "L40S", 8, 0, False), ("g4dn.12xlarge", "T4", 4, 0, False),

@@ -280,3 +280,22 @@ def test_two_runs_in_separate_processes_give_the_same_inputs(tmp_path, stack):
         documents.append({r["urn"]: (r["inputs"], r["dependencies"]) for r in json.loads(out.read_text())["resources"]})
     assert documents[0].keys() == documents[1].keys()
     assert [urn for urn in documents[0] if documents[0][urn] != documents[1][urn]] == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_kubernetes_object_of_the_stack_validates_against_its_kubernetes_version(stack_runs, stack):
+    from tests.conftest import stack_config, validate_kubernetes
+    version = stack_config(stack)["gpu-cloud:cluster"]["kubernetesVersion"]
+    assert validate_kubernetes(stack_runs[stack], version) >= 18      # namespaces, quotas, RBAC, network policies
+
+
+def test_the_role_running_pulumi_cannot_also_be_a_teams_role():
+    from plan.engine import offline_account
+    from tests.conftest import stack_config
+    account = offline_account("us-east-1", stack_config("dev"))
+    account.caller_arn = "arn:aws:sts::123456789012:assumed-role/gpu-cloud-ci/run-7"
+    config = {"gpu-cloud:tenancy": {"teams": {"training": {"roleArns": ["arn:aws:iam::123456789012:role/gpu-cloud-ci"]}}}}
+    with pytest.raises(pulumi.RunError) as raised:
+        run_stack("dev", config, account=account)
+    assert "gpu-cloud:tenancy.teams.training.roleArns: arn:aws:iam::123456789012:role/gpu-cloud-ci runs Pulumi" \
+        in str(raised.value)

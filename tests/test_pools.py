@@ -43,11 +43,14 @@ def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
 
 def test_shared_gpus_advertise_their_slices():
     _, infer = pools_of(lambda c: c["nodePools"][1].update(gpuSharing={"mode": "time-slicing", "replicas": 4}))
-    assert pools.advertised_gpus(infer) == 4 * 4
+    template = "k8s.io/cluster-autoscaler/node-template/resources/"
+    assert pools.autoscaler_tags(infer, "c")[template + "nvidia.com/gpu"] == str(4 * 4)
     assert pools.node_labels(infer)["nvidia.com/device-plugin.config"] == "time-slicing-4"
-    train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}))
-    assert pools.advertised_gpus(train) == 8 * 7
-    assert pools.node_labels(train)["nvidia.com/mig.config"] == "all-1g.10gb"
+    # MIG, mixed strategy: slices are nvidia.com/mig-<profile> (no nvidia.com/gpu), 4 of 1g.20gb per H100
+    train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.20gb"}))
+    tags = pools.autoscaler_tags(train, "c")
+    assert tags[template + "nvidia.com/mig-1g.20gb"] == str(8 * 4) and template + "nvidia.com/gpu" not in tags
+    assert pools.node_labels(train)["nvidia.com/mig.config"] == "all-1g.20gb"
 
 
 def test_priorities_prefer_paid_for_capacity_then_spot_then_on_demand():

@@ -298,3 +298,38 @@ def test_kubernetes_versions_accepted_are_exactly_those_with_every_pin():
     assert supported and all(v in addons.supported_kubernetes_versions() and v in charts.autoscaler_minors()
                              for v in supported)
     assert load(valid_config()).cluster.kubernetes_version in supported
+
+
+ADMIN = "arn:aws:iam::123456789012:role/admin"
+TRAIN_ROLE = "arn:aws:iam::123456789012:role/ml-training"
+
+
+def test_team_roles_are_read_by_namespace():
+    from spec.model import TeamAccess
+    config = valid_config()
+    config["tenancy"] = {"teams": {"training": {"roleArns": [TRAIN_ROLE]},
+                                   "inference": {"roleArns": [TRAIN_ROLE, "arn:aws:iam::123456789012:role/a/serve"]}}}
+    teams = load(config).tenancy.teams
+    assert dict(teams) == {"training": TeamAccess(roleArns=(TRAIN_ROLE,)),
+                           "inference": TeamAccess(roleArns=(TRAIN_ROLE, "arn:aws:iam::123456789012:role/a/serve"))}
+    assert [access.role_arns for _, access in load(valid_config()).tenancy.teams] == [(), ()]
+
+
+def test_the_team_keys_are_the_tenancy_namespaces():
+    from spec import tenancy
+    from spec.model import Teams
+    assert tuple(Teams.model_fields) == tenancy.TEAM_NAMESPACES
+
+
+@pytest.mark.parametrize("tenancy_config,path,words", [
+    ({"teams": {"trainning": {"roleArns": [TRAIN_ROLE]}}}, "gpu-cloud:tenancy.teams.trainning", "did you mean training"),
+    ({"teams": {"training": {"roleArns": ["arn:aws:iam::123456789012:user/alice"]}}},
+     "gpu-cloud:tenancy.teams.training.roleArns[0]", "IAM role ARN"),
+    ({"teams": {"training": {"roleArn": [TRAIN_ROLE]}}}, "gpu-cloud:tenancy.teams.training.roleArn", "did you mean roleArns"),
+    ({"teams": {"training": {"roleArns": TRAIN_ROLE}}}, "gpu-cloud:tenancy.teams.training.roleArns", "valid array"),
+    ({"teams": {"inference": {"roleArns": [ADMIN]}}}, "gpu-cloud:tenancy.teams.inference.roleArns[0]", "adminRoleArns"),
+    ({"teams": {"training": {"roleArns": [TRAIN_ROLE, TRAIN_ROLE]}}}, "gpu-cloud:tenancy.teams.training.roleArns[1]", "listed twice"),
+], ids=["unknown-team", "user-not-role", "misspelt-key", "string-not-list", "admin-role", "duplicate"])
+def test_team_role_mistakes_are_named_by_key_path(tenancy_config, path, words):
+    issues = issues_of(setter(["tenancy"], tenancy_config))
+    assert [(i.path, words in i.message) for i in issues] == [(path, True)], issues

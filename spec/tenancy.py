@@ -1,0 +1,268 @@
+"""Team tenancy as plain values: the team namespaces, their GPU quotas sized from the pools, what each team
+may do through the Kubernetes API, which EKS access entries put a team's IAM roles into its group, and the
+network policies of each namespace. components/tenancy.py turns these into resources.
+
+Pure: no Pulumi. Rules and network policies are frozen dataclasses rather than dicts: a misspelt key in a
+dict peer would silently widen a rule (a peer without its namespaceSelector matches pods of its own
+namespace instead), a dataclass with a misspelt field cannot be constructed.
+
+Quotas
+------
+A namespace's `requests.<resource>` quota is what its pools can offer at maxNodes: pools of its workload,
+plus `general` pools, which count for both namespaces. A general pool is, by its label, capacity for
+either team (dev's only pool is one); leaving it out would give every namespace of such a stack a quota of
+0 GPUs. So the two quotas may add up to more than the cluster has: they cap each team, they do not divide
+the general pools between teams (that is Kueue's job, which comes next).
+
+Per node, a pool offers:
+- no sharing: `nvidia.com/gpu` = GPUs;
+- time-slicing: `nvidia.com/gpu` = GPUs x replicas (the device plugin advertises each GPU `replicas` times);
+- MIG: the GPU operator's `mixed` strategy advertises each instance as `nvidia.com/mig-<profile>` and no
+  `nvidia.com/gpu` at all; a pool's GPUs are cut `all-<profile>`, so it offers GPUs x instances per GPU of
+  that profile (spec/catalog.yaml migProfiles; spec.pools.offered_gpu_resources, which cluster-autoscaler's
+  node templates use too).
+Every GPU resource any pool of the cluster offers, and `nvidia.com/gpu` always, is quota'd in every team
+namespace, at 0 where the namespace's pools offer none: extended resources that have no quota item are
+unlimited, so a team could otherwise take another's MIG slices through a resource its quota forgot.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from spec.catalog import load_catalog
+from spec.model import IAM_ROLE_ARN
+from spec.pools import GPU_RESOURCE, offered_gpu_resources
+
+TRAINING_NAMESPACE = "training"
+INFERENCE_NAMESPACE = "inference"
+TEAM_NAMESPACES = (TRAINING_NAMESPACE, INFERENCE_NAMESPACE)
+# Where the monitoring stack (a later issue) runs Prometheus; its scrapes are the only ingress from there.
+MONITORING_NAMESPACE = "monitoring"
+
+# On each team namespace, value = the namespace: one key selects every team namespace (Exists), or one of them.
+TENANT_LABEL = "gpu-cloud.io/tenant"
+# Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace that gpu-cloud does not label.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+# Pool workloads (nodePools[].workload) whose GPUs each namespace's quota counts (see the module docstring).
+NAMESPACE_WORKLOADS: Mapping[str, Tuple[str, ...]] = {
+    TRAINING_NAMESPACE: ("training", "general"),
+    INFERENCE_NAMESPACE: ("inference", "general"),
+}
+
+def gpu_quota(pools: Sequence, namespace: str) -> Dict[str, str]:
+    """ResourceQuota `hard` for `namespace`: per GPU resource of the cluster, what its pools offer at maxNodes."""
+    if namespace not in NAMESPACE_WORKLOADS:
+        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    totals = {GPU_RESOURCE: 0}
+    for pool in pools:
+        for resource, per_node in offered_gpu_resources(pool, load_catalog()).items():
+            totals.setdefault(resource, 0)
+            if pool.spec.workload in NAMESPACE_WORKLOADS[namespace]:
+                totals[resource] += per_node * pool.spec.max_nodes
+    # Extended resources take only the requests. prefix in a quota (a container's limit equals its request).
+    return {f"requests.{resource}": str(count) for resource, count in sorted(totals.items())}
+
+
+def gpu_quotas(pools: Sequence) -> Dict[str, Dict[str, str]]:
+    """Every team namespace's GPU quota (what components.tenancy.TenancyArgs.gpu_quotas takes)."""
+    return {namespace: gpu_quota(pools, namespace) for namespace in TEAM_NAMESPACES}
+
+
+# --- RBAC -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RbacRule:
+    api_groups: Tuple[str, ...]
+    resources: Tuple[str, ...]
+    verbs: Tuple[str, ...]
+
+
+MANAGE = ("create", "get", "list", "watch", "delete")
+READ = ("get", "list", "watch")
+
+# What a team may do in its own namespace. Left out on purpose:
+# - secrets, every verb: credentials a team needs reach its pods through Pod Identity, not Secrets. (Anyone who
+#   may create pods can still mount a Secret of the namespace into one: keep secrets a team must not read out of
+#   its namespace.)
+# - pods/exec, pods/attach, pods/portforward: a shell in a running pod reads what is mounted there (tokens,
+#   Secrets, the credentials of the pod's service account) through a channel whose commands the audit log does
+#   not record; teams debug through logs and by re-running jobs.
+# - update/patch: workloads are replaced, not edited in place; a Job's pod template is immutable anyway.
+# - MPIJobs and Kueue Workloads are read-only until their operators arrive with the queueing issue; teams then
+#   submit MPIJobs, and Kueue (not teams) owns Workloads.
+# - events and resourcequotas, read-only: `kubectl describe` shows why a pod waits, including "exceeded quota".
+TEAM_RULES: Tuple[RbacRule, ...] = (
+    RbacRule(("batch",), ("jobs",), MANAGE),
+    RbacRule(("",), ("pods", "services", "configmaps"), MANAGE),
+    RbacRule(("",), ("pods/log",), ("get",)),
+    RbacRule(("kubeflow.org",), ("mpijobs",), READ),
+    RbacRule(("kueue.x-k8s.io",), ("workloads",), READ),
+    RbacRule(("",), ("events", "resourcequotas"), READ),
+)
+
+# The only cluster-wide grant: GPU node status (capacity, allocatable nvidia.com/gpu, conditions, labels).
+NODE_READER_RULES: Tuple[RbacRule, ...] = (RbacRule(("",), ("nodes",), READ),)
+NODE_READER_NAME = "gpu-cloud:node-reader"
+
+
+def team_group(namespace: str) -> str:
+    """The Kubernetes group of a namespace's team. EKS refuses group names starting with `system:`."""
+    return f"gpu-cloud:{namespace}"
+
+
+# --- EKS access entries -----------------------------------------------------------------------------------
+
+def team_access(team_role_arns: Mapping[str, Sequence[str]],
+                admin_principal_arns: Sequence[str] = ()) -> Dict[str, Tuple[str, ...]]:
+    """IAM role ARN -> the Kubernetes groups its access entry carries.
+
+    EKS allows one access entry per principal and cluster, so a role listed for both namespaces gets one
+    entry with both groups, and a role that already has an entry (`admin_principal_arns`: the admins and the
+    deployer) is refused rather than failing `pulumi up` with ResourceInUseException."""
+    problems = []
+    groups: Dict[str, Tuple[str, ...]] = {}
+    for namespace, arns in team_role_arns.items():
+        if namespace not in TEAM_NAMESPACES:
+            problems.append(f"{namespace!r} is not a team namespace ({', '.join(TEAM_NAMESPACES)})")
+            continue
+        if isinstance(arns, str):
+            problems.append(f"{namespace}: role ARNs must be a list, not the string {arns!r}")
+            continue
+        for arn in arns:
+            if not IAM_ROLE_ARN.match(arn):
+                problems.append(f"{namespace}: {arn!r} is not an IAM role ARN")
+            elif arn in admin_principal_arns:
+                problems.append(f"{namespace}: {arn} already has a cluster-admin access entry "
+                                "(EKS allows one entry per principal); use another role for the team")
+            elif team_group(namespace) in groups.get(arn, ()):
+                problems.append(f"{namespace}: {arn} is listed twice")
+            else:
+                groups[arn] = groups.get(arn, ()) + (team_group(namespace),)
+    if problems:
+        raise ValueError("invalid team roles: " + "; ".join(problems))
+    return groups
+
+
+def access_entry_suffix(arn: str) -> str:
+    """Stable, readable resource-name suffix for a role: its name plus a short hash of the ARN."""
+    role_name = re.sub(r"[^\w-]", "-", arn.rsplit("/", 1)[-1])[:40]
+    return f"{role_name}-{hashlib.sha256(arn.encode()).hexdigest()[:6]}"
+
+
+# --- network policies -------------------------------------------------------------------------------------
+# The VPC CNI's network policy agent enforces these (components/cluster.py: enableNetworkPolicy). It always
+# lets the node's own address in and out, so kubelet probes need no rule.
+
+DNS_PORT = 53
+HTTPS_PORT = 443
+# EKS Pod Identity: the agent (a host-network DaemonSet) serves pods' AWS credentials on this link-local
+# address, port 80 (EKS User Guide, "EKS Pod Identity considerations"). Without it the HTTPS rule is no use
+# to a pod that signs AWS requests.
+POD_IDENTITY_AGENT_CIDR = "169.254.170.23/32"
+POD_IDENTITY_AGENT_PORT = 80
+# Triton Inference Server's default ports: HTTP/REST, gRPC, Prometheus metrics.
+TRITON_HTTP_PORT = 8000
+TRITON_GRPC_PORT = 8001
+TRITON_METRICS_PORT = 8002
+# The workload contract's metrics port: a job or server that exports Prometheus metrics serves them here.
+WORKLOAD_METRICS_PORT = 9090
+# What Prometheus (in MONITORING_NAMESPACE) may scrape in each team namespace.
+SCRAPE_PORTS: Mapping[str, Tuple[int, ...]] = {
+    TRAINING_NAMESPACE: (WORKLOAD_METRICS_PORT,),
+    INFERENCE_NAMESPACE: (TRITON_METRICS_PORT, WORKLOAD_METRICS_PORT),
+}
+# CoreDNS pods carry this label and the kube-dns Service selects by it. The AWS network policy controller
+# adds a Service's ClusterIP to an egress rule only when the Service's selector matches the rule's pod
+# selector (amazon-network-policy-controller-k8s, pkg/resolvers/endpoints.go), and pods resolve through
+# that ClusterIP: select by exactly the Service's selector.
+COREDNS_LABELS = (("k8s-app", "kube-dns"),)
+SYSTEM_NAMESPACE = "kube-system"
+
+
+@dataclass(frozen=True)
+class Pods:
+    """Pods with all of `labels` (every pod when empty), in `namespace` (selected by its name label), or in
+    the policy's own namespace when `namespace` is None."""
+    namespace: Optional[str] = None
+    labels: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Cidr:
+    cidr: str
+
+
+Peer = Union[Pods, Cidr]
+
+
+@dataclass(frozen=True)
+class Port:
+    protocol: str                    # TCP | UDP
+    port: Optional[int] = None       # None: every port of the protocol
+
+
+@dataclass(frozen=True)
+class TrafficRule:
+    peers: Tuple[Peer, ...]
+    ports: Tuple[Port, ...]
+
+
+@dataclass(frozen=True)
+class NetworkPolicyRules:
+    """One NetworkPolicy over every pod of its namespace."""
+    name: str
+    policy_types: Tuple[str, ...]
+    ingress: Tuple[TrafficRule, ...] = ()
+    egress: Tuple[TrafficRule, ...] = ()
+
+    def __post_init__(self):
+        # Kubernetes ignores the rules of a direction missing from policyTypes: that would be an allow that
+        # silently allows nothing.
+        for direction, rules in (("Ingress", self.ingress), ("Egress", self.egress)):
+            if rules and direction not in self.policy_types:
+                raise ValueError(f"{self.name}: {direction} rules without {direction} in policy_types")
+
+
+def network_policies(namespace: str, vpc_cidr: str) -> Tuple[NetworkPolicyRules, ...]:
+    """Default deny in both directions, then exactly what the namespace's workloads need.
+
+    `vpc_cidr`: where the inference load balancer's addresses are (its nodes, or its ENIs in IP mode).
+    """
+    if namespace not in TEAM_NAMESPACES:
+        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    vpc = str(ipaddress.IPv4Network(vpc_cidr, strict=True))
+    policies = [
+        # No rules: with both types listed, every pod of the namespace gets only what the other policies allow.
+        NetworkPolicyRules("default-deny", ("Ingress", "Egress")),
+        NetworkPolicyRules("allow-dns", ("Egress",), egress=(TrafficRule(
+            (Pods(SYSTEM_NAMESPACE, COREDNS_LABELS),), (Port("UDP", DNS_PORT), Port("TCP", DNS_PORT))),)),
+        NetworkPolicyRules("allow-prometheus-scrape", ("Ingress",), ingress=(TrafficRule(
+            (Pods(MONITORING_NAMESPACE),), tuple(Port("TCP", port) for port in SCRAPE_PORTS[namespace])),)),
+        # HTTPS anywhere: S3 (checkpoints, datasets, Triton's model repository) answers on AWS's public ranges,
+        # reached through the S3 gateway endpoint, which a NetworkPolicy cannot name; other AWS APIs answer on
+        # interface endpoints in the VPC or through NAT. The API server is reachable this way too; RBAC, not the
+        # network, limits what a team's pods may do there (their service accounts are bound to nothing).
+        # Image pulls need no rule: containerd on the node pulls, and node traffic is not subject to policies.
+        NetworkPolicyRules("allow-aws-apis", ("Egress",), egress=(
+            TrafficRule((Cidr("0.0.0.0/0"),), (Port("TCP", HTTPS_PORT),)),
+            TrafficRule((Cidr(POD_IDENTITY_AGENT_CIDR),), (Port("TCP", POD_IDENTITY_AGENT_PORT),)),
+        )),
+    ]
+    if namespace == TRAINING_NAMESPACE:
+        # NCCL's bootstrap and its socket transport use TCP on ephemeral ports between the job's pods (so do
+        # torchrun's rendezvous and MPI's ssh): all TCP, pod to pod, within the namespace only. EFA traffic is
+        # RDMA (SRD) that bypasses the kernel's IP stack, so NetworkPolicy neither sees nor blocks it.
+        within_namespace = TrafficRule((Pods(),), (Port("TCP"),))
+        policies.append(NetworkPolicyRules("allow-nccl", ("Ingress", "Egress"),
+                                           ingress=(within_namespace,), egress=(within_namespace,)))
+    if namespace == INFERENCE_NAMESPACE:
+        # The load balancer reaches Triton from its addresses in the VPC. An NLB that preserves client IPs
+        # would present clients' addresses instead: keep client IP preservation off for IP targets.
+        policies.append(NetworkPolicyRules("allow-triton-from-vpc", ("Ingress",), ingress=(TrafficRule(
+            (Cidr(vpc),), tuple(Port("TCP", p) for p in (TRITON_HTTP_PORT, TRITON_GRPC_PORT, TRITON_METRICS_PORT))),)))
+    return tuple(policies)

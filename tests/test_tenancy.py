@@ -1,0 +1,355 @@
+"""components/tenancy.py under the mock engine, and the pure decisions in spec/tenancy.py.
+
+What users rely on: each team namespace's GPU quota is what its pools can offer at maxNodes (time-sliced
+replicas and MIG slices counted as the device plugin advertises them); a team may run jobs and pods in its
+own namespace and read nodes, and nothing else: no secrets, no exec, no cluster-wide write, never
+cluster-admin; a team's IAM roles reach the cluster only through an access entry that names its group;
+every pod of a team namespace is denied in and out except the traffic listed below; and every object is
+one the Kubernetes 1.35 API accepts.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as kubernetes
+import pytest
+
+from components.tenancy import Tenancy, TenancyArgs
+from plan.stackfile import project_keys
+from spec import tenancy
+from spec.catalog import load_catalog
+from spec.model import NodePool
+from spec.pools import offered_gpu_resources
+from spec.validate import ResolvedPool, load_stack_spec
+from tests.conftest import run_component, stack_config, validate_kubernetes
+
+CLUSTER = "gpu-cloud-test"
+VPC_CIDR = "10.64.0.0/16"
+ACCOUNT = "123456789012"
+TRAIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/ml-training"
+SERVE_ROLE = f"arn:aws:iam::{ACCOUNT}:role/teams/ml-serving"     # a role with a path
+SHARED_ROLE = f"arn:aws:iam::{ACCOUNT}:role/ml-oncall"           # in both teams
+ADMIN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/ml-platform-admin"
+
+COMPONENT = "gpu-cloud:tenancy:Tenancy"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+ACCESS_ENTRY = "aws:eks/accessEntry:AccessEntry"
+ACCESS_POLICY = "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+catalog = load_catalog()
+
+
+def gpu_pool(name: str, instance_type: str, workload: str, max_nodes: int, sharing=None) -> ResolvedPool:
+    """A resolved pool; desiredNodes differs from maxNodes so a quota sized from the wrong one shows."""
+    spec = NodePool.model_validate({
+        "name": name, "instanceTypes": [instance_type], "capacity": "on-demand", "minNodes": 0,
+        "desiredNodes": min(1, max_nodes), "maxNodes": max_nodes, "workload": workload,
+        "gpuSharing": sharing or {"mode": "none"}})
+    return ResolvedPool(spec=spec, types=(catalog.instance_types[instance_type],), efa=False)
+
+
+# A cluster with every kind of pool. Per node: p5 8 H100; p4de 8 A100 80GB cut 1g.10gb (7 per GPU); p4d 8
+# A100 40GB cut 1g.10gb (4 per GPU on the 40 GB part: the same resource name, a different count); g6e.12xlarge
+# 4 L40S time-sliced x3; g6.12xlarge 4 L4.
+POOLS = (
+    gpu_pool("train-h100", "p5.48xlarge", "training", 4),
+    gpu_pool("train-mig", "p4de.24xlarge", "training", 3, {"mode": "mig", "migProfile": "1g.10gb"}),
+    gpu_pool("infer-mig", "p4d.24xlarge", "inference", 2, {"mode": "mig", "migProfile": "1g.10gb"}),
+    gpu_pool("infer-l40s", "g6e.12xlarge", "inference", 5, {"mode": "time-slicing", "replicas": 3}),
+    gpu_pool("shared-l4", "g6.12xlarge", "general", 2),
+)
+
+
+# --- quotas (spec/tenancy.py) ------------------------------------------------------------------------------
+
+def test_quotas_are_what_each_namespaces_pools_offer_at_max_nodes():
+    assert tenancy.gpu_quotas(POOLS) == {
+        "training": {
+            "requests.nvidia.com/gpu": str(4 * 8 + 2 * 4),                  # H100 pool + the general L4 pool
+            "requests.nvidia.com/mig-1g.10gb": str(3 * 8 * 7),               # A100 80GB: 7 slices per GPU
+        },
+        "inference": {
+            "requests.nvidia.com/gpu": str(5 * 4 * 3 + 2 * 4),              # time-sliced L40S + the general L4 pool
+            "requests.nvidia.com/mig-1g.10gb": str(2 * 8 * 4),               # A100 40GB: 4 slices per GPU
+        },
+    }
+
+
+@pytest.mark.parametrize("pool,offered", [
+    (POOLS[0], {"nvidia.com/gpu": 8}),
+    (POOLS[1], {"nvidia.com/mig-1g.10gb": 56}),                       # no nvidia.com/gpu: mixed strategy
+    (POOLS[2], {"nvidia.com/mig-1g.10gb": 32}),
+    (POOLS[3], {"nvidia.com/gpu": 12}),
+    (gpu_pool("t", "g6e.12xlarge", "inference", 1, {"mode": "time-slicing", "replicas": 48}), {"nvidia.com/gpu": 192}),
+    (gpu_pool("m", "p5en.48xlarge", "training", 1, {"mode": "mig", "migProfile": "1g.35gb"}), {"nvidia.com/mig-1g.35gb": 32}),
+    (gpu_pool("m", "p6-b200.48xlarge", "training", 1, {"mode": "mig", "migProfile": "3g.90gb"}), {"nvidia.com/mig-3g.90gb": 16}),
+    (gpu_pool("m", "p5.48xlarge", "training", 1, {"mode": "mig", "migProfile": "7g.80gb"}), {"nvidia.com/mig-7g.80gb": 8}),
+], ids=["whole", "mig-a100-80", "mig-a100-40", "time-sliced", "48-replicas", "mig-h200-1g35", "mig-b200-3g",
+        "mig-h100-7g"])
+def test_each_pool_offers_what_the_device_plugin_advertises(pool, offered):
+    assert offered_gpu_resources(pool, catalog) == offered
+
+
+def test_a_namespace_without_pools_gets_zero_and_every_cluster_resource_is_covered():
+    # Only inference pools: training may request nothing, including the MIG slices of the inference pool
+    # (a resource missing from a quota would be unlimited).
+    quotas = tenancy.gpu_quotas((POOLS[2], POOLS[3]))
+    assert quotas["training"] == {"requests.nvidia.com/gpu": "0", "requests.nvidia.com/mig-1g.10gb": "0"}
+    assert quotas["inference"] == {"requests.nvidia.com/gpu": "60", "requests.nvidia.com/mig-1g.10gb": "64"}
+    # Only MIG pools: nvidia.com/gpu is still quota'd, at 0.
+    assert tenancy.gpu_quota((POOLS[1],), "training") == {"requests.nvidia.com/gpu": "0",
+                                                           "requests.nvidia.com/mig-1g.10gb": "168"}
+    # A pool that may not scale offers nothing; no pools at all is 0 GPUs.
+    assert tenancy.gpu_quota((gpu_pool("off", "p5.48xlarge", "training", 0),), "training") == {"requests.nvidia.com/gpu": "0"}
+    assert tenancy.gpu_quotas(()) == {ns: {"requests.nvidia.com/gpu": "0"} for ns in tenancy.TEAM_NAMESPACES}
+
+
+def test_general_pools_count_for_both_namespaces():
+    quotas = tenancy.gpu_quotas((POOLS[4],))
+    assert quotas["training"] == quotas["inference"] == {"requests.nvidia.com/gpu": "8"}
+
+
+@pytest.mark.parametrize("stack,training,inference", [
+    ("prod-us-east-1", 4 * 8 + 3 * 8 + 3 * 8, 8 * 4 * 2),     # H100, A100 80GB, A100 40GB; L40S time-sliced x2
+    ("prod-eu-west-1", 4 * 8, 8 * 4 + 8 * 4),                 # p4d; two g5.12xlarge pools
+    ("dev", 3 * 4, 3 * 4),                                    # one general g6.12xlarge pool: both
+])
+def test_shipped_stacks_quotas(stack, training, inference):
+    config = stack_config(stack)
+    spec = load_stack_spec(project_keys(config), stack=stack, region=config["aws:region"])
+    assert tenancy.gpu_quotas(spec.pools) == {"training": {"requests.nvidia.com/gpu": str(training)},
+                                              "inference": {"requests.nvidia.com/gpu": str(inference)}}
+
+
+def test_quota_refuses_what_it_cannot_size():
+    with pytest.raises(ValueError, match="not a team namespace"):
+        tenancy.gpu_quota(POOLS, "research")
+
+
+# --- access entries (spec/tenancy.py) ---------------------------------------------------------------------
+
+def test_a_role_in_both_teams_gets_one_entry_with_both_groups():
+    access = tenancy.team_access({"training": [TRAIN_ROLE, SHARED_ROLE], "inference": [SERVE_ROLE, SHARED_ROLE]})
+    assert access == {TRAIN_ROLE: ("gpu-cloud:training",), SERVE_ROLE: ("gpu-cloud:inference",),
+                      SHARED_ROLE: ("gpu-cloud:training", "gpu-cloud:inference")}
+
+
+@pytest.mark.parametrize("roles,admins,words", [
+    ({"research": [TRAIN_ROLE]}, (), "'research' is not a team namespace"),
+    ({"training": [f"arn:aws:iam::{ACCOUNT}:user/alice"]}, (), "is not an IAM role ARN"),
+    ({"training": TRAIN_ROLE}, (), "must be a list"),
+    ({"training": [TRAIN_ROLE, TRAIN_ROLE]}, (), "listed twice"),
+    ({"inference": [ADMIN_ROLE]}, (ADMIN_ROLE,), "already has a cluster-admin access entry"),
+], ids=["unknown-namespace", "user-not-role", "string-not-list", "duplicate", "admin-role"])
+def test_team_roles_that_eks_or_rbac_would_refuse_are_errors(roles, admins, words):
+    with pytest.raises(ValueError, match=words):
+        tenancy.team_access(roles, admins)
+
+
+# --- the component under the mock engine ------------------------------------------------------------------
+
+def _build(**overrides):
+    def build():
+        k8s = kubernetes.Provider("k8s", kubeconfig="{}")
+        # A stand-in cluster: the component gets its name as an Output, as __main__ passes it.
+        eks = aws.eks.Cluster("eks", name=CLUSTER, role_arn=f"arn:aws:iam::{ACCOUNT}:role/eks",
+                              vpc_config=aws.eks.ClusterVpcConfigArgs(subnet_ids=["subnet-0123456789abcdef0"]))
+        args = dict(cluster_name=eks.name, vpc_cidr=VPC_CIDR, gpu_quotas=tenancy.gpu_quotas(POOLS),
+                    team_role_arns={"training": [TRAIN_ROLE, SHARED_ROLE], "inference": [SERVE_ROLE, SHARED_ROLE]},
+                    admin_principal_arns=(ADMIN_ROLE,))
+        args.update(overrides)
+        Tenancy("tenancy", TenancyArgs(**args), opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
+    return build
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_component(_build())
+
+
+def _in(run, type_token: str, namespace: str):
+    return [r for r in run.of_type(type_token) if r.inputs["metadata"].get("namespace") == namespace]
+
+
+def _policies(run, namespace: str) -> Dict[str, dict]:
+    return {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in _in(run, NETWORK_POLICY, namespace)}
+
+
+def _all_rules(run) -> List[dict]:
+    return [rule for r in run.of_type(ROLE) + run.of_type(CLUSTER_ROLE) for rule in r.inputs["rules"]]
+
+
+def test_every_kubernetes_object_validates_against_kubernetes_1_35(run):
+    k8s_objects = [r for r in run.resources if r.type.startswith("kubernetes:")]
+    assert len(k8s_objects) == 2 * (1 + 1 + 2 + 5) + 2       # per namespace: ns, quota, role+binding, 5 policies
+    assert validate_kubernetes(run, "1.35") == len(k8s_objects)
+
+
+def test_team_namespaces_are_labelled_for_selection_and_protected(run):
+    namespaces = {r.inputs["metadata"]["name"]: r for r in run.of_type(NAMESPACE)}
+    assert set(namespaces) == {"training", "inference"} == set(tenancy.TEAM_NAMESPACES)
+    for name, namespace in namespaces.items():
+        assert namespace.inputs["metadata"]["labels"] == {"gpu-cloud.io/tenant": name}
+        assert namespace.protect, "deleting a team namespace deletes every job in it"
+
+
+def test_quota_objects_carry_the_sized_quotas_in_their_namespace(run):
+    for namespace in tenancy.TEAM_NAMESPACES:
+        quota, = _in(run, QUOTA, namespace)
+        assert quota.inputs["spec"] == {"hard": tenancy.gpu_quotas(POOLS)[namespace]}
+        assert run.one(NAMESPACE, f"tenancy-{namespace}").urn in quota.dependencies
+
+
+TEAM_ROLE_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods", "services", "configmaps"],
+     "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events", "resourcequotas"], "verbs": ["get", "list", "watch"]},
+]
+
+
+def test_each_team_role_grants_exactly_its_jobs_and_pods_in_its_namespace(run):
+    for namespace in tenancy.TEAM_NAMESPACES:
+        role, = _in(run, ROLE, namespace)
+        assert role.inputs["rules"] == TEAM_ROLE_RULES
+        binding, = _in(run, ROLE_BINDING, namespace)
+        assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                             "name": role.inputs["metadata"]["name"]}
+        assert binding.inputs["subjects"] == [{"kind": "Group", "name": f"gpu-cloud:{namespace}",
+                                               "apiGroup": "rbac.authorization.k8s.io"}]
+
+
+def test_no_rule_reaches_secrets_exec_or_privilege(run):
+    for rule in _all_rules(run):
+        fields = rule["apiGroups"] + rule["resources"] + rule["verbs"]
+        assert "*" not in fields, f"wildcard in {rule}"
+        assert not {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/ephemeralcontainers",
+                    "roles", "rolebindings", "clusterroles", "clusterrolebindings", "serviceaccounts/token",
+                    "namespaces", "resourcequotas/status"} & set(rule["resources"]), rule
+        assert not {"escalate", "bind", "impersonate", "update", "patch", "deletecollection"} & set(rule["verbs"]), rule
+
+
+def test_the_only_cluster_wide_grant_is_reading_nodes(run):
+    cluster_role = run.one(CLUSTER_ROLE)
+    assert cluster_role.inputs["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    binding = run.one(CLUSTER_ROLE_BINDING)
+    assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                         "name": cluster_role.inputs["metadata"]["name"]}
+    assert [s["name"] for s in binding.inputs["subjects"]] == ["gpu-cloud:training", "gpu-cloud:inference"]
+    # Namespaced bindings reference their own Role: a RoleBinding to a ClusterRole such as admin or edit
+    # would grant whatever that role holds.
+    refs = [r.inputs["roleRef"] for r in run.of_type(ROLE_BINDING) + run.of_type(CLUSTER_ROLE_BINDING)]
+    assert not [ref for ref in refs if ref["name"] in ("cluster-admin", "admin", "edit")]
+    assert [ref["kind"] for ref in refs].count("ClusterRole") == 1
+    subjects = [s for r in run.of_type(ROLE_BINDING) + run.of_type(CLUSTER_ROLE_BINDING) for s in r.inputs["subjects"]]
+    assert {s["kind"] for s in subjects} == {"Group"}
+    assert not [s for s in subjects if s["name"].startswith("system:")]
+
+
+def test_access_entries_depend_on_the_cluster_and_only_name_groups(run):
+    cluster = run.one(EKS_CLUSTER)
+    entries = {r.inputs["principalArn"]: r for r in run.of_type(ACCESS_ENTRY)}
+    assert {arn: e.inputs["kubernetesGroups"] for arn, e in entries.items()} == {
+        TRAIN_ROLE: ["gpu-cloud:training"], SERVE_ROLE: ["gpu-cloud:inference"],
+        SHARED_ROLE: ["gpu-cloud:training", "gpu-cloud:inference"]}
+    for entry in entries.values():
+        assert entry.inputs["type"] == "STANDARD"
+        assert entry.inputs["clusterName"] == CLUSTER
+        assert cluster.urn in entry.dependencies, "an access entry created before the cluster fails"
+    assert not run.of_type(ACCESS_POLICY), "teams get RBAC through their group, never an EKS access policy"
+
+
+def test_default_deny_covers_every_pod_in_both_directions_in_both_namespaces(run):
+    for namespace in tenancy.TEAM_NAMESPACES:
+        assert _policies(run, namespace)["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+
+
+def _ports(*ports, protocol="TCP"):
+    return [{"protocol": protocol, "port": port} for port in ports]
+
+
+ALLOWED_IN_EVERY_NAMESPACE = {
+    "allow-dns": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": _ports(53, protocol="UDP") + _ports(53)}]},
+    "allow-aws-apis": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": _ports(443)},
+        {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}], "ports": _ports(80)}]},
+}
+FROM_MONITORING = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+WITHIN_NAMESPACE = [{"podSelector": {}}]
+
+
+def test_training_allows_exactly_dns_aws_scrapes_and_nccl_within_the_namespace(run):
+    assert _policies(run, "training") == {
+        "default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        **ALLOWED_IN_EVERY_NAMESPACE,
+        "allow-prometheus-scrape": {"podSelector": {}, "policyTypes": ["Ingress"],
+                                    "ingress": [{"from": FROM_MONITORING, "ports": _ports(9090)}]},
+        "allow-nccl": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+                       "ingress": [{"from": WITHIN_NAMESPACE, "ports": [{"protocol": "TCP"}]}],
+                       "egress": [{"to": WITHIN_NAMESPACE, "ports": [{"protocol": "TCP"}]}]},
+    }
+
+
+def test_inference_allows_exactly_dns_aws_scrapes_and_triton_from_the_vpc(run):
+    assert _policies(run, "inference") == {
+        "default-deny": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]},
+        **ALLOWED_IN_EVERY_NAMESPACE,
+        "allow-prometheus-scrape": {"podSelector": {}, "policyTypes": ["Ingress"],
+                                    "ingress": [{"from": FROM_MONITORING, "ports": _ports(8002, 9090)}]},
+        "allow-triton-from-vpc": {"podSelector": {}, "policyTypes": ["Ingress"],
+                                  "ingress": [{"from": [{"ipBlock": {"cidr": VPC_CIDR}}],
+                                               "ports": _ports(8000, 8001, 8002)}]},
+    }
+
+
+def test_every_child_is_parented_under_the_component_with_its_prefix(run):
+    component = run.one(COMPONENT, "tenancy")
+    children = run.children_of(component.urn)
+    others = [r for r in run.resources if r not in children and r.type not in (COMPONENT, K8S_PROVIDER, EKS_CLUSTER)]
+    assert not others, f"registered outside the component: {[r.name for r in others]}"
+    assert all(r.name.startswith("tenancy-") for r in children)
+    k8s = run.one(K8S_PROVIDER).urn
+    assert all(r.provider.startswith(k8s) for r in children if r.type.startswith("kubernetes:"))
+
+
+@pytest.mark.parametrize("overrides,words", [
+    ({"gpu_quotas": {"training": {"requests.nvidia.com/gpu": "8"}}}, "gpu_quotas must have exactly"),
+    ({"vpc_cidr": "10.64.0.1/16"}, "host bits"),
+    ({"team_role_arns": {"inference": [ADMIN_ROLE]}}, "cluster-admin access entry"),
+], ids=["quota-missing-a-namespace", "vpc-cidr-with-host-bits", "team-role-is-admin"])
+def test_bad_arguments_fail_before_anything_is_registered(overrides, words):
+    raised = []
+    build = _build(**overrides)
+
+    def guarded():
+        try:
+            build()
+        except ValueError as error:
+            raised.append(str(error))
+    run = run_component(guarded)
+    assert len(raised) == 1 and words in raised[0]
+    assert not run.of_type(COMPONENT) and not [r for r in run.resources if r.type.startswith("kubernetes:")
+                                               and r.type != K8S_PROVIDER]
+    assert not run.of_type(ACCESS_ENTRY)
+
+
+def test_policy_rules_without_their_direction_are_refused():
+    with pytest.raises(ValueError, match="Egress rules without Egress"):
+        tenancy.NetworkPolicyRules("broken", ("Ingress",),
+                                   egress=(tenancy.TrafficRule((tenancy.Pods(),), (tenancy.Port("TCP"),)),))
