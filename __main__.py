@@ -2,8 +2,8 @@
 
 Reads the stack config once, validates all of it and checks it against the account (through the stack's
 own AWS provider, the only thing registered first), then composes:
-network -> EKS cluster -> artifact bucket -> spot/scale-in draining -> one GPU node pool per `nodePools`
-entry -> cluster-autoscaler.
+network -> EKS cluster -> log and artifact buckets -> spot/scale-in draining -> one GPU node pool per
+`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy.
 """
 from datetime import date
 
@@ -14,6 +14,7 @@ from components.account import read_account, read_deployer
 from components.artifacts import ArtifactBucket, ArtifactBucketArgs
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.log_bucket import LogBucket, LogBucketArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
@@ -127,6 +128,10 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
     max_node_provision_time=boot.max_node_provision_time(spec.node_image.source), asg_arn_patterns=asg_arn_patterns,
     nodegroup_arns=autoscaling.nodegroup_arn_pattern(partition, spec.region, account_id, cluster_name)),
     opts=with_cluster)
+
+# The GPU platform: NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG manager, DCGM exporter,
+# validator) and, when some pool has EFA, the EFA device plugin.
+GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools), opts=with_cluster)
 
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
 Tenancy("tenancy", TenancyArgs(

@@ -17,8 +17,12 @@ CHARTS_PATH = Path(__file__).with_name("charts.yaml")
 
 NODE_TERMINATION_HANDLER = "aws-node-termination-handler"
 CLUSTER_AUTOSCALER = "cluster-autoscaler"
+GPU_OPERATOR = "gpu-operator"
+EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
 
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+# Some repositories publish versions with a leading "v" (NGC's gpu-operator v26.7.0, eks-charts' EFA plugin
+# v0.5.30); a pin keeps the spelling the repository's index lists.
+_SEMVER = re.compile(r"^v?\d+\.\d+\.\d+$")
 _MINOR = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
 _IMAGE_TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
@@ -80,7 +84,7 @@ class ChartsFile(_Frozen):
 
     @model_validator(mode="after")
     def _required_charts(self) -> "ChartsFile":
-        missing = {NODE_TERMINATION_HANDLER, CLUSTER_AUTOSCALER} - set(self.charts)
+        missing = {NODE_TERMINATION_HANDLER, CLUSTER_AUTOSCALER, GPU_OPERATOR, EFA_DEVICE_PLUGIN} - set(self.charts)
         if missing:
             raise ValueError(f"charts.yaml lacks pins for {sorted(missing)}")
         return self

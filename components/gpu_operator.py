@@ -1,0 +1,79 @@
+"""The GPU platform on the cluster: the NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG
+manager, DCGM exporter, node feature discovery, validator) and, where some pool has EFA, the AWS EFA device plugin.
+
+Values and configs come from spec/gpu_operator.py (which also says what runs where and why); this file only turns
+them into resources.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from pulumi_kubernetes.helm.v3 import Release
+
+from components.cluster import SYSTEM_NODE_LABELS
+from components.helm import pinned_release
+from spec import charts, gpu_operator
+from spec.pools import Taint
+from spec.validate import ResolvedPool
+
+
+@dataclass(frozen=True)
+class GpuOperatorArgs:
+    time_slicing_replicas: Tuple[int, ...]   # distinct replica counts of the time-slicing pools (may be empty)
+    node_taints: Tuple[Taint, ...]           # every taint GPU nodes carry, the GPU taint first
+    efa: bool                                # some pool has EFA: install the EFA device plugin
+
+    @classmethod
+    def for_pools(cls, pools: Sequence[ResolvedPool]) -> "GpuOperatorArgs":
+        """From the stack's pools."""
+        return cls(time_slicing_replicas=gpu_operator.time_slicing_replicas(pools),
+                   node_taints=gpu_operator.gpu_node_taints(pools), efa=any(pool.efa for pool in pools))
+
+
+class GpuOperator(pulumi.ComponentResource):
+    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+    namespace: kubernetes.core.v1.Namespace
+    device_plugin_config: kubernetes.core.v1.ConfigMap
+    release: Release
+    efa_plugin: Optional[Release]
+
+    def __init__(self, name: str, args: GpuOperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        # Plain decisions first: a bad argument fails before anything is registered.
+        configs = gpu_operator.device_plugin_configs(args.time_slicing_replicas)
+        values = gpu_operator.operator_values(args.node_taints, SYSTEM_NODE_LABELS)
+        pin = charts.chart(charts.GPU_OPERATOR)
+        efa = (gpu_operator.checked_efa_plugin_pin(charts.chart(charts.EFA_DEVICE_PLUGIN)),
+               gpu_operator.efa_plugin_values(args.node_taints)) if args.efa else None
+
+        super().__init__("gpu-cloud:gpu_operator:GpuOperator", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.namespace = kubernetes.core.v1.Namespace(
+            f"{name}-namespace", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=gpu_operator.NAMESPACE), opts=child)
+        # The namespace's output, not the constant: the ConfigMap waits for its namespace.
+        self.device_plugin_config = kubernetes.core.v1.ConfigMap(
+            f"{name}-device-plugin-config",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=gpu_operator.DEVICE_PLUGIN_CONFIGMAP,
+                                                       namespace=self.namespace.metadata.name),
+            data=configs, opts=child)
+        # After the ConfigMap: the device plugin's config-manager fails on a node whose config it cannot read.
+        self.release = pinned_release(
+            f"{name}-release", pin, release_name=gpu_operator.RELEASE_NAME, namespace=gpu_operator.NAMESPACE,
+            values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, self.device_plugin_config]))
+
+        self.efa_plugin = None
+        if efa:
+            efa_pin, efa_values = efa
+            self.efa_plugin = pinned_release(
+                f"{name}-efa-device-plugin", efa_pin, release_name=gpu_operator.EFA_PLUGIN_RELEASE_NAME,
+                namespace=gpu_operator.EFA_PLUGIN_NAMESPACE, values=efa_values, opts=child)
+
+        self.register_outputs({
+            "chartVersion": pin.version,
+            "releaseStatus": self.release.status,
+            "devicePluginConfigs": sorted(configs),
+            "efaPluginStatus": self.efa_plugin.status if self.efa_plugin else None,
+        })
