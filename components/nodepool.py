@@ -70,7 +70,7 @@ def check_user_data_fits(spec: StackSpec) -> None:
                 pool, catalog=spec.catalog, cluster_name=spec.cluster_name, region=spec.region,
                 image=spec.node_image, nvme_scratch=spec.storage.nvme_scratch,
                 endpoint=f"https://{'F' * 32}.gr7.{spec.region}.eks.amazonaws.com", certificate_authority=ca,
-                service_cidr="172.20.0.0/16", artifact_uri=f"s3://{'b' * 63}/verifier/{pool.name}/{'0' * 64}.tar.gz",
+                service_cidr="172.20.0.0/16", artifact_uri=f"s3://{'b' * 63}/verifier/{pool.name}/{'0' * 64}.tar",
                 artifact_sha256="0" * 64))
         except ValueError as error:
             issues.append(ConfigIssue(key_path(NAMESPACE, ("nodePools", i)), str(error)))
@@ -120,10 +120,10 @@ class GpuNodePool(pulumi.ComponentResource):
         artifact = build_verifier_artifact(
             pool_rules.verify_expectations(pool, args.image, args.max_temp_c, args.catalog))
         artifact_sha256 = hashlib.sha256(artifact).hexdigest()
-        artifact_key = f"verifier/{pool.name}/{artifact_sha256}.tar.gz"
+        artifact_key = f"verifier/{pool.name}/{artifact_sha256}.tar"
         self.artifact = aws.s3.BucketObjectv2(
             f"{name}-verifier", bucket=args.artifact_bucket, key=artifact_key,
-            content_base64=base64.b64encode(artifact).decode(), content_type="application/gzip", opts=child)
+            content_base64=base64.b64encode(artifact).decode(), content_type="application/x-tar", opts=child)
 
         self.role, grants = self._node_role(name, args, asg_arn_pattern, artifact_key)
         profile = aws.iam.InstanceProfile(f"{name}-profile", role=self.role.name, opts=child)

@@ -366,13 +366,13 @@ class Node:
             for unit in ("nvidia-kmod-load", "nvidia-fabricmanager", "nvidia-persistenced"):
                 (self.state / "units" / unit).write_text("activating\n" if unit == "nvidia-kmod-load" else "inactive\n")
         data, sha = artifact
-        key = overrides.pop("artifact_key", f"verify/{sha}.tar.gz")
+        key = overrides.pop("artifact_key", f"verify/{sha}.tar")
         s3 = _client("s3", endpoint)
         try:
             s3.create_bucket(Bucket=BUCKET)
         except s3.exceptions.BucketAlreadyOwnedByYou:
             pass
-        s3.put_object(Bucket=BUCKET, Key=f"verify/{sha}.tar.gz", Body=data)
+        s3.put_object(Bucket=BUCKET, Key=f"verify/{sha}.tar", Body=data)
         self.ec2 = _client("ec2", endpoint)
         self.instance_id = self.ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
         imds.instance_id = self.instance_id
@@ -511,7 +511,7 @@ def _assert_continued(n):
 # ----------------------------------------------------------------------------- the accelerated AMI
 
 
-def test_healthy_node_whose_driver_module_loads_late_continues_without_installing_anything(node):
+def test_healthy_node_whose_driver_module_loads_late_continues_without_installing_anything(node, artifact):
     n = node()
     n.boot(kmod_after=1.5, fm_after=1.0)
     n.run()
@@ -528,6 +528,8 @@ def test_healthy_node_whose_driver_module_loads_late_continues_without_installin
     assert report["argv"]["textfile"] == str(prom) and prom.read_text().startswith("gpu_cloud_verify_pass 1")
     for name in ("gate.sh", "install.sh", "gpu_verify.py", "pynvml.py", "expect/p5.48xlarge.json"):
         assert (n.root / "opt/gpu-cloud/verify" / name).is_file()
+    # the bundle as downloaded: the plain tar from S3, byte for byte, that tar -xf unpacked
+    assert (n.root / "var/lib/gpu-cloud/verifier.tar").read_bytes() == artifact[0]
     assert "CONTINUE" in n.log() and "CONTINUE" in n.proc.stderr   # the console stand-in saw it too
 
 
@@ -669,7 +671,7 @@ def test_wrong_bundle_checksum_abandons_before_running_anything_from_it(node):
 
 
 def test_bundle_that_cannot_be_fetched_fails_closed(node):
-    n = node(artifact_key="verify/missing.tar.gz")
+    n = node(artifact_key="verify/missing.tar")
     n.boot()
     n.run()
     assert _assert_abandoned(n, "artifact: download failed")

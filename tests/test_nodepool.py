@@ -260,9 +260,9 @@ def test_user_data_renders_the_pool_and_points_at_its_verified_bundle():
     obj = run.one("aws:s3/bucketObjectv2:BucketObjectv2")
     artifact = base64.b64decode(obj.inputs["contentBase64"])
     sha = hashlib.sha256(artifact).hexdigest()
-    assert obj.inputs["key"] == f"verifier/train/{sha}.tar.gz"
+    assert obj.inputs["key"] == f"verifier/train/{sha}.tar"
     assert f"GPU_CLOUD_ARTIFACT_SHA256={sha}" in shell
-    assert f"s3://artifacts-bucket/verifier/train/{sha}.tar.gz" in shell
+    assert f"s3://artifacts-bucket/verifier/train/{sha}.tar" in shell
     assert "GPU_CLOUD_EFA_COUNT=32" in shell and "GPU_CLOUD_NVSWITCH=true" in shell
     assert "GPU_CLOUD_ASG_NAME=gpu-cloud-test-train" in shell
 

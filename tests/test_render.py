@@ -74,7 +74,7 @@ def make_node(**overrides) -> NodeBootstrap:
         asg_name="gpu-prod-p5-asg",
         lifecycle_hook_name="gpu-cloud-verify",
         pool_name="p5",
-        artifact_uri="s3://gpu-prod-artifacts/verify/" + "a" * 64 + ".tar.gz",
+        artifact_uri="s3://gpu-prod-artifacts/verify/" + "a" * 64 + ".tar",
         artifact_sha256="a" * 64,
         driver_source="ami",
         ami_name="amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714",
@@ -110,7 +110,7 @@ def largest_node() -> NodeBootstrap:
         asg_name="gpu-cloud-production-ap-southeast-4-p6-b200-training-pool-asg",
         lifecycle_hook_name="gpu-cloud-production-verify-launch-hook",
         pool_name="p6-b200-training-pool",
-        artifact_uri="s3://gpu-cloud-production-artifacts-ap-southeast-4/verify/" + "f" * 64 + ".tar.gz",
+        artifact_uri="s3://gpu-cloud-production-artifacts-ap-southeast-4/verify/" + "f" * 64 + ".tar",
         driver_version="580.105.08",
         efa_count=8,
         verify_budget_s=600,
@@ -394,10 +394,42 @@ def test_cloud_init_parses_document_and_extracts_the_script(tmp_path):
 
 # ----------------------------------------------------------------------------- artifact
 
+BUNDLE_MTIME = 946684800  # 2000-01-01T00:00:00Z
+
 
 def _members(data: bytes):
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:  # "r:": uncompressed only
         return {m.name: (m, tar.extractfile(m).read()) for m in tar.getmembers()}
+
+
+def _raw_headers(data: bytes):
+    """The archive's header blocks as written, extension headers included (tarfile hides pax headers)."""
+    headers, offset = [], 0
+    while data[offset:offset + 512].strip(b"\0"):
+        block = data[offset:offset + 512]
+        headers.append(block)
+        size = int(block[124:136].rstrip(b"\0 ") or b"0", 8)
+        offset += 512 + -(-size // 512) * 512
+    assert data[offset:] == b"\0" * (len(data) - offset) and len(data) - offset >= 1024   # two zero blocks
+    return headers
+
+
+def _stand_ins(tmp_path: Path) -> dict:
+    """Fixed, made-up bundle inputs, so that a hash of the bundle is pinned independently of the repo's scripts."""
+    here = tmp_path / "userdata"
+    here.mkdir()
+    (here / "gate.sh").write_text("# gate\n")
+    (here / "install.sh").write_text("# install\n" * 70)   # more than one 512-byte block
+    (here / "gpu_verify.py").write_text("print('verify')\n")
+    (here / "pynvml.py").write_text("X = 1\n")
+    return {"here": here, "verifier_source": here / "gpu_verify.py", "pynvml_source": here / "pynvml.py"}
+
+
+STAND_IN_EXPECT = {"p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuCount": 8},
+                   "p4d.24xlarge": {"instanceType": "p4d.24xlarge", "gpuCount": 8}}
+# sha256 of the bundle build_verifier_artifact makes from _stand_ins and STAND_IN_EXPECT. It is the same on every
+# machine and Python (no zlib, no tarfile writer): if this changes, every pool's launch template changes with it.
+STAND_IN_SHA256 = "763d6dd6d52d55035946af9bb2d89fd6777622e9ffcb7aec925c9bb13f37c386"
 
 
 def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
@@ -413,19 +445,86 @@ def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
     assert first == second
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     members = _members(first)
-    assert sorted(members) == ["expect/p5.48xlarge.json", "gate.sh", "gpu_verify.py", "install.sh", "pynvml.py"]
+    assert list(members) == ["expect/p5.48xlarge.json", "gate.sh", "gpu_verify.py", "install.sh", "pynvml.py"]
     assert members["gate.sh"][1] == (ROOT / "userdata/gate.sh").read_bytes()
     assert members["install.sh"][1] == (ROOT / "userdata/install.sh").read_bytes()
     assert members["gpu_verify.py"][1] == b"print('verify')\n"
     assert members["pynvml.py"][1] == b"X = 1\n"
     assert json.loads(members["expect/p5.48xlarge.json"][1]) == expect
     for info, _ in members.values():
-        assert info.isreg() and info.uid == 0 and info.gid == 0 and info.mode == 0o644
+        assert info.isreg() and info.mode == 0o644 and info.mtime == BUNDLE_MTIME
+        assert (info.uid, info.gid, info.uname, info.gname) == (0, 0, "", "")
+        assert not info.pax_headers
         assert not info.name.startswith("/") and ".." not in info.name
-    assert gzip.decompress(first)  # a valid gzip stream
     # a different expectation gives a different artifact
     assert build_verifier_artifact({"p5.48xlarge": {**expect, "gpuCount": 4}}, verifier_source=verifier,
                                    pynvml_source=nvml) != first
+
+
+def test_artifact_is_a_plain_ustar_archive_without_extension_headers(tmp_path, monkeypatch):
+    inputs = _stand_ins(tmp_path)
+    monkeypatch.setattr(render, "HERE", inputs.pop("here"))
+    data = build_verifier_artifact(STAND_IN_EXPECT, **inputs)
+    assert data[:2] != b"\x1f\x8b"          # not gzip (nor any other compression tar -xf would have to detect)
+    assert len(data) % 10240 == 0            # whole 20-block records, as tar writes them
+    headers = _raw_headers(data)
+    assert [h[:100].rstrip(b"\0") for h in headers] == [
+        b"expect/p4d.24xlarge.json", b"expect/p5.48xlarge.json", b"gate.sh", b"gpu_verify.py", b"install.sh",
+        b"pynvml.py"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
+    for h in headers:
+        assert h[156:157] == b"0" and h[257:265] == b"ustar\x0000"
+        assert h[100:108] == b"0000644\0" and h[108:124] == b"0000000\0" * 2 and h[136:148] == b"07033241600\0"
+        assert h[265:329] == b"\0" * 64    # uname, gname empty
+        assert int(h[148:154], 8) == sum(h[:148]) + 8 * 32 + sum(h[156:])   # header checksum
+
+
+def test_artifact_bytes_do_not_depend_on_zlib_or_the_tarfile_writer(tmp_path, monkeypatch):
+    """The property that matters: the sha256 in every node's user-data is the same whichever machine (zlib or
+    zlib-ng, Python release) runs Pulumi. Breaking zlib, gzip and tarfile's writer must not change a byte."""
+    inputs = _stand_ins(tmp_path)
+    monkeypatch.setattr(render, "HERE", inputs.pop("here"))
+    before = build_verifier_artifact(STAND_IN_EXPECT, **inputs)
+    assert hashlib.sha256(before).hexdigest() == STAND_IN_SHA256
+
+    import zlib
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the bundle must not go through zlib, gzip or tarfile's writer")
+
+    for module, name in ((zlib, "compressobj"), (zlib, "compress"), (zlib, "crc32"), (gzip, "compress"),
+                         (gzip, "GzipFile"), (gzip, "open"), (tarfile, "open"), (tarfile.TarFile, "addfile"),
+                         (tarfile.TarInfo, "tobuf")):
+        monkeypatch.setattr(module, name, broken)
+    assert build_verifier_artifact(STAND_IN_EXPECT, **inputs) == before
+
+
+def test_artifact_is_what_gnu_tar_writes_and_extracts(tmp_path, monkeypatch):
+    tar = require_tool("tar")
+    if "GNU tar" not in subprocess.run([tar, "--version"], capture_output=True, text=True).stdout:
+        pytest.skip("the byte comparison is against GNU tar")
+    inputs = _stand_ins(tmp_path)
+    here = inputs.pop("here")
+    monkeypatch.setattr(render, "HERE", here)
+    data = build_verifier_artifact(STAND_IN_EXPECT, **inputs)
+    (tmp_path / "verifier.tar").write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([tar, "-xf", str(tmp_path / "verifier.tar"), "-C", str(out), "--no-same-owner"], check=True)
+    names = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert names == [name.decode() for name in (h[:100].rstrip(b"\0") for h in _raw_headers(data))]
+    for name in ("gate.sh", "install.sh", "gpu_verify.py", "pynvml.py"):
+        assert (out / name).read_bytes() == (here / name).read_bytes()
+    # GNU tar, asked for the same fixed metadata, writes the same bytes
+    subprocess.run([tar, "--format=ustar", f"--mtime=@{BUNDLE_MTIME}", "--owner=0", "--group=0", "--numeric-owner",
+                    "--mode=0644", "-cf", str(tmp_path / "gnu.tar"), "-C", str(out), *names], check=True)
+    assert (tmp_path / "gnu.tar").read_bytes() == data
+
+
+@pytest.mark.parametrize("itype", ["../../etc/cron.d/x", "x" * 100, "p5.48xlarge\u00e9"])
+def test_artifact_refuses_member_names_ustar_cannot_hold_safely(itype, tmp_path):
+    (tmp_path / "v.py").write_text("")
+    with pytest.raises(ValueError, match="bundle member name"):
+        build_verifier_artifact({itype: {}}, verifier_source=tmp_path / "v.py", pynvml_source=tmp_path / "v.py")
 
 
 def test_artifact_defaults_to_repo_verifier_and_installed_pynvml():
@@ -439,3 +538,6 @@ def test_artifact_defaults_to_repo_verifier_and_installed_pynvml():
     assert members["gpu_verify.py"][1] == gpu_verify.read_bytes()
     assert members["pynvml.py"][1] == Path(pynvml.__file__).read_bytes()
     assert re.search(rb"nvmlInit", members["pynvml.py"][1])
+    # uncompressed: the bundle is the size of what it carries (pynvml.py is most of it), well under 1 MiB
+    assert sum(len(body) for _, body in members.values()) < len(data) < 1024 * 1024
+    print(f"verifier bundle: {len(data)} bytes")  # visible with -s; quoted in reports

@@ -100,7 +100,7 @@ STEP=config
 log "instance $IID ($ITYPE) pool $GPU_CLOUD_POOL asg $GPU_CLOUD_ASG_NAME"
 
 STEP=artifact
-A=$R/var/lib/gpu-cloud/verifier.tar.gz
+A=$R/var/lib/gpu-cloud/verifier.tar
 mkdir -p "${A%/*}"
 retry aws --region "$GPU_CLOUD_REGION" s3 cp --only-show-errors "$GPU_CLOUD_ARTIFACT_URI" "$A" ||
   fail "artifact: download failed"
@@ -108,7 +108,7 @@ sum=$(sha256sum "$A" | cut -d' ' -f1)
 [[ $sum == "${GPU_CLOUD_ARTIFACT_SHA256,,}" ]] || fail "artifact: sha256 mismatch (got $sum)"
 rm -rf "$VD"
 mkdir -p "$VD"
-tar -xzf "$A" -C "$VD" --no-same-owner || fail "artifact: cannot extract"
+tar -xf "$A" -C "$VD" --no-same-owner || fail "artifact: cannot extract"
 [[ -s $VD/gate.sh ]] || fail "artifact: no gate.sh in the bundle"
 
 # shellcheck source=gate.sh

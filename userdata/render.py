@@ -14,20 +14,17 @@ document with two parts:
    nodeadm-run.service starts the kubelet. It stays small: it fetches the pool's bundle, checks it
    and sources the bundle's ``gate.sh``, where the checks and the driver install live.
 
-:func:`build_verifier_artifact` builds that byte-reproducible tar.gz bundle, which the bootstrap
-downloads from S3 and checks against its sha256.
+:func:`build_verifier_artifact` builds that bundle, an uncompressed ustar archive whose bytes depend
+only on its inputs; the bootstrap downloads it from S3 and checks it against its sha256.
 """
 from __future__ import annotations
 
 import base64
 import binascii
-import gzip
-import io
 import ipaddress
 import json
 import re
 import shlex
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
@@ -62,6 +59,8 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # Fixed archive metadata so equal inputs give byte-identical output (and the same sha256).
 _ARCHIVE_MTIME = 946684800  # 2000-01-01T00:00:00Z
 _ARCHIVE_MODE = 0o644
+_TAR_BLOCK = 512
+_TAR_RECORD = 20 * _TAR_BLOCK  # tar's default blocking factor
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
@@ -186,7 +185,7 @@ def _validate(node: NodeBootstrap) -> None:
         if not isinstance(value, str) or not _SAFE_NAME_RE.match(value):
             raise ValueError(f"{field} {value!r} must be 1-255 characters of [A-Za-z0-9._/@:+-]")
     if not _S3_URI_RE.match(node.artifact_uri or ""):
-        raise ValueError(f"artifact_uri must look like s3://bucket/key.tar.gz, got {node.artifact_uri!r}")
+        raise ValueError(f"artifact_uri must look like s3://bucket/key.tar, got {node.artifact_uri!r}")
     if not _SHA256_RE.match(node.artifact_sha256 or ""):
         raise ValueError("artifact_sha256 must be 64 lowercase hex characters")
     if not re.match(r"^\d{3,4}$", node.driver_branch or ""):
@@ -375,20 +374,65 @@ def _pynvml_path() -> Path:
     return Path(pynvml.__file__)
 
 
+def _ustar_member(name: str, data: bytes) -> bytes:
+    """One regular-file member: a 512-byte POSIX ustar header, then the data padded to 512 bytes.
+
+    Written field by field (POSIX.1-1988 ustar, pax(1) "ustar Interchange Format") instead of through
+    tarfile, whose header bytes have changed between Python releases (devmajor/devminor of regular
+    files, for one). The fields are what GNU tar ``--format=ustar --numeric-owner`` writes.
+    """
+    raw = name.encode("utf-8")
+    if not name.isascii() or not 0 < len(raw) <= 100 or name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"bundle member name {name!r} must be a relative ASCII path of at most 100 bytes")
+    if len(data) >= 8 ** 11:
+        raise ValueError(f"bundle member {name!r} is too large for a ustar header")
+
+    def octal(value: int, width: int) -> bytes:  # zero-padded octal digits and a NUL
+        return b"%0*o\0" % (width - 1, value)
+
+    header = b"".join((
+        raw.ljust(100, b"\0"),               # name
+        octal(_ARCHIVE_MODE, 8),               # mode
+        octal(0, 8),                           # uid
+        octal(0, 8),                           # gid
+        octal(len(data), 12),                  # size
+        octal(_ARCHIVE_MTIME, 12),             # mtime
+        b" " * 8,                              # chksum, counted as spaces
+        b"0",                                  # typeflag: regular file
+        b"\0" * 100,                           # linkname
+        b"ustar\0", b"00",                     # magic, version
+        b"\0" * 32,                            # uname: empty (numeric owner only)
+        b"\0" * 32,                            # gname
+        octal(0, 8),                           # devmajor
+        octal(0, 8),                           # devminor
+        b"\0" * 155,                           # prefix: unused, names fit in name
+    )).ljust(_TAR_BLOCK, b"\0")
+    header = header[:148] + b"%06o\0 " % sum(header) + header[156:]
+    return header + data + b"\0" * (-len(data) % _TAR_BLOCK)
+
+
 def build_verifier_artifact(
     expectations: Mapping[str, Mapping],
     *,
     verifier_source: Optional[Path] = None,
     pynvml_source: Optional[Path] = None,
 ) -> bytes:
-    """Deterministic tar.gz: the gate scripts (gate.sh, install.sh), gpu_verify.py, pynvml.py and
-    expect/<instance type>.json per type.
+    """The pool's verifier bundle: an uncompressed POSIX ustar archive of the gate scripts (gate.sh,
+    install.sh), gpu_verify.py, pynvml.py and expect/<instance type>.json per type.
 
     A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
 
     ``verifier_source`` / ``pynvml_source`` default to userdata/gpu_verify.py and the installed
-    nvidia-ml-py's pynvml.py; tests pass stand-ins. Fixed mtimes, uid/gid 0, mode 0644 and a
-    zeroed gzip header make equal inputs byte-identical.
+    nvidia-ml-py's pynvml.py; tests pass stand-ins.
+
+    The bytes depend only on the inputs, never on the machine that runs Pulumi: their sha256 is in every
+    node's user-data, so a bundle that differed between machines would change every launch template and
+    roll every node. Hence no compression (deflate output differs between zlib builds, zlib and zlib-ng
+    for instance) and headers written here, not by tarfile: members sorted by name, regular files only,
+    mode 0644, uid/gid 0, empty uname/gname, a fixed mtime, no pax or GNU extension headers, two zero
+    blocks and padding to a 10240-byte record, as GNU tar ``--format=ustar --numeric-owner`` writes it.
+    The bootstrap extracts it with ``tar -xf``. At about 400 KB, it is small enough not to need
+    compression.
     """
     files = {
         **{script: (HERE / script).read_bytes() for script in BUNDLE_SCRIPTS},
@@ -397,19 +441,5 @@ def build_verifier_artifact(
         **{f"expect/{itype}.json": (json.dumps(expect, sort_keys=True, indent=2) + "\n").encode("utf-8")
            for itype, expect in expectations.items()},
     }
-    tar_buf = io.BytesIO()
-    with tarfile.open(fileobj=tar_buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name in sorted(files):
-            data = files[name]
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mtime = _ARCHIVE_MTIME
-            info.mode = _ARCHIVE_MODE
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            info.type = tarfile.REGTYPE
-            tar.addfile(info, io.BytesIO(data))
-    out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
-        gz.write(tar_buf.getvalue())
-    return out.getvalue()
+    out = b"".join(_ustar_member(name, files[name]) for name in sorted(files)) + b"\0" * (2 * _TAR_BLOCK)
+    return out + b"\0" * (-len(out) % _TAR_RECORD)
