@@ -55,7 +55,7 @@ def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, r
         nvswitch=catalog.gpu_model(pool.primary_type.name).nvswitch, efa_count=pool_rules.efa_devices(pool),
         kmod_wait_s=boot.KMOD_LOAD_WAIT_S, fabric_manager_wait_s=boot.FABRIC_MANAGER_WAIT_S,
         efa_installer_version=efa_installer.version, efa_installer_sha256=efa_installer.sha256,
-        verify_budget_s=boot.VERIFY_BUDGET_S, mig=pool.spec.gpu_sharing.mode == "mig")
+        verify_budget_s=boot.VERIFY_BUDGET_S, verify_kill_grace_s=boot.VERIFY_KILL_GRACE_S, mig=pool.spec.gpu_sharing.mode == "mig")
 
 
 def check_user_data_fits(spec: StackSpec) -> None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Dict
 
 VERIFY_HOOK_NAME = "gpu-cloud-verify"
-VERIFY_BUDGET_S = 60                 # gpu_verify.py's own budget; bootstrap kills it 60 s later
+VERIFY_BUDGET_S = 60                 # gpu_verify.py's own budget
+# The gate kills the verifier this long after its budget: a call stuck in the NVIDIA library cannot hold the node.
+VERIFY_KILL_GRACE_S = 60
 
 # Waits the gate makes on the accelerated AMI (exported into user-data).
 KMOD_LOAD_WAIT_S = 300               # nvidia-kmod-load.service: unpack + `dkms install` of the archived module
@@ -21,7 +23,7 @@ FABRIC_MANAGER_WAIT_S = 300          # NVSwitch training before nvidia-fabricman
 # Worst cases of the steps around them (seconds).
 _BEFORE_GATE_S = 240                 # EC2 start, kernel, nodeadm-config, cloud-init up to cloud-final
 _CHECKS_S = 60                       # persistence, MIG mode, EFA count, artifact download (retried)
-_VERIFIER_S = VERIFY_BUDGET_S + 60   # the verifier's budget plus bootstrap's kill grace
+_VERIFIER_S = VERIFY_BUDGET_S + VERIFY_KILL_GRACE_S
 _REPORT_S = 60                       # CreateTags + CompleteLifecycleAction, retried
 _INSTALL_S = {                       # gpuDriver.source: install, on the standard AMI
     "packages": 300,                 # NVIDIA repo, kernel headers, container toolkit, persistenced

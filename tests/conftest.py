@@ -22,7 +22,11 @@ def require_tool(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path=str(VENV_BIN))
     if found:
         return found
-    message = f"{name} is not installed (.ci/run installs it)"
+    missing(f"{name} is not installed (.ci/run installs it)")
+
+
+def missing(message: str) -> None:
+    """Something a test needs and `.ci/run` provides is absent: skip locally with the reason, fail under CI."""
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

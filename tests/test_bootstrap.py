@@ -306,6 +306,10 @@ expect = json.load(open(args.expect))
 mode = os.environ.get("FAKE_VERIFY", "pass")
 if mode == "crash":
     sys.exit(2)
+if mode == "hang":                      # stuck where a signal cannot reach it (a call into the NVIDIA library)
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(3600)
 checks = [{"name": "gpu_count", "status": "pass", "gpu": None, "value": 8, "threshold": 8, "detail": ""}]
 if mode == "fail":
     checks += [
@@ -647,6 +651,15 @@ def test_verifier_that_cannot_run_abandons(node):
     n.run(FAKE_VERIFY="crash")  # exit 2, no report
     assert _assert_abandoned(n, "could not run").startswith("verify: could not run (exit 2)")
     assert n.report()["checks"][0]["name"] == "verify"  # the bootstrap wrote the stub report
+
+
+def test_a_verifier_that_hangs_is_killed_after_its_budget_and_the_node_abandoned(node):
+    n = node(verify_budget_s=1, verify_kill_grace_s=1)
+    n.boot()
+    started = time.monotonic()
+    n.run(FAKE_VERIFY="hang")            # ignores SIGTERM: `timeout -k` must KILL it
+    assert time.monotonic() - started < 60
+    assert _assert_abandoned(n, "exceeded") == "verify: verifier exceeded 2s"
 
 
 def test_transient_imds_failures_are_retried(node, imds):

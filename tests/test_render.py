@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, require_tool
+from tests.conftest import ROOT, missing, require_tool
 from userdata import render
 from userdata.render import (
     USER_DATA_LIMIT_BYTES,
@@ -238,7 +238,7 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
         "GPU_CLOUD_ARTIFACT_URI", "GPU_CLOUD_ARTIFACT_SHA256", "GPU_CLOUD_DRIVER_SOURCE", "GPU_CLOUD_AMI_NAME",
         "GPU_CLOUD_DRIVER_BRANCH", "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT",
         "GPU_CLOUD_KMOD_WAIT_S", "GPU_CLOUD_FM_WAIT_S", "GPU_CLOUD_EFA_INSTALLER_VERSION",
-        "GPU_CLOUD_EFA_INSTALLER_SHA256", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_MIG",
+        "GPU_CLOUD_EFA_INSTALLER_SHA256", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_VERIFY_KILL_GRACE_S", "GPU_CLOUD_MIG",
     }
     # no test/operator overrides leak into production user-data
     assert "GPU_CLOUD_ROOT" not in script.split("set -Eeuo pipefail")[0]
@@ -370,7 +370,7 @@ print(json.dumps({"types": types, "scripts": scripts,
 def test_cloud_init_parses_document_and_extracts_the_script(tmp_path):
     require_tool("cloud-init")
     if not (Path(SYSTEM_PYTHON).exists() and Path("/usr/lib/python3/dist-packages/cloudinit").is_dir()):
-        pytest.skip("system cloud-init python package not found")
+        missing("cloud-init's Python package (Debian cloud-init, installed by .ci/run) is not under the system python3")
     node = largest_node()
     doc = render_user_data(node)
     blob = tmp_path / "user-data"
@@ -501,7 +501,7 @@ def test_artifact_bytes_do_not_depend_on_zlib_or_the_tarfile_writer(tmp_path, mo
 def test_artifact_is_what_gnu_tar_writes_and_extracts(tmp_path, monkeypatch):
     tar = require_tool("tar")
     if "GNU tar" not in subprocess.run([tar, "--version"], capture_output=True, text=True).stdout:
-        pytest.skip("the byte comparison is against GNU tar")
+        missing("the byte comparison is against GNU tar (Debian's tar), which this machine's `tar` is not")
     inputs = _stand_ins(tmp_path)
     here = inputs.pop("here")
     monkeypatch.setattr(render, "HERE", here)
@@ -528,10 +528,8 @@ def test_artifact_refuses_member_names_ustar_cannot_hold_safely(itype, tmp_path)
 
 
 def test_artifact_defaults_to_repo_verifier_and_installed_pynvml():
+    import pynvml
     gpu_verify = ROOT / "userdata/gpu_verify.py"
-    if not gpu_verify.exists():
-        pytest.skip("userdata/gpu_verify.py not written yet")
-    pynvml = pytest.importorskip("pynvml")
     data = build_verifier_artifact({"g6.12xlarge": {"instanceType": "g6.12xlarge"}})
     assert data == build_verifier_artifact({"g6.12xlarge": {"instanceType": "g6.12xlarge"}})
     members = _members(data)

@@ -9,7 +9,7 @@ STEP=config
 : "${GPU_CLOUD_NVSWITCH:?}" "${GPU_CLOUD_EFA_COUNT:?}" "${GPU_CLOUD_KMOD_WAIT_S:?}" "${GPU_CLOUD_FM_WAIT_S:?}"
 : "${GPU_CLOUD_VERIFY_BUDGET_S:=60}" "${GPU_CLOUD_MIG:=false}"
 SRC=$GPU_CLOUD_DRIVER_SOURCE AMI=$GPU_CLOUD_AMI_NAME BR=$GPU_CLOUD_DRIVER_BRANCH VER=$GPU_CLOUD_DRIVER_VERSION
-EFA=$GPU_CLOUD_EFA_COUNT BUDGET=$GPU_CLOUD_VERIFY_BUDGET_S
+EFA=$GPU_CLOUD_EFA_COUNT BUDGET=$GPU_CLOUD_VERIFY_BUDGET_S KILL_AFTER=$((BUDGET + GPU_CLOUD_VERIFY_KILL_GRACE_S))
 [[ $SRC == ami || $SRC == install ]] || fail "config: bad driver source '$SRC'"
 [[ $BR =~ ^[0-9]+$ && (-z $VER || $VER == "$BR".*) ]] || fail "config: driver '$BR' '$VER'"
 [[ $SRC == install || -n $VER ]] || fail "config: source ami needs the AMI's driver version"
@@ -99,11 +99,11 @@ rm -f "$RPT"
 EXPECT=$VD/expect/$ITYPE.json
 [[ -s $EXPECT ]] || fail "verify: no expectation for instance type $ITYPE in the artifact"
 rc=0
-GPU_CLOUD_INSTANCE_ID=$IID PYTHONPATH=$VD timeout -k 10 "$((BUDGET + 60))" python3 "$VD/gpu_verify.py" \
+GPU_CLOUD_INSTANCE_ID=$IID PYTHONPATH=$VD timeout -k 10 "$KILL_AFTER" python3 "$VD/gpu_verify.py" \
   --expect "$EXPECT" --report "$RPT" --textfile "$PROM" --budget-s "$BUDGET" || rc=$?
 case $rc in
   0) [[ $(py verdict "$RPT") == pass ]] || fail "verify: exit 0 but verdict not pass" ;;
-  124 | 137) fail "verify: verifier exceeded $((BUDGET + 60))s" ;;
+  124 | 137) fail "verify: verifier exceeded ${KILL_AFTER}s" ;;
   *)
     why=$(py reason "$RPT" 2>/dev/null) || why=''
     ((rc == 1)) || why="verify: could not run (exit $rc)${why:+: $why}"

@@ -105,6 +105,7 @@ class NodeBootstrap:
     efa_installer_version: str  # used by source install on EFA pools
     efa_installer_sha256: str
     verify_budget_s: int = 60
+    verify_kill_grace_s: int = 60  # the gate kills the verifier this long after its budget (spec/boot.py)
     mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
 
 
@@ -205,7 +206,8 @@ def _validate(node: NodeBootstrap) -> None:
         raise ValueError(f"ami_name {node.ami_name!r} is not an EKS AL2023 AMI name")
     if isinstance(node.efa_count, bool) or not isinstance(node.efa_count, int) or node.efa_count < 0:
         raise ValueError(f"efa_count must be an integer >= 0, got {node.efa_count!r}")
-    for field, value in (("verify_budget_s", node.verify_budget_s), ("kmod_wait_s", node.kmod_wait_s),
+    for field, value in (("verify_budget_s", node.verify_budget_s), ("verify_kill_grace_s", node.verify_kill_grace_s),
+                         ("kmod_wait_s", node.kmod_wait_s),
                          ("fabric_manager_wait_s", node.fabric_manager_wait_s)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
             raise ValueError(f"{field} must be an integer in 1..3600, got {value!r}")
@@ -312,6 +314,7 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
         "GPU_CLOUD_EFA_INSTALLER_VERSION": node.efa_installer_version,
         "GPU_CLOUD_EFA_INSTALLER_SHA256": node.efa_installer_sha256,
         "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
+        "GPU_CLOUD_VERIFY_KILL_GRACE_S": str(node.verify_kill_grace_s),
         "GPU_CLOUD_MIG": "true" if node.mig else "false",
     }
 
