@@ -387,7 +387,9 @@ def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalo
     if unpriced:
         return [_issue(("budget", "maxHourlyUsd"), f"cannot be checked: no on-demand price in the catalog for pools "
                        f"{', '.join(unpriced)} in {region}")]
-    if estimate.hourly_at_max > budget.max_hourly_usd:
+    # In cents, as the message shows them: the estimate is a sum of rounded prices, so a budget written as the
+    # exact cost must pass, and "$131.07 above the budget $131.07" must never be said.
+    if round(estimate.hourly_at_max, 2) > round(budget.max_hourly_usd, 2):
         return [_issue(("budget", "maxHourlyUsd"), f"pools at maxNodes cost ${estimate.hourly_at_max:,.2f}/hour, above the "
                        f"budget ${budget.max_hourly_usd:,.2f}/hour; lower maxNodes or raise the budget")]
     return []

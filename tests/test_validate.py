@@ -333,3 +333,16 @@ def test_the_team_keys_are_the_tenancy_namespaces():
 def test_team_role_mistakes_are_named_by_key_path(tenancy_config, path, words):
     issues = issues_of(setter(["tenancy"], tenancy_config))
     assert [(i.path, words in i.message) for i in issues] == [(path, True)], issues
+
+
+@pytest.mark.parametrize("budget,accepted", [(131.06528, True), (131.0653, True), (131.07, True), (131.06, False)])
+def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
+    # valid_config's pools at maxNodes: 2 x p5.48xlarge on-demand 55.04 + 4 x g6e.12xlarge spot 10.49264 x 0.5
+    config = valid_config()
+    config["budget"] = {"maxHourlyUsd": budget}
+    if accepted:
+        assert load(config).budget.max_hourly_usd == budget
+        return
+    with pytest.raises(ConfigError) as raised:
+        load(config)
+    assert "pools at maxNodes cost $131.07/hour, above the budget $131.06/hour" in str(raised.value)
