@@ -5,11 +5,17 @@ module's constants, structures and NVMLError classes (so `except pynvml.NVMLErro
 catches exactly what it would on real hardware) plus fake `nvml*` functions that answer from a
 `NodeProfile`. Functions the fake does not implement are absent, as in an older binding.
 
+The driver version decides which newer functions and fields exist: a function newer than the
+node's driver raises FunctionNotFound, as the binding does when libnvidia-ml lacks the symbol
+(FUNCTION_SINCE_BRANCH, FIELD_SINCE_BRANCH).
+
 Faults: `GpuProfile.faults` / `NodeProfile.faults` map an NVML function name to
   "NotSupported", "FunctionNotFound", or any other NVMLError_<Suffix>  -> that NVMLError is raised
   "hang"                                                                -> the call blocks
   "raise:<text>"                                                        -> RuntimeError(text)
 Hung calls block until `release_hangs()` (the tests' autouse fixture calls it) or HANG_MAX_S.
+`FakeDriver.library_teardown` models the library's exit-time teardown, which waits for calls still
+inside it; the subprocess stub registers it with atexit.
 
 Also here: the healthy node profiles and their EXPECT documents, a fake `nvidia-smi` script
 (`write_fake_nvidia_smi`) and a `pynvml.py` stub for running the verifier as a subprocess
@@ -50,6 +56,26 @@ RAISE_PREFIX = "raise:"
 HANG_MAX_S = 60.0
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId outside MIG
 CLOCKS_IDLE = 0x1         # nvmlClocksEventReasonGpuIdle: normal on an idle node
+# A healthy GPU's fabric health mask as the EKS node monitoring agent met it on real nodes (it
+# used to count any non-zero mask as a fault): access_timeout_recovery false (2 << 6), every other
+# sub-field not supported.
+FABRIC_HEALTH_HEALTHY = 0x80
+
+# The first driver branch whose NVML has each newer function or field: nvml.h of the CUDA 11.8,
+# 12.0, 12.2, 12.4 and 12.8 toolkits (PyPI nvidia-nvml-dev-cu11 11.8.86, nvidia-nvml-dev-cu12
+# 12.0.76, 12.2.140, 12.4.127, 12.8.90), whose drivers are R520, R525, R535, R550 and R570.
+# nvmlDeviceGetCurrentClocksThrottleReasons is in all of them.
+FUNCTION_SINCE_BRANCH = {
+    "nvmlDeviceGetGpuFabricInfo": 525,
+    "nvmlDeviceGetCurrentClocksEventReasons": 535,
+    "nvmlDeviceGetGpuFabricInfoV": 550,
+    "nvmlDeviceGetSramEccErrorStatus": 550,
+}
+FIELD_SINCE_BRANCH = {real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 570}
+
+
+def driver_branch(version: str) -> int:
+    return int(version.split(".")[0])
 
 _hang_release = threading.Event()
 
@@ -74,13 +100,19 @@ class GpuProfile:
     ecc_uncorrected_volatile: int = 0
     remapped_rows: List[int] = field(default_factory=lambda: [0, 0, 0, 0])  # corr, unc, pending, failure
     retired_pages_pending: int = 0
+    retired_pages: List[int] = field(default_factory=lambda: [0, 0])       # by cause: multiple SBE, DBE
+    sram_threshold_exceeded: bool = False
+    recovery_action: Optional[int] = 0        # NVML_GPU_RECOVERY_ACTION_*; None: GPU does not report it
     nvlink_active: List[bool] = field(default_factory=list)                 # one per link
     fabric_state: int = real.NVML_GPU_FABRIC_STATE_COMPLETED
     fabric_status: int = real.NVML_SUCCESS
     fabric_in_progress_polls: int = 0  # calls answering "in progress" before the state above
+    fabric_health_mask: int = FABRIC_HEALTH_HEALTHY
     pcie_width: int = 16
     pcie_max_width: int = 16
     clock_event_reasons: int = CLOCKS_IDLE
+    power_limit_mw: int = 700000          # enforced
+    power_default_limit_mw: int = 700000
     temperature_c: int = 32
     persistence_mode: int = real.NVML_FEATURE_ENABLED
     mig_mode: List[int] = field(default_factory=lambda: [0, 0])            # current, pending
@@ -138,34 +170,44 @@ def p5_48xlarge() -> NodeProfile:
     return NodeProfile("p5.48xlarge", _gpus(8, h100), kernel_log=list(_BOOT_LOG))
 
 
+# The GPU fabric query (nvmlDeviceGetGpuFabricInfo*) is for Hopper or newer (nvml.h).
+PRE_HOPPER_FABRIC = {"nvmlDeviceGetGpuFabricInfoV": NOT_SUPPORTED,
+                     "nvmlDeviceGetGpuFabricInfo": NOT_SUPPORTED}
+
+
 def p4d_24xlarge() -> NodeProfile:
-    # GPU fabric probing (nvmlDeviceGetGpuFabricInfo*) is a Hopper-and-later feature.
+    # NVSwitch board, but an A100 reports no GPU fabric state.
     a100 = GpuProfile("NVIDIA A100-SXM4-40GB", 40960, nvlink_active=[True] * 12,
-                      faults={"nvmlDeviceGetGpuFabricInfoV": NOT_SUPPORTED})
+                      power_limit_mw=400000, power_default_limit_mw=400000,
+                      faults=dict(PRE_HOPPER_FABRIC))
     return NodeProfile("p4d.24xlarge", _gpus(8, a100), kernel_log=list(_BOOT_LOG))
 
 
 def g6e_48xlarge() -> NodeProfile:
     # PCIe cards: no NVLink, no fabric, no MIG. ECC is off by default (catalog: eccExpected false).
     l40s = GpuProfile("NVIDIA L40S", 46068, ecc_mode=[0, 0], temperature_c=29,
-                      faults={"nvmlDeviceGetNvLinkState": NOT_SUPPORTED,
-                              "nvmlDeviceGetGpuFabricInfoV": NOT_SUPPORTED,
-                              "nvmlDeviceGetMigMode": NOT_SUPPORTED})
+                      power_limit_mw=350000, power_default_limit_mw=350000,
+                      faults=dict(PRE_HOPPER_FABRIC, nvmlDeviceGetNvLinkState=NOT_SUPPORTED,
+                                  nvmlDeviceGetMigMode=NOT_SUPPORTED))
     return NodeProfile("g6e.48xlarge", _gpus(8, l40s), kernel_log=list(_BOOT_LOG))
 
 
 def g4dn_12xlarge() -> NodeProfile:
-    # Turing: no row remapping (page retirement instead), no NVLink, no fabric call, no MIG.
+    # Turing: no row remapping (page retirement instead), no NVLink, no fabric, no MIG, no SRAM
+    # ECC status (Ampere or newer). Driver R535: no nvmlDeviceGetGpuFabricInfoV, no SRAM ECC
+    # status call, no recovery action field (FUNCTION_SINCE_BRANCH, FIELD_SINCE_BRANCH).
     # With ECC on, NVML reports 15360 MiB (older drivers) or 15109 MiB (newer) of the 16 GiB.
     t4 = GpuProfile("Tesla T4", 15360, pcie_width=16, pcie_max_width=16, temperature_c=27,
-                    faults={"nvmlDeviceGetRemappedRows": NOT_SUPPORTED,
-                            "nvmlDeviceGetNvLinkState": NOT_SUPPORTED,
-                            "nvmlDeviceGetGpuFabricInfoV": FUNCTION_NOT_FOUND,
-                            "nvmlDeviceGetMigMode": NOT_SUPPORTED})
+                    power_limit_mw=70000, power_default_limit_mw=70000,
+                    faults=dict(PRE_HOPPER_FABRIC, nvmlDeviceGetRemappedRows=NOT_SUPPORTED,
+                                nvmlDeviceGetNvLinkState=NOT_SUPPORTED,
+                                nvmlDeviceGetMigMode=NOT_SUPPORTED,
+                                nvmlDeviceGetSramEccErrorStatus=NOT_SUPPORTED))
     # Some T4 boards answer NotSupported for every ECC query through the binding.
     ecc_unsupported = {"nvmlDeviceGetEccMode": NOT_SUPPORTED,
                        "nvmlDeviceGetTotalEccErrors": NOT_SUPPORTED,
-                       "nvmlDeviceGetRetiredPagesPendingStatus": NOT_SUPPORTED}
+                       "nvmlDeviceGetRetiredPagesPendingStatus": NOT_SUPPORTED,
+                       "nvmlDeviceGetRetiredPages": NOT_SUPPORTED}
     gpus = _gpus(4, t4, {2: ecc_unsupported, 3: ecc_unsupported})
     gpus[1].memory_total_mib = 15109
     return NodeProfile("g4dn.12xlarge", gpus, driver_version="535.230.02",
@@ -248,6 +290,8 @@ class FakeDriver(object):
         self.handles = [FakeHandle(i) for i in range(len(node.gpus))]
         self.calls: List[tuple] = []
         self.lock = threading.Lock()
+        self.inside = 0  # calls still inside the library (hung)
+        self.inside_changed = threading.Condition(self.lock)
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -257,6 +301,8 @@ class FakeDriver(object):
             self.calls.append((function, None if handle is None else handle.index))
         if function != "nvmlInit" and not self.initialised:
             raise _nvml_error("Uninitialized")
+        if not self.has_function(function):
+            raise _nvml_error(FUNCTION_NOT_FOUND)
         faults = self.node.faults
         if handle is not None:
             if not isinstance(handle, FakeHandle) or handle.index >= len(self.node.gpus):
@@ -265,13 +311,32 @@ class FakeDriver(object):
             faults = gpu.faults
         fault = faults.get(function)
         if fault == HANG:
-            _hang_release.wait(HANG_MAX_S)
+            with self.inside_changed:
+                self.inside += 1
+            try:
+                _hang_release.wait(HANG_MAX_S)
+            finally:
+                with self.inside_changed:
+                    self.inside -= 1
+                    self.inside_changed.notify_all()
             raise _nvml_error("Unknown")
         if fault and fault.startswith(RAISE_PREFIX):
             raise RuntimeError(fault[len(RAISE_PREFIX):])
         if fault:
             raise _nvml_error(fault)
         return gpu
+
+    def has_function(self, function: str) -> bool:
+        """Whether the node's driver has `function` (FUNCTION_SINCE_BRANCH); the node's
+        FunctionNotFound fault removes it too, for the whole library as a missing symbol does."""
+        since = FUNCTION_SINCE_BRANCH.get(function, 0)
+        return (driver_branch(self.node.driver_version) >= since
+                and self.node.faults.get(function) != FUNCTION_NOT_FOUND)
+
+    def library_teardown(self) -> None:
+        """The library's exit-time teardown: it waits for calls still inside the library."""
+        with self.inside_changed:
+            self.inside_changed.wait_for(lambda: self.inside == 0, HANG_MAX_S)
 
     # -- system -----------------------------------------------------------------------------------
 
@@ -333,6 +398,46 @@ class FakeDriver(object):
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: FakeHandle) -> int:
         return int(self._enter("nvmlDeviceGetRetiredPagesPendingStatus", handle).retired_pages_pending)
 
+    def nvmlDeviceGetRetiredPages(self, handle: FakeHandle, source_filter: int) -> List[int]:
+        """Addresses of the pages retired for one cause, pending ones included (NVML docs)."""
+        gpu = self._enter("nvmlDeviceGetRetiredPages", handle)
+        if not 0 <= source_filter < real.NVML_PAGE_RETIREMENT_CAUSE_COUNT:
+            raise _nvml_error("InvalidArgument")
+        return [0x100000 * (source_filter + 1) + page for page in range(gpu.retired_pages[source_filter])]
+
+    def nvmlDeviceGetSramEccErrorStatus(self, handle: FakeHandle, status: Any) -> int:
+        gpu = self._enter("nvmlDeviceGetSramEccErrorStatus", handle)
+        if gpu.ecc_mode[0] != real.NVML_FEATURE_ENABLED:  # as the other ECC counters: none with ECC off
+            raise _nvml_error("NotSupported")
+        # Like the C library, through ctypes.pointer(struct) or ctypes.byref(struct).
+        target = getattr(status, "contents", None) or getattr(status, "_obj", None) or status
+        if getattr(target, "version", None) != real.nvmlEccSramErrorStatus_v1:
+            raise _nvml_error("ArgumentVersionMismatch")
+        target.bThresholdExceeded = int(gpu.sram_threshold_exceeded)
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: List[Any]) -> Any:
+        """As the binding's wrapper: a c_nvmlFieldValue_t array with each field's own return code.
+        How a driver that predates a field answers it is undocumented; modelled as NOT_SUPPORTED."""
+        gpu = self._enter("nvmlDeviceGetFieldValues", handle)
+        values = (real.c_nvmlFieldValue_t * len(field_ids))()
+        branch = driver_branch(self.node.driver_version)
+        for entry, field_id in zip(values, field_ids):
+            entry.fieldId, entry.nvmlReturn = field_id, real.NVML_ERROR_NOT_SUPPORTED
+            known = branch >= FIELD_SINCE_BRANCH.get(field_id, 0)
+            if (field_id == real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and known
+                    and gpu.recovery_action is not None):
+                entry.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
+                entry.value.uiVal = gpu.recovery_action
+                entry.nvmlReturn = real.NVML_SUCCESS
+        return values
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
+        return self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: FakeHandle) -> int:
+        return self._enter("nvmlDeviceGetPowerManagementDefaultLimit", handle).power_default_limit_mw
+
     def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
         gpu = self._enter("nvmlDeviceGetNvLinkState", handle)
         if not 0 <= link < len(gpu.nvlink_active):
@@ -345,12 +450,26 @@ class FakeDriver(object):
         target = getattr(info, "contents", None) or getattr(info, "_obj", None) or info
         if getattr(target, "version", None) != real.nvmlGpuFabricInfo_v2:
             raise _nvml_error("ArgumentVersionMismatch")
+        self._fill_fabric(gpu, target)
+        target.healthMask = gpu.fabric_health_mask
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: FakeHandle, info: Any) -> int:  # deprecated
+        gpu = self._enter("nvmlDeviceGetGpuFabricInfo", handle)
+        target = getattr(info, "contents", None) or getattr(info, "_obj", None) or info
+        # The C call writes the unversioned layout; any other struct would be scribbled over.
+        if not isinstance(target, real.c_nvmlGpuFabricInfo_t):
+            raise _nvml_error("InvalidArgument")
+        self._fill_fabric(gpu, target)
+        return real.NVML_SUCCESS
+
+    @staticmethod
+    def _fill_fabric(gpu: GpuProfile, target: Any) -> None:
         if gpu.fabric_in_progress_polls > 0:
             gpu.fabric_in_progress_polls -= 1
             target.state, target.status = real.NVML_GPU_FABRIC_STATE_IN_PROGRESS, real.NVML_SUCCESS
         else:
             target.state, target.status = gpu.fabric_state, gpu.fabric_status
-        return real.NVML_SUCCESS
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeHandle) -> int:
         return self._enter("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width
@@ -461,6 +580,7 @@ def write_fake_nvidia_smi(directory: Path, node: NodeProfile) -> Path:
 
 
 _STUB = '''"""pynvml stand-in for a gpu_verify subprocess test: the fake answering from profile.json."""
+import atexit
 import importlib.util
 import sys
 
@@ -473,7 +593,9 @@ from tests import fake_nvml  # noqa: E402
 
 with open({profile!r}) as _handle:
     _node = fake_nvml.NodeProfile.from_json(_handle.read())
-sys.modules[__name__] = fake_nvml.build_module(_node)  # `import pynvml` returns this
+_module = fake_nvml.build_module(_node)
+atexit.register(_module.fake_driver.library_teardown)  # as libnvidia-ml's own teardown at exit
+sys.modules[__name__] = _module  # `import pynvml` returns this
 '''
 
 
@@ -491,4 +613,5 @@ def write_pynvml_stub(directory: Path, node: NodeProfile) -> Path:
 
 __all__ = ["GpuProfile", "NodeProfile", "FakeDriver", "build_module", "healthy", "expect_for",
            "release_hangs", "reset_hangs", "write_fake_nvidia_smi", "write_pynvml_stub",
-           "NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "HANG", "RAISE_PREFIX", "HEALTHY_NODES"]
+           "NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "HANG", "RAISE_PREFIX", "HEALTHY_NODES",
+           "FABRIC_HEALTH_HEALTHY", "FUNCTION_SINCE_BRANCH", "FIELD_SINCE_BRANCH"]

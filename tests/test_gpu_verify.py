@@ -35,6 +35,12 @@ XID_79_LINE = ("Aug 01 10:05:00 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:53:00): 
                "name=<unknown>, GPU has fallen off the bus.")
 
 
+def xid_154_line(old: int, new: int, label: str, pci: str = "0000:53:00") -> str:
+    """XID 154 as the driver logs it, e.g. "... changed from 0x0 (None) to 0x2 (Node Reboot Required)"."""
+    return ("Aug 01 10:05:01 ip-10-0-0-1 kernel: NVRM: Xid (PCI:%s): 154, GPU recovery action changed "
+            "from 0x%x (None) to 0x%x (%s)" % (pci, old, new, label))
+
+
 def xid_line(xid: int, pci: str = "0000:53:00") -> str:
     return "[  912.345678] NVRM: Xid (PCI:%s): %d, pid=4242, name=python3, Ch 00000008" % (pci, xid)
 
@@ -99,17 +105,22 @@ def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run
 
 # Checks a healthy node of each type skips: name (every GPU) or (name, gpu) -> why (in the detail).
 NOT_SUPPORTED = "Not Supported"
+FUNCTION_NOT_FOUND = "Function Not Found"
 HEALTHY_SKIPS: Dict[str, Dict[Any, str]] = {
     "p5.48xlarge": {"retired_pages": "remaps rows"},
-    "p4d.24xlarge": {"retired_pages": "remaps rows", "fabric": NOT_SUPPORTED},
+    "p4d.24xlarge": {"retired_pages": "remaps rows", "fabric": NOT_SUPPORTED,
+                     "fabric_health": "see the fabric check"},
     "g6e.48xlarge": {"retired_pages": "remaps rows", "ecc_mode": "not expected",
-                     "ecc_uncorrected": NOT_SUPPORTED, "nvlink": "no NVLink expected",
-                     "fabric": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
+                     "ecc_uncorrected": NOT_SUPPORTED, "sram_ecc": NOT_SUPPORTED,
+                     "nvlink": "no NVLink expected", "fabric": "no NVSwitch",
+                     "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
+    # Driver R535: no SRAM ECC status call, no recovery action field yet.
     "g4dn.12xlarge": {"remapped_rows": NOT_SUPPORTED, "ecc_mode": "not expected",
                       ("ecc_uncorrected", 2): NOT_SUPPORTED, ("ecc_uncorrected", 3): NOT_SUPPORTED,
                       ("retired_pages", 2): NOT_SUPPORTED, ("retired_pages", 3): NOT_SUPPORTED,
+                      "sram_ecc": FUNCTION_NOT_FOUND, "recovery_action": NOT_SUPPORTED,
                       "nvlink": "no NVLink expected", "fabric": "no NVSwitch",
-                      "mig_mode": NOT_SUPPORTED},
+                      "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
 }
 
 
@@ -157,7 +168,8 @@ def test_uses_current_nvml_calls_not_deprecated_ones(verify):
     run = verify(fk.healthy("p5.48xlarge"))
     called = {function for function, _ in run.driver.calls}
     assert {"nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetTemperatureV",
-            "nvmlDeviceGetCurrentClocksEventReasons"} <= called
+            "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetFieldValues",
+            "nvmlDeviceGetSramEccErrorStatus"} <= called
     assert not called & {"nvmlDeviceGetGpuFabricInfo", "nvmlDeviceGetTemperature",
                          "nvmlDeviceGetCurrentClocksThrottleReasons"}
     assert run.driver.calls[0] == ("nvmlInit", None) and ("nvmlShutdown", None) in run.driver.calls
@@ -201,12 +213,23 @@ def smi_lists_one_fewer(node, expect):
     node.nvidia_smi_names = [g.name for g in node.gpus][:-1]
 
 
+def gpu_faults(index: int, **faults: str) -> Callable:
+    def mutate(node, expect):
+        node.gpus[index].faults.update(faults)
+    return mutate
+
+
+FABRIC_NOT_SUPPORTED = {"nvmlDeviceGetGpuFabricInfoV": fk.NOT_SUPPORTED,
+                        "nvmlDeviceGetGpuFabricInfo": fk.NOT_SUPPORTED}
+
+
 FAULTS = [
     # (fault, node type, mutation, failing check, failing GPU or None for node-level/all GPUs)
     ("missing GPU", "p5.48xlarge", drop_last_gpu, "gpu_count", None),
     ("wrong model", "p5.48xlarge", gpu_set(3, name="NVIDIA A100-SXM4-80GB"), "gpu_model", 3),
     ("memory far from catalog", "p5.48xlarge", gpu_set(1, memory_total_mib=40960), "gpu_memory", 1),
-    ("driver too old", "p5.48xlarge", node_set(driver_version="470.256.02"), "driver_version", None),
+    ("driver older than the branch", "p5.48xlarge", expect_set(driverBranch="R580"), "driver_version",
+     None),
     ("driver not the pinned version", "p5.48xlarge", expect_set(driverVersion="570.124.06"),
      "driver_version", None),
     ("ECC disabled", "p4d.24xlarge", gpu_set(0, ecc_mode=[0, 0]), "ecc_mode", 0),
@@ -215,16 +238,34 @@ FAULTS = [
     ("row remap failure", "p5.48xlarge", gpu_set(6, remapped_rows=[0, 0, 0, 1]), "remapped_rows", 6),
     ("pending retired pages (T4)", "g4dn.12xlarge", gpu_set(0, retired_pages_pending=1),
      "retired_pages", 0),
+    ("retired-page table full (T4)", "g4dn.12xlarge", gpu_set(1, retired_pages=[40, 24]),
+     "retired_pages", 1),
+    ("SRAM ECC threshold exceeded", "p4d.24xlarge", gpu_set(6, sram_threshold_exceeded=True),
+     "sram_ecc", 6),
+    ("recovery action: GPU reset", "p5.48xlarge", gpu_set(3, recovery_action=1), "recovery_action", 3),
+    ("recovery action: node reboot", "p4d.24xlarge", gpu_set(0, recovery_action=2),
+     "recovery_action", 0),
+    ("XID 154 to node reboot in kernel log", "p5.48xlarge",
+     node_set(kernel_log=[xid_154_line(0x0, 0x2, "Node Reboot Required")]), "xid_kernel_log", None),
     ("fatal XID in kernel log", "p5.48xlarge", node_set(kernel_log=[XID_79_LINE]),
      "xid_kernel_log", None),
     ("XID event during the run", "p5.48xlarge", node_set(xid_events=[[5, 79]]), "xid_events", None),
     ("NVLink down", "p5.48xlarge", link_down(4, 7), "nvlink", 4),
     ("fabric failure", "p5.48xlarge", gpu_set(0, fabric_status=fk.real.NVML_ERROR_UNKNOWN),
      "fabric", 0),
+    ("fabric state not reported by an H100", "p5.48xlarge", gpu_faults(4, **FABRIC_NOT_SUPPORTED),
+     "fabric", 4),
+    ("fabric route unhealthy", "p5.48xlarge", gpu_set(5, fabric_health_mask=0x10), "fabric_health", 5),
+    ("fabric incorrectly configured", "p5.48xlarge",
+     gpu_set(1, fabric_health_mask=fk.FABRIC_HEALTH_HEALTHY | 5 << 8), "fabric_health", 1),
+    ("NVLink state not reported by an H100", "p5.48xlarge",
+     gpu_faults(2, nvmlDeviceGetNvLinkState=fk.NOT_SUPPORTED), "nvlink", 2),
     ("PCIe x8 on x16", "g6e.48xlarge", gpu_set(5, pcie_width=8), "pcie_width", 5),
     ("HW slowdown", "p5.48xlarge", gpu_set(2, clock_event_reasons=0x8 | 0x1), "clock_events", 2),
     ("HW thermal slowdown", "p5.48xlarge", gpu_set(2, clock_event_reasons=0x40), "clock_events", 2),
     ("HW power brake", "p4d.24xlarge", gpu_set(2, clock_event_reasons=0x80), "clock_events", 2),
+    ("power capped below 90 % of default", "p5.48xlarge", gpu_set(2, power_limit_mw=500000),
+     "power_limit", 2),
     ("over temperature", "p5.48xlarge", gpu_set(7, temperature_c=91), "temperature", 7),
     ("persistence off", "p5.48xlarge", gpu_set(0, persistence_mode=0), "persistence_mode", 0),
     ("MIG mismatch (pending differs)", "p5.48xlarge", gpu_set(3, mig_mode=[0, 1]), "mig_mode", 3),
@@ -252,6 +293,14 @@ def test_fault_fails_the_right_check(verify, instance_type, mutate, check, gpu):
         assert run.find(name, index)["detail"], "a failure must say why"
 
 
+def test_sram_ecc_status_refused_to_a_non_root_run_fails_saying_so(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[0].faults["nvmlDeviceGetSramEccErrorStatus"] = "NoPermission"
+    run = verify(node)
+    assert run.with_status("fail") == {("sram_ecc", 0)}
+    assert "nvmlDeviceGetSramEccErrorStatus needs root" in run.find("sram_ecc", 0)["detail"]
+
+
 def test_fabric_still_training_at_boot_is_waited_for(verify):
     node = fk.healthy("p5.48xlarge")
     node.gpus[0].fabric_in_progress_polls = 2
@@ -269,6 +318,30 @@ def test_fabric_that_never_completes_fails(verify, monkeypatch):
     assert "not started" in run.find("fabric", 2)["detail"]
 
 
+def test_fabric_settle_wait_is_one_deadline_for_all_gpus(verify, monkeypatch):
+    # Eight GPUs whose fabric never leaves "in progress": one settle period in all, not eight.
+    settle_s = 1.0
+    monkeypatch.setattr(gv, "FABRIC_SETTLE_S", settle_s)
+    node = fk.healthy("p5.48xlarge")
+    for gpu in node.gpus:
+        gpu.fabric_state = fk.real.NVML_GPU_FABRIC_STATE_IN_PROGRESS
+    run = verify(node, budget_s=30.0)
+    assert run.with_status("fail") == {("fabric", g) for g in range(8)}
+    assert all("in progress" in run.find("fabric", g)["detail"] for g in range(8))
+    assert run.wall_s < 2 * settle_s
+
+
+def test_gpus_still_training_are_polled_together_until_each_completes(verify):
+    node = fk.healthy("p5.48xlarge")
+    for index, gpu in enumerate(node.gpus):
+        gpu.fabric_in_progress_polls = index % 3 + 1
+    run = verify(node)
+    assert run.report["verdict"] == "pass"
+    polls = [gpu for name, gpu in run.driver.calls if name == "nvmlDeviceGetGpuFabricInfoV"]
+    # Every GPU is read once per round until it completes: rounds of 8, 8, 5 and 2 GPUs.
+    assert polls == list(range(8)) * 2 + [1, 2, 4, 5, 7] + [2, 5]
+
+
 # ---------------------------------------------------------------------------------------------
 # XIDs
 # ---------------------------------------------------------------------------------------------
@@ -280,8 +353,10 @@ def test_fabric_that_never_completes_fails(verify, monkeypatch):
     ([68], "warn", [68]),                 # fatal for Azure, application-caused for the device plugin
     ([109], "warn", [109]),               # fatal for EKS, application-caused for the device plugin
     ([13, 31, 43, 45], "pass", []),       # application-caused only: not counted
-    ([94], "pass", []),                   # contained ECC error: in no fatal list
+    ([94], "warn", [94]),                 # contained ECC error: in no list, so unknown
+    ([13, 94, 2000], "warn", [94, 2000]),
     ([13, 68, 79, 79], "fail", [79]),
+    ([94, 79], "fail", [79]),
 ])
 def test_kernel_log_xids_are_classified(verify, xids, status, counted):
     node = fk.healthy("p4d.24xlarge")
@@ -290,10 +365,55 @@ def test_kernel_log_xids_are_classified(verify, xids, status, counted):
     check = run.find("xid_kernel_log")
     assert (check["status"], check["value"]) == (status, counted)
     assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
-    if status == "warn":
+    if set(xids) & gv.DISPUTED_XIDS:
         assert "device plugin" in check["detail"] and "warns rather than fails" in check["detail"]
+    for unknown in set(xids) - gv.CRITICAL_XIDS - gv.APPLICATION_XIDS:
+        assert "XID %d on PCI:0000:53:00" % unknown in check["detail"]
+        assert "in none of the lists" in check["detail"]
     if 13 in xids:
         assert "not counted: XID 13" in check["detail"]
+
+
+@pytest.mark.parametrize("lines, status, detail", [
+    pytest.param([xid_154_line(0x0, 0x2, "Node Reboot Required")], "fail", "node reboot (2)",
+                 id="to node reboot"),
+    pytest.param([xid_154_line(0x0, 0x1, "GPU Reset Required")], "fail", "GPU reset (1)",
+                 id="to GPU reset"),
+    pytest.param([xid_154_line(0x0, 0x2, "OS Reboot")], "fail", "node reboot (2)",
+                 id="label varies by driver, the number decides"),
+    pytest.param([xid_154_line(0x1, 0x0, "None")], "pass", "back to none", id="back to none"),
+    pytest.param(["NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed"], "fail",
+                 "unreadable", id="new action unreadable"),
+])
+def test_xid_154_fails_unless_the_new_recovery_action_is_none(verify, lines, status, detail):
+    node = fk.healthy("p5.48xlarge")
+    node.kernel_log += lines
+    run = verify(node)
+    check = run.find("xid_kernel_log")
+    assert check["status"] == status and detail in check["detail"], check
+    assert check["value"] == ([154] if status == "fail" else [])
+    assert run.failing_names() == ({"xid_kernel_log"} if status == "fail" else set())
+
+
+@pytest.mark.parametrize("action_now, status", [(2, "fail"), (0, "pass")])
+def test_xid_154_event_during_the_run_reads_the_recovery_action(verify, action_now, status):
+    node = fk.healthy("p5.48xlarge")
+    node.xid_events = [[3, 154]]
+    node.gpus[3].recovery_action = action_now
+    run = verify(node)
+    assert run.find("xid_events")["status"] == status
+    assert run.find("recovery_action", 3)["status"] == status
+    if status == "fail":
+        assert "node reboot (2) on GPU 3" in run.find("xid_events")["detail"]
+
+
+def test_unknown_xid_event_during_the_run_warns_with_its_number(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.xid_events = [[6, 94]]
+    run = verify(node)
+    check = run.find("xid_events")
+    assert (check["status"], check["value"]) == ("warn", [94]) and "XID 94 on GPU 6" in check["detail"]
+    assert run.report["verdict"] == "pass"
 
 
 def test_xid_68_event_during_the_run_warns(verify):
@@ -339,8 +459,6 @@ NO_JOURNAL = prints("No journal files were found.\n-- No entries --")  # and exi
                  id="empty journal falls back to dmesg"),
     pytest.param({"journalctl": prints("", 1), "dmesg": prints("[    0.000000] Linux version 6.1")},
                  "pass", "dmesg", id="journalctl fails, dmesg clean"),
-    pytest.param({"journalctl": NO_JOURNAL, "dmesg": prints("dmesg: read kernel buffer failed", 1)},
-                 "warn", "no entries", id="no kernel log anywhere"),
 ])
 def test_default_kernel_log_sources(verify, tmp_path, monkeypatch, scripts, status, source):
     monkeypatch.setenv("PATH", fake_commands(tmp_path / "kernel-log-bin", scripts))
@@ -349,42 +467,195 @@ def test_default_kernel_log_sources(verify, tmp_path, monkeypatch, scripts, stat
     assert check["status"] == status and source in check["detail"]
 
 
+@pytest.mark.parametrize("dmesg, status", [
+    pytest.param(prints(xid_line(79)), "fail", id="dmesg has the XID"),
+    pytest.param(prints("[    0.000000] Linux version 6.1"), "pass", id="dmesg clean"),
+])
+def test_hung_journalctl_hands_over_to_dmesg(verify, tmp_path, monkeypatch, dmesg, status):
+    budget_s = 4.0
+    monkeypatch.setenv("PATH", fake_commands(tmp_path / "kernel-log-bin",
+                                             {"journalctl": "exec sleep 30\n", "dmesg": dmesg}))
+    run = verify(fk.healthy("p5.48xlarge"), kernel_log_file=False, budget_s=budget_s)
+    check = run.find("xid_kernel_log")
+    assert check["status"] == status, check
+    assert "in dmesg since boot (journalctl timed out after" in check["detail"]
+    assert run.failing_names() == ({"xid_kernel_log"} if status == "fail" else set())
+    assert run.wall_s < budget_s
+
+
+NO_KERNEL_LOG = {"journalctl": NO_JOURNAL, "dmesg": prints("dmesg: read kernel buffer failed", 1)}
+
+
+def recovery_not_reported_by(*gpus: int) -> Callable:
+    def mutate(node):
+        for index in gpus:
+            node.gpus[index].recovery_action = None
+    return mutate
+
+
+@pytest.mark.parametrize("instance_type, mutate, status, detail", [
+    pytest.param("p5.48xlarge", None, "warn", "passed on every GPU", id="recovery action vouches"),
+    pytest.param("p5.48xlarge", recovery_not_reported_by(5), "fail", "did not pass on GPU 5 (skip)",
+                 id="one GPU does not report its recovery action"),
+    pytest.param("p5.48xlarge", lambda node: setattr(node.gpus[1], "recovery_action", 1), "fail",
+                 "did not pass on GPU 1 (fail)", id="one GPU needs a reset"),
+    pytest.param("g4dn.12xlarge", None, "fail", "GPU 0 (skip), GPU 1 (skip)",
+                 id="driver without the recovery action"),
+])
+def test_no_kernel_log_fails_unless_the_recovery_action_vouches(verify, tmp_path, monkeypatch,
+                                                                instance_type, mutate, status, detail):
+    monkeypatch.setenv("PATH", fake_commands(tmp_path / "kernel-log-bin", NO_KERNEL_LOG))
+    node = fk.healthy(instance_type)
+    if mutate:
+        mutate(node)
+    run = verify(node, kernel_log_file=False)
+    check = run.find("xid_kernel_log")
+    assert check["status"] == status and detail in check["detail"], check
+    assert "journalctl returned no entries; dmesg exited 1" in check["detail"]
+    assert "XIDs raised since boot cannot be seen" in check["detail"]
+
+
 # ---------------------------------------------------------------------------------------------
 # NotSupported / FunctionNotFound: always skip
 # ---------------------------------------------------------------------------------------------
 
-def _drop_binding_function(name: str) -> Callable:
+def _drop_binding_functions(*names: str) -> Callable:
     def alter(module):
-        delattr(module, name)
+        for name in names:
+            delattr(module, name)
     return alter
 
 
-@pytest.mark.parametrize("instance_type, expect_changes, gpu_faults, alter_module, check, why", [
-    pytest.param("g6e.48xlarge", {"nvlinkLinksPerGpu": 18}, {}, None, "nvlink", NOT_SUPPORTED,
-                 id="NVLink asked of a PCIe card"),
-    pytest.param("g4dn.12xlarge", {"nvswitch": True}, {}, None, "fabric", "Function Not Found",
-                 id="fabric call missing from the driver"),
-    pytest.param("p5.48xlarge", {}, {"nvmlDeviceGetTemperatureV": fk.NOT_SUPPORTED}, None,
+def _on_every_gpu(**values: Any) -> Callable:
+    def mutate(node):
+        for gpu in node.gpus:
+            for key, value in values.items():
+                setattr(gpu, key, value)
+    return mutate
+
+
+def _faults_on_every_gpu(**faults: str) -> Callable:
+    def mutate(node):
+        for gpu in node.gpus:
+            gpu.faults.update(faults)
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, alter_module, check, why", [
+    pytest.param(_faults_on_every_gpu(nvmlDeviceGetTemperatureV=fk.NOT_SUPPORTED), None,
                  "temperature", NOT_SUPPORTED, id="temperature not supported"),
-    pytest.param("p5.48xlarge", {}, {}, _drop_binding_function("nvmlDeviceGetCurrentClocksEventReasons"),
-                 "clock_events", "Function Not Found", id="binding too old for clock events"),
-    pytest.param("p5.48xlarge", {}, {"nvmlDeviceGetComputeRunningProcesses": fk.FUNCTION_NOT_FOUND},
-                 None, "compute_processes", "Function Not Found", id="process list not found"),
+    pytest.param(None, _drop_binding_functions("nvmlDeviceGetCurrentClocksEventReasons",
+                                               "nvmlDeviceGetCurrentClocksThrottleReasons"),
+                 "clock_events", FUNCTION_NOT_FOUND, id="neither clock reasons name in the binding"),
+    pytest.param(_faults_on_every_gpu(nvmlDeviceGetComputeRunningProcesses=fk.FUNCTION_NOT_FOUND),
+                 None, "compute_processes", FUNCTION_NOT_FOUND, id="process list not found"),
+    pytest.param(_faults_on_every_gpu(nvmlDeviceGetSramEccErrorStatus=fk.NOT_SUPPORTED), None,
+                 "sram_ecc", NOT_SUPPORTED, id="SRAM ECC status not supported"),
+    pytest.param(_on_every_gpu(recovery_action=None), None, "recovery_action",
+                 "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): " + NOT_SUPPORTED,
+                 id="recovery action field not supported"),
+    pytest.param(_faults_on_every_gpu(nvmlDeviceGetEnforcedPowerLimit=fk.NOT_SUPPORTED), None,
+                 "power_limit", NOT_SUPPORTED, id="power limit not supported"),
 ])
-def test_unsupported_call_skips_never_passes_or_fails(verify, instance_type, expect_changes,
-                                                      gpu_faults, alter_module, check, why):
-    node, expect = fk.healthy(instance_type), fk.expect_for(instance_type)
-    expect.update(expect_changes)
-    for gpu in node.gpus:
-        gpu.faults.update(gpu_faults)
+def test_unsupported_call_skips_never_passes_or_fails(verify, mutate, alter_module, check, why):
+    node = fk.healthy("p5.48xlarge")
+    if mutate:
+        mutate(node)
     module = fk.build_module(node)
     if alter_module:
         alter_module(module)
-    run = verify(node, expect, module=module)
+    run = verify(node, module=module)
     for gpu in range(len(node.gpus)):
         result = run.find(check, gpu)
         assert result["status"] == "skip" and why in result["detail"] and result["value"] is None
     assert run.report["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("instance_type, expect_changes, mutate, check, why", [
+    pytest.param("p5.48xlarge", {}, _faults_on_every_gpu(nvmlDeviceGetNvLinkState=fk.NOT_SUPPORTED),
+                 "nvlink", "H100 18 NVLinks per GPU, but NVML reports none", id="NVLink on an H100"),
+    pytest.param("g6e.48xlarge", {"nvlinkLinksPerGpu": 18}, None, "nvlink", "reports none",
+                 id="NVLink promised, PCIe card answers NotSupported"),
+    pytest.param("p5.48xlarge", {}, _faults_on_every_gpu(**FABRIC_NOT_SUPPORTED), "fabric",
+                 "H100 on an NVSwitch board reports its GPU fabric state, but this GPU does not",
+                 id="fabric on an H100, both calls"),
+    pytest.param("p5.48xlarge", {},
+                 _on_every_gpu(fabric_state=fk.real.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED), "fabric",
+                 "nvmlDeviceGetGpuFabricInfoV: state not supported", id="fabric state not supported"),
+])
+def test_feature_the_catalog_promises_fails_when_nvml_does_not_report_it(
+        verify, instance_type, expect_changes, mutate, check, why):
+    node, expect = fk.healthy(instance_type), fk.expect_for(instance_type)
+    expect.update(expect_changes)
+    if mutate:
+        mutate(node)
+    run = verify(node, expect)
+    assert run.failing_names() == {check}
+    for gpu in range(len(node.gpus)):
+        assert why in run.find(check, gpu)["detail"]
+        if check == "fabric":  # nothing to judge the health of: said once, by the fabric check
+            assert run.find("fabric_health", gpu)["status"] == "skip"
+
+
+def test_fabric_missing_from_both_names_of_the_driver_fails_an_h100(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.faults.update({"nvmlDeviceGetGpuFabricInfoV": fk.FUNCTION_NOT_FOUND,
+                        "nvmlDeviceGetGpuFabricInfo": fk.FUNCTION_NOT_FOUND})
+    run = verify(node)
+    assert run.with_status("fail") == {("fabric", g) for g in range(8)}
+    assert FUNCTION_NOT_FOUND in run.find("fabric", 0)["detail"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Older drivers: the older name of a call before any skip
+# ---------------------------------------------------------------------------------------------
+
+R525 = "525.147.05"  # an H100 driver before nvmlDeviceGetGpuFabricInfoV and ClocksEventReasons
+
+
+def test_older_driver_is_checked_through_the_older_names(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.driver_version = R525
+    run = verify(node)
+    assert run.report["verdict"] == "pass" and run.with_status("fail") == set()
+    called = [name for name, _ in run.driver.calls]
+    # The V call is tried once; the driver lacks it, so every GPU is read by the older name.
+    assert called.count("nvmlDeviceGetGpuFabricInfoV") == 1
+    assert called.count("nvmlDeviceGetGpuFabricInfo") == 8
+    assert called.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 8
+    for gpu in range(8):
+        assert run.find("fabric", gpu)["status"] == "pass"
+        assert "from nvmlDeviceGetGpuFabricInfo" in run.find("fabric", gpu)["detail"]
+        assert run.find("clock_events", gpu)["status"] == "pass"
+        assert "reports no health mask" in run.find("fabric_health", gpu)["detail"]
+        assert FUNCTION_NOT_FOUND in run.find("sram_ecc", gpu)["detail"]
+        assert NOT_SUPPORTED in run.find("recovery_action", gpu)["detail"]
+        for name in ("fabric_health", "sram_ecc", "recovery_action"):
+            assert run.find(name, gpu)["status"] == "skip"
+
+
+@pytest.mark.parametrize("mutate, check", [
+    pytest.param(gpu_set(3, clock_event_reasons=0x40), "clock_events", id="HW thermal, older name"),
+    pytest.param(gpu_set(4, fabric_state=fk.real.NVML_GPU_FABRIC_STATE_NOT_STARTED), "fabric",
+                 id="fabric not started, older name"),
+])
+def test_older_names_carry_the_same_faults(verify, monkeypatch, mutate, check):
+    monkeypatch.setattr(gv, "FABRIC_SETTLE_S", 0.3)
+    node, expect = fk.healthy("p5.48xlarge"), fk.expect_for("p5.48xlarge")
+    node.driver_version = R525
+    mutate(node, expect)
+    run = verify(node, expect)
+    assert run.failing_names() == {check}
+
+
+def test_binding_without_the_new_clock_reasons_name_uses_the_older_one(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[6].clock_event_reasons = 0x8
+    module = fk.build_module(node)
+    _drop_binding_functions("nvmlDeviceGetCurrentClocksEventReasons")(module)
+    run = verify(node, module=module)
+    assert run.with_status("fail") == {("clock_events", 6)}
+    assert run.find("clock_events", 0)["status"] == "pass"
 
 
 def test_temperature_falls_back_only_when_v_call_is_missing(verify):
@@ -505,6 +776,190 @@ def test_bad_expect_is_an_error(tmp_path, content, complaint):
 # Small pieces
 # ---------------------------------------------------------------------------------------------
 
+# Fact tables, entry by entry against their sources. EKS: aws/eks-node-monitoring-agent@51af549
+# monitors/nvidia/dcgm/dcgm_policies.go (WellKnownXidCodes) and dcgm_watchfield.go
+# (fabricHealthSubFields); Azure: Azure/azurehpc-health-checks@0e0a1ac customTests/azure_gpu_xid.nhc
+# (XID_EC); NVML: the binding shipped to nodes (nvidia-ml-py's pynvml) and nvml.h.
+
+EKS_WELL_KNOWN_XIDS = [46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151,
+                       155, 156, 158]
+AZURE_XID_EC = [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120]
+
+
+@pytest.mark.parametrize("xid", EKS_WELL_KNOWN_XIDS)
+def test_every_eks_fatal_xid_is_critical(xid):
+    assert xid in gv.EKS_FATAL_XIDS and xid in gv.CRITICAL_XIDS
+
+
+@pytest.mark.parametrize("xid", AZURE_XID_EC)
+def test_every_azure_nhc_xid_is_critical(xid):
+    assert xid in gv.CRITICAL_XIDS
+    assert (xid in gv.AZURE_EXTRA_FATAL_XIDS) == (xid not in EKS_WELL_KNOWN_XIDS)
+
+
+def test_critical_xids_are_exactly_the_two_lists():
+    assert gv.EKS_FATAL_XIDS == set(EKS_WELL_KNOWN_XIDS)
+    assert gv.CRITICAL_XIDS == set(EKS_WELL_KNOWN_XIDS) | set(AZURE_XID_EC)
+    assert gv.RECOVERY_ACTION_XID not in gv.CRITICAL_XIDS | gv.APPLICATION_XIDS  # judged by its action
+
+
+# nvmlDeviceGpuRecoveryAction_t in nvml.h: the binding's constant name -> the verifier's name.
+RECOVERY_ACTIONS = [("NVML_GPU_RECOVERY_ACTION_NONE", "none"),
+                    ("NVML_GPU_RECOVERY_ACTION_GPU_RESET", "GPU reset"),
+                    ("NVML_GPU_RECOVERY_ACTION_NODE_REBOOT", "node reboot"),
+                    ("NVML_GPU_RECOVERY_ACTION_DRAIN_P2P", "drain P2P"),
+                    ("NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET", "drain P2P and reset GPU"),
+                    ("NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN", "recover IMEX domain"),
+                    ("NVML_GPU_RECOVERY_ACTION_BUS_RESET", "PCIe bus reset"),
+                    ("NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT", "system reboot")]
+
+
+@pytest.mark.parametrize("constant, name", RECOVERY_ACTIONS)
+def test_recovery_action_names_follow_nvml(constant, name):
+    assert gv.RECOVERY_ACTION_NAMES[getattr(fk.real, constant)] == name
+
+
+def test_recovery_action_table_is_complete_and_none_is_zero():
+    binding = {getattr(fk.real, key) for key in vars(fk.real) if key.startswith("NVML_GPU_RECOVERY_ACTION_")}
+    assert set(gv.RECOVERY_ACTION_NAMES) == binding == set(range(len(RECOVERY_ACTIONS)))
+    assert gv.RECOVERY_ACTION_NONE == fk.real.NVML_GPU_RECOVERY_ACTION_NONE
+
+
+@pytest.mark.parametrize("action", range(len(RECOVERY_ACTIONS)))
+def test_recovery_action_other_than_none_fails_at_the_boundary(verify, action):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[2].recovery_action = action
+    run = verify(node)
+    check = run.find("recovery_action", 2)
+    assert check["status"] == ("pass" if action == 0 else "fail")
+    assert check["value"] == "%s (%d)" % (gv.RECOVERY_ACTION_NAMES[action], action)
+
+
+# (EKS agent name, NVML sub-field, shift, width, unhealthy values)
+FABRIC_HEALTH = [
+    ("degraded_bw", "DEGRADED_BW", 0, 0x3, {1}),
+    ("route_recovery", "ROUTE_RECOVERY", 2, 0x3, {1}),
+    ("route_unhealthy", "ROUTE_UNHEALTHY", 4, 0x3, {1}),
+    ("access_timeout_recovery", "ACCESS_TIMEOUT_RECOVERY", 6, 0x3, {1}),
+    ("incorrect_configuration", "INCORRECT_CONFIGURATION", 8, 0xF, set(range(2, 16))),
+]
+
+
+@pytest.mark.parametrize("name, nvml_name, shift, width, unhealthy", FABRIC_HEALTH)
+def test_fabric_health_fields_follow_the_eks_agent_and_nvml(name, nvml_name, shift, width, unhealthy):
+    table = {entry[0]: entry[1:] for entry in gv.FABRIC_HEALTH_FIELDS}
+    assert table[name] == (shift, width, frozenset(unhealthy))
+    assert getattr(fk.real, "NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_" + nvml_name) == shift
+    assert getattr(fk.real, "NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_" + nvml_name) == width
+    if nvml_name == "INCORRECT_CONFIGURATION":  # 1 is "none"; every value above names a fault
+        assert fk.real.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE == 1
+        assert min(unhealthy) == fk.real.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_INCORRECT_SYSGUID
+    else:  # only TRUE is the fault; NOT_SUPPORTED and FALSE are healthy
+        assert unhealthy == {getattr(fk.real, "NVML_GPU_FABRIC_HEALTH_MASK_%s_TRUE" % nvml_name)}
+        assert getattr(fk.real, "NVML_GPU_FABRIC_HEALTH_MASK_%s_FALSE" % nvml_name) not in unhealthy
+
+
+def test_fabric_health_judges_only_the_agents_sub_fields():
+    assert [entry[0] for entry in gv.FABRIC_HEALTH_FIELDS] == [entry[0] for entry in FABRIC_HEALTH]
+
+
+@pytest.mark.parametrize("mask, unhealthy", [
+    (0x0, []),                                   # EKS agent: zero is healthy
+    (0x80, []),                                  # EKS agent: access_timeout_recovery false, healthy
+    (0x10, ["route_unhealthy=1"]),               # EKS agent test vector
+    (0x11, ["degraded_bw=1", "route_unhealthy=1"]),
+    (0x2 | 0x2 << 2 | 0x2 << 4 | 0x2 << 6 | 0x1 << 8, []),  # every flag false, configuration none
+    (0x3, []),                                   # a value NVML does not define is no fault
+    (0x1 << 2, ["route_recovery=1"]),
+    (0x1 << 6, ["access_timeout_recovery=1"]),
+    (0x1 << 8, []),                              # incorrect configuration: none
+    (0x2 << 8, ["incorrect_configuration=2"]),   # the lowest incorrect configuration
+    (0xF << 8, ["incorrect_configuration=15"]),
+    (0x1 << 12 | 0x2 << 14, []),                 # partition assigned, GFM state: not judged
+])
+def test_fabric_health_mask_decodes_at_the_boundaries(verify, mask, unhealthy):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[7].fabric_health_mask = mask
+    run = verify(node)
+    check = run.find("fabric_health", 7)
+    assert check["status"] == ("fail" if unhealthy else "pass"), check
+    assert check["value"]["mask"] == "0x%x" % mask
+    for fault in unhealthy:
+        assert fault in check["detail"]
+
+
+@pytest.mark.parametrize("bit, event_name, throttle_name", [
+    (0x8, "HwSlowdown", "HwSlowdown"),
+    (0x40, "HwThermalSlowdown", "HwThermalSlowdown"),
+    (0x80, "HwPowerBrakeSlowdown", "HwPowerBrakeSlowdown"),
+])
+def test_hardware_clock_reasons_are_the_same_bits_under_both_names(bit, event_name, throttle_name):
+    assert bit in dict(gv.HW_CLOCK_EVENT_REASONS)
+    assert getattr(fk.real, "nvmlClocksEventReason" + event_name) == bit
+    assert getattr(fk.real, "nvmlClocksThrottleReason" + throttle_name) == bit
+
+
+def test_software_thermal_slowdown_bit_under_both_names():
+    assert gv.SW_THERMAL_SLOWDOWN == fk.real.nvmlClocksEventReasonSwThermalSlowdown
+    assert gv.SW_THERMAL_SLOWDOWN == fk.real.nvmlClocksThrottleReasonSwThermalSlowdown
+
+
+def test_software_thermal_slowdown_warns(verify):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[2].clock_event_reasons = 0x20 | 0x1
+    run = verify(node)
+    assert run.with_status("warn") == {("clock_events", 2)} and run.report["verdict"] == "pass"
+    assert "SW thermal slowdown" in run.find("clock_events", 2)["detail"]
+
+
+@pytest.mark.parametrize("value_type, member", [
+    ("DOUBLE", "dVal"), ("UNSIGNED_INT", "uiVal"), ("UNSIGNED_LONG", "ulVal"),
+    ("UNSIGNED_LONG_LONG", "ullVal"), ("SIGNED_LONG_LONG", "sllVal"), ("SIGNED_INT", "siVal"),
+    ("UNSIGNED_SHORT", "usVal"),
+])
+def test_field_value_members_follow_nvml(value_type, member):
+    value_type_id = getattr(fk.real, "NVML_VALUE_TYPE_" + value_type)
+    assert gv.FIELD_VALUE_MEMBERS[value_type_id] == member
+    assert member in dict(fk.real.c_nvmlValue_t._fields_)
+
+
+def test_gpu_fabric_models_are_the_catalogs_hopper_and_later_nvswitch_gpus():
+    import yaml
+
+    gpus = yaml.safe_load((ROOT / "spec" / "catalog.yaml").read_text())["gpus"]
+    assert gv.GPU_FABRIC_MODELS == {model for model, gpu in gpus.items()
+                                    if gpu["nvswitch"] and gpu["architecture"] in ("hopper", "blackwell")}
+
+
+@pytest.mark.parametrize("enforced_mw, status", [
+    (750000, "pass"),      # above the default
+    (700000, "pass"),      # at the default
+    (699999, "warn"),      # just below it
+    (630000, "warn"),      # exactly 90 % of the default: still only a warning
+    (629999, "fail"),      # below 90 %
+])
+def test_power_limit_boundaries(verify, enforced_mw, status):
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[0].power_limit_mw = enforced_mw
+    run = verify(node)
+    check = run.find("power_limit", 0)
+    assert check["status"] == status, check
+    assert check["value"] == {"enforcedW": enforced_mw / 1000.0, "defaultW": 700.0}
+    assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
+
+
+@pytest.mark.parametrize("retired, status", [([0, 0], "pass"), ([63, 0], "pass"), ([32, 31], "pass"),
+                                             ([64, 0], "fail"), ([0, 64], "fail"), ([40, 24], "fail")])
+def test_retired_page_table_full_at_64(verify, retired, status):
+    node = fk.healthy("g4dn.12xlarge")
+    node.gpus[0].retired_pages = retired
+    run = verify(node)
+    check = run.find("retired_pages", 0)
+    assert check["status"] == status and check["value"] == {"pending": False, "retired": sum(retired)}
+    assert gv.RETIRED_PAGES_MAX == 64
+
+
+
 @pytest.mark.parametrize("nvml_name, short_name", [
     ("NVIDIA H100 80GB HBM3", "H100"),
     ("NVIDIA H200", "H200"),
@@ -544,7 +999,7 @@ def test_verifier_runs_on_python_39_with_stdlib_and_pynvml_only():
 # ---------------------------------------------------------------------------------------------
 
 def run_cli(tmp_path: Path, node: fk.NodeProfile, expect: Any, textfile: bool = True,
-            budget_s: float = 20.0) -> subprocess.CompletedProcess:
+            budget_s: float = 20.0, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
     fk.write_pynvml_stub(tmp_path / "stub", node)
     bin_dir = tmp_path / "bin"
     fk.write_fake_nvidia_smi(bin_dir, node)
@@ -560,7 +1015,7 @@ def run_cli(tmp_path: Path, node: fk.NodeProfile, expect: Any, textfile: bool = 
             "--kernel-log", str(tmp_path / "kern.log"), "--budget-s", str(budget_s)]
     if textfile:
         argv += ["--textfile", str(tmp_path / "textfile" / "gpu_cloud_verify.prom")]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? '
@@ -602,8 +1057,17 @@ def test_cli_healthy_node_writes_report_and_textfile(tmp_path):
     samples = parse_exposition(prom.read_text())
     assert samples["gpu_cloud_node_verify_pass"] == [("", 1.0)]
     assert abs(samples["gpu_cloud_node_verify_timestamp_seconds"][0][1] - time.time()) < 60
-    assert len(samples["gpu_cloud_node_verify_check_status"]) == len(report["checks"])
-    assert '{check="nvlink",gpu="7",status="pass"}' in dict(samples["gpu_cloud_node_verify_check_status"])
+    assert samples["gpu_cloud_node_verify_verdict"] == [
+        ('{verdict="pass"}', 1.0), ('{verdict="fail"}', 0.0), ('{verdict="error"}', 0.0)]
+    statuses = dict(samples["gpu_cloud_node_verify_check_status"])
+    assert len(statuses) == 4 * len(report["checks"])
+    for check in report["checks"]:  # a state set: every status present, exactly one of them 1
+        states = {status: statuses['{check="%s",gpu="%s",status="%s"}' % (
+            check["name"], "" if check["gpu"] is None else check["gpu"], status)]
+            for status in ("pass", "fail", "warn", "skip")}
+        assert states == {status: float(status == check["status"]) for status in states}
+    assert statuses['{check="nvlink",gpu="7",status="pass"}'] == 1.0
+    assert statuses['{check="nvlink",gpu="7",status="fail"}'] == 0.0
 
 
 def test_cli_failure_exits_1_and_textfile_names_the_check(tmp_path):
@@ -616,6 +1080,9 @@ def test_cli_failure_exits_1_and_textfile_names_the_check(tmp_path):
     assert samples["gpu_cloud_node_verify_pass"] == [("", 0.0)]
     statuses = dict(samples["gpu_cloud_node_verify_check_status"])
     assert statuses['{check="nvlink",gpu="4",status="fail"}'] == 1.0
+    assert statuses['{check="nvlink",gpu="4",status="pass"}'] == 0.0
+    assert samples["gpu_cloud_node_verify_verdict"] == [
+        ('{verdict="pass"}', 0.0), ('{verdict="fail"}', 1.0), ('{verdict="error"}', 0.0)]
 
 
 def test_cli_bad_expect_exits_2_with_error_report(tmp_path):
@@ -624,7 +1091,27 @@ def test_cli_bad_expect_exits_2_with_error_report(tmp_path):
     report = json.loads((tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json").read_text())
     assert report["verdict"] == "error" and report["instanceType"] is None
     samples = parse_exposition((tmp_path / "textfile" / "gpu_cloud_verify.prom").read_text())
-    assert samples["gpu_cloud_node_verify_verdict"] == [('{verdict="error"}', 1.0)]
+    assert samples["gpu_cloud_node_verify_verdict"] == [
+        ('{verdict="pass"}', 0.0), ('{verdict="fail"}', 0.0), ('{verdict="error"}', 1.0)]
+
+
+def test_cli_exits_once_written_though_a_worker_is_stuck_in_nvml(tmp_path):
+    # The hung call never returns (HANG_MAX_S) and the library's teardown at exit waits for it:
+    # the verifier must leave without that teardown once its report and textfile are written.
+    budget_s = 3.0
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[4].faults["nvmlDeviceGetCurrPcieLinkWidth"] = fk.HANG
+    started = time.monotonic()
+    result = run_cli(tmp_path, node, fk.expect_for("p5.48xlarge"), budget_s=budget_s,
+                     timeout_s=fk.HANG_MAX_S / 2)
+    assert time.monotonic() - started < budget_s + 5
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "fail pcie_width gpu4: nvmlDeviceGetCurrPcieLinkWidth timed out" in result.stdout
+    assert "verdict fail" in result.stdout  # printed output is flushed before leaving
+    report = json.loads((tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json").read_text())
+    assert report["verdict"] == "fail"
+    samples = parse_exposition((tmp_path / "textfile" / "gpu_cloud_verify.prom").read_text())
+    assert samples["gpu_cloud_node_verify_pass"] == [("", 0.0)]
 
 
 def test_unwritable_report_exits_2_and_prints_the_report(tmp_path, capsys):
@@ -650,6 +1137,8 @@ def test_textfile_passes_promtool(tmp_path, monkeypatch):
     report = gv.verify(args, fk.build_module(node))
     text = gv.render_textfile(report, time.time())
     assert '{check="xid_kernel_log",gpu="",status="warn"} 1' in text
+    assert '{check="xid_kernel_log",gpu="",status="pass"} 0' in text
+    assert 'gpu_cloud_node_verify_verdict{verdict="error"} 0' in text
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr

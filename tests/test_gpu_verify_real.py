@@ -20,10 +20,14 @@ VERIFIER = ROOT / "userdata" / "gpu_verify.py"
 BUDGET_S = 60
 
 
-def _hardware_expectation():
+def _verifier_module():
     sys.path.insert(0, str(VERIFIER.parent))
     import gpu_verify  # noqa: E402  (the single-file verifier, as shipped)
+    return gpu_verify
 
+
+def _hardware_expectation():
+    gpu_verify = _verifier_module()
     try:
         pynvml.nvmlInit()
     except Exception as err:  # no driver or no GPU on this machine
@@ -76,3 +80,8 @@ def test_verifier_on_real_gpu(tmp_path):
     assert not [c for c in report["checks"] if "unexpected error" in str(c.get("detail"))]
     for name in ("nvml_init", "driver_version", "gpu_count", "gpu_model", "gpu_memory"):
         assert any(c["name"] == name and c["status"] == "pass" for c in report["checks"]), name
+    # Every per-GPU check (recovery action, SRAM ECC status, fabric health, power limit included)
+    # reached a status of its own on every GPU.
+    for gpu in range(expect["gpuCount"]):
+        for name, _ in _verifier_module().GPU_CHECKS:
+            assert [c["status"] for c in report["checks"] if (c["name"], c["gpu"]) == (name, gpu)], (name, gpu)

@@ -10,7 +10,8 @@ Usage:
 
 Exit status: 0 pass, 1 fail, 2 could not run (verdict "error": EXPECT missing or invalid, pynvml
 not importable, NVML initialisation failed, report not writable). A report is written whenever the
-arguments parse, including for "error".
+arguments parse, including for "error". Once the report and textfile are written the process ends
+at once (os._exit), without waiting for worker threads still stuck in a hung NVML call.
 
 EXPECT.json: {"instanceType", "gpuModel", "gpuCount", "gpuMemoryMiB", "nvlinkLinksPerGpu",
 "nvswitch", "driverBranch", "driverVersion" (optional or null), "maxTempC",
@@ -21,8 +22,11 @@ REPORT.json (default /var/lib/gpu-cloud/verify.json): {"verdict": "pass" | "fail
 "instanceType", "instanceId", "durationS", "checks": [{"name", "status", "gpu", "value",
 "threshold", "detail"}]}, status one of pass, fail, warn, skip; gpu is an index or null.
 
---textfile PATH writes a Prometheus node-exporter textfile atomically (temporary file + rename).
---kernel-log PATH reads XID lines from PATH instead of `journalctl -k -b` (falling back to `dmesg`).
+--textfile PATH writes a Prometheus node-exporter textfile atomically (temporary file + rename);
+the verdict and every check's status are state sets (one sample per state, 1 for the one it had).
+--kernel-log PATH reads XID lines from PATH instead of `journalctl -k -b` (falling back to `dmesg`;
+each source gets its own bounded attempt). Every XID line in PATH counts: a file that spans several
+boots (/var/log/messages, a saved journal) brings the XIDs of earlier boots with it.
 
 Environment:
     GPU_CLOUD_INSTANCE_ID  copied into the report's instanceId (null when unset).
@@ -30,10 +34,12 @@ Environment:
                            by default `nvidia-smi` is resolved from PATH.
 
 Rules: an NVML call that raises NotSupported or FunctionNotFound makes its check "skip" (never pass,
-never fail). Every NVML call runs in a daemon thread with a per-call timeout, and the whole run has a
-budget (--budget-s): a hung call fails its check, and once the budget is spent the remaining checks
-fail with "budget exhausted" so the verdict is always produced in time. An unexpected exception
-fails its check with the error text; the verifier itself does not crash.
+never fail), after the older name of the call was tried where the driver may predate the newer one;
+but a feature the catalog promises (NVLink links, the GPU fabric of an NVSwitch board) that NVML
+does not report fails. Every NVML call runs in a daemon thread with a per-call timeout, and the
+whole run has a budget (--budget-s): a hung call fails its check, and once the budget is spent the
+remaining checks fail with "budget exhausted" so the verdict is always produced in time. An
+unexpected exception fails its check with the error text; the verifier itself does not crash.
 
 Standard library plus pynvml (the nvidia-ml-py package) only; Python 3.9 or newer.
 """
@@ -50,7 +56,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 # --------------------------------------------------------------------------------------------
 # Data
@@ -66,6 +72,27 @@ CRITICAL_XIDS = EKS_FATAL_XIDS | AZURE_EXTRA_FATAL_XIDS
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 # Critical for one trusted tool, application-caused for another: warn rather than fail.
 DISPUTED_XIDS = CRITICAL_XIDS & APPLICATION_XIDS
+# The driver changed a GPU's recovery action; the line names the new one, e.g.
+# "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)".
+RECOVERY_ACTION_XID = 154
+RECOVERY_ACTION_CHANGE = re.compile(r"recovery action changed .*?\bto 0x(?P<action>[0-9a-fA-F]+)")
+
+# nvmlDeviceGpuRecoveryAction_t (nvml.h), what NVML_FI_DEV_GET_GPU_RECOVERY_ACTION reports.
+RECOVERY_ACTION_NONE = 0
+RECOVERY_ACTION_NAMES = {
+    0: "none",
+    1: "GPU reset",
+    2: "node reboot",
+    3: "drain P2P",
+    4: "drain P2P and reset GPU",
+    5: "recover IMEX domain",
+    6: "PCIe bus reset",
+    7: "system reboot",
+}
+
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds a field value of that type.
+FIELD_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                       6: "usVal"}
 
 # Catalog short name -> pattern over the NVML device name. First match wins, so the more specific
 # A100 variants come before anything looser. \b keeps "L4" from matching "L40S" and "H200" from
@@ -87,14 +114,42 @@ MEMORY_TOLERANCE = 0.05
 # ECC) or, on newer drivers, about 15109 MiB: 6-8 % below.
 MEMORY_TOLERANCE_BY_MODEL = {"T4": 0.10}
 
-# Clock event reasons that mean the hardware itself is holding the clocks down.
+# Catalog models on NVSwitch boards whose GPUs report a fabric state: NVML's GPU fabric query is
+# for Hopper or newer, so an A100 board has NVSwitches but answers NotSupported.
+GPU_FABRIC_MODELS = frozenset({"H100", "H200", "B200"})
+
+# Clock event reasons that mean the hardware itself is holding the clocks down (fail), and the
+# driver's own thermal slowdown (warn). Same bits under the older "throttle reasons" names.
 HW_CLOCK_EVENT_REASONS: Tuple[Tuple[int, str], ...] = (
     (0x8, "HW slowdown"),
     (0x40, "HW thermal slowdown"),
     (0x80, "HW power brake slowdown"),
 )
+SW_THERMAL_SLOWDOWN = 0x20
 
 FABRIC_STATE_NAMES = {0: "not supported", 1: "not started", 2: "in progress", 3: "completed"}
+# Sub-fields of the GPU fabric health mask judged as the EKS node monitoring agent judges them:
+# (name, shift, width mask, values that are unhealthy). The four flags read 0 not supported,
+# 1 true (the fault), 2 false; incorrect configuration reads 0 not supported, 1 none, 2 and up a
+# wrong configuration. A non-zero mask is therefore no fault by itself. Partition assignment
+# (shift 12) is informational and not judged.
+FABRIC_HEALTH_FIELDS: Tuple[Tuple[str, int, int, FrozenSet[int]], ...] = (
+    ("degraded_bw", 0, 0x3, frozenset({1})),
+    ("route_recovery", 2, 0x3, frozenset({1})),
+    ("route_unhealthy", 4, 0x3, frozenset({1})),
+    ("access_timeout_recovery", 6, 0x3, frozenset({1})),
+    ("incorrect_configuration", 8, 0xF, frozenset(range(2, 16))),
+)
+
+# Pre-Ampere GPUs retire at most 64 framebuffer pages; once the table is full a failing cell can
+# no longer be retired.
+RETIRED_PAGES_MAX = 64
+
+# An enforced power limit below the default runs the GPU slower than the pool is paid for: a warning
+# down to this percentage of the default, a failure below it. A project threshold: none of the
+# trusted tools states one.
+POWER_LIMIT_FAIL_PERCENT = 90
+
 
 DEFAULT_REPORT_PATH = "/var/lib/gpu-cloud/verify.json"
 DEFAULT_BUDGET_S = 60.0
@@ -108,9 +163,10 @@ INSTANCE_ID_ENV = "GPU_CLOUD_INSTANCE_ID"
 KERNEL_LOG_COMMANDS: Tuple[Tuple[str, ...], ...] = (("journalctl", "-k", "-b", "--no-pager"),
                                                      ("dmesg",))
 KERNEL_LOG_ENTRY = re.compile(r"^(?!-- |No journal files)\s*\S")  # not journalctl's notices
-XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<xid>\d+)")
+XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<xid>\d+)(?P<message>[^\n]*)")
 SMI_GPU_LINE = re.compile(r"^GPU \d+:")
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
+CHECK_STATUSES = ("pass", "fail", "warn", "skip")
 MIB = 1 << 20
 
 EXPECT_KEYS = ("instanceType", "gpuModel", "gpuCount", "gpuMemoryMiB", "nvlinkLinksPerGpu",
@@ -157,6 +213,10 @@ class BudgetExhausted(Exception):
 
 class ExpectError(ValueError):
     pass
+
+
+class FabricMissing(Exception):
+    """A GPU the catalog gives a fabric state (GPU_FABRIC_MODELS on NVSwitch) reports none."""
 
 
 class _Never(Exception):
@@ -254,6 +314,27 @@ class Gpu(object):
         self.notes: Dict[str, Any] = {}
 
 
+class FabricReading(object):
+    """One answer of the GPU fabric query; health_mask is None from the older call, which has none."""
+
+    __slots__ = ("call", "state", "status", "health_mask")
+
+    def __init__(self, call: str, state: int, status: int, health_mask: Optional[int]):
+        self.call, self.state, self.status, self.health_mask = call, state, status, health_mask
+
+
+class BootLog(object):
+    """The kernel log since boot (text), where it came from, or why there is none.
+
+    named_file: the operator named the file with --kernel-log, so failing to read it is an error of
+    the run, not a node without a kernel log."""
+
+    __slots__ = ("text", "source", "problem", "named_file")
+
+    def __init__(self, text: Optional[str], source: str, problem: str = "", named_file: bool = False):
+        self.text, self.source, self.problem, self.named_file = text, source, problem, named_file
+
+
 class Verifier(object):
     """Runs every check within the budget and collects the results."""
 
@@ -269,7 +350,7 @@ class Verifier(object):
         self.call_cap = min(CALL_TIMEOUT_S, max(0.5, budget_s / 4.0))
         self.checks: List[Dict[str, Any]] = []
         self.gpus: List[Gpu] = []
-        self.wedged: set = set()
+        self.wedged: Dict[int, str] = {}  # GPU index -> the call that hung on it
         self.nvml_count: Optional[int] = None
         self.not_supported = getattr(nvml, "NVMLError_NotSupported", _Never)
         self.function_not_found = getattr(nvml, "NVMLError_FunctionNotFound", _Never)
@@ -278,6 +359,7 @@ class Verifier(object):
         self.skip_errors = (self.not_supported, self.function_not_found,
                             getattr(nvml, "NVMLLibraryMismatchError", _Never))
         self.nvml_error = getattr(nvml, "NVMLError", _Never)
+        self.fabric_call = "nvmlDeviceGetGpuFabricInfoV"  # the older name once the driver lacks it
         self.xid_event_set: Any = None
         self.xid_registered: List[int] = []
         self.xid_setup_error: Optional[BaseException] = None
@@ -322,9 +404,10 @@ class Verifier(object):
         worker.start()
         worker.join(seconds)
         if worker.is_alive():
+            timed_out = CallTimedOut(name, seconds)
             if gpu is not None:
-                self.wedged.add(gpu)
-            raise CallTimedOut(name, seconds)
+                self.wedged[gpu] = str(timed_out)
+            raise timed_out
         if "error" in box:
             error = box["error"]
             try:
@@ -358,6 +441,35 @@ class Verifier(object):
             raise subprocess.TimeoutExpired(os.path.basename(argv[0]), seconds)
         return subprocess.CompletedProcess(list(argv), process.returncode, stdout, stderr)
 
+    # -- NVML readings shared by several checks ----------------------------------------------
+
+    def read_recovery_action(self, handle: Any, gpu: Optional[int]) -> int:
+        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION of one GPU. The field's own return code decides:
+        a driver that does not report it answers NotSupported for that field."""
+        field = self.nvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        entry = self.call("nvmlDeviceGetFieldValues", handle, [field], gpu=gpu)[0]
+        if int(entry.nvmlReturn) != self.nvml.NVML_SUCCESS:
+            error = self.nvml.NVMLError(int(entry.nvmlReturn))
+            error.nvml_call = "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)"
+            raise error
+        return int(getattr(entry.value, FIELD_VALUE_MEMBERS[int(entry.valueType)]))
+
+    def read_fabric(self, gpu: Gpu) -> FabricReading:
+        """The GPU fabric state: nvmlDeviceGetGpuFabricInfoV, which adds the health mask, or on a
+        driver that predates it nvmlDeviceGetGpuFabricInfo (same state and status)."""
+        nvml = self.nvml
+        if self.fabric_call == "nvmlDeviceGetGpuFabricInfoV":
+            info = nvml.c_nvmlGpuFabricInfoV_t()
+            try:
+                self.gpu_call(gpu, "nvmlDeviceGetGpuFabricInfoV", ctypes.pointer(info))
+                return FabricReading(self.fabric_call, int(info.state), int(info.status),
+                                     int(info.healthMask))
+            except self.function_not_found:
+                self.fabric_call = "nvmlDeviceGetGpuFabricInfo"
+        legacy = nvml.c_nvmlGpuFabricInfo_t()
+        self.gpu_call(gpu, "nvmlDeviceGetGpuFabricInfo", ctypes.pointer(legacy))
+        return FabricReading(self.fabric_call, int(legacy.state), int(legacy.status), None)
+
     # -- recording ---------------------------------------------------------------------------
 
     def record(self, name: str, gpu: Optional[int], outcome: Outcome) -> Outcome:
@@ -371,7 +483,8 @@ class Verifier(object):
         """Run one check and record its outcome; turns every exception into a status."""
         index = None if gpu is None else gpu.index
         if gpu is not None and gpu.index in self.wedged:
-            outcome = failed(detail="not run: an earlier NVML call on GPU %d timed out" % gpu.index)
+            outcome = failed(detail="not run: an earlier NVML call on GPU %d timed out (%s)"
+                             % (gpu.index, self.wedged[gpu.index]))
         elif gpu is not None and gpu.handle is None:
             outcome = failed(detail="no NVML handle for GPU %d: %s" % (gpu.index, gpu.handle_error))
         elif self.remaining() <= MIN_CALL_S:
@@ -402,12 +515,16 @@ class Verifier(object):
             self.run_check("driver_version", None, self.check_driver_version)
             self.run_check("gpu_count", None, self.check_gpu_count)
             self.run_check("nvidia_smi", None, self.check_nvidia_smi)
-            self.run_check("xid_kernel_log", None, self.check_xid_kernel_log)
+            # Read now, judged after the GPU checks: with no kernel log, whether the recovery
+            # action vouches for every GPU decides between warn and fail.
+            boot_log = self.read_boot_log()
             self.open_gpus()
             self.start_xid_watch()
+            self.poll_fabric()
             for gpu in self.gpus:
                 for name, check in GPU_CHECKS:
                     self.run_check(name, gpu, check, self, gpu)
+            self.run_check("xid_kernel_log", None, self.check_xid_kernel_log, boot_log)
             self.run_check("xid_events", None, self.check_xid_events)
         finally:
             self.shutdown()
@@ -423,6 +540,32 @@ class Verifier(object):
                 self.call(name, *args)
             except Exception:
                 pass
+
+    def poll_fabric(self) -> None:
+        """Read every GPU's fabric state into gpu.notes["fabric"] (a FabricReading, or the error
+        for the fabric checks to report), polling the GPUs whose fabric manager is still training
+        together until one shared deadline: eight GPUs settle in the time of one."""
+        if not self.expect["nvswitch"]:
+            return
+        nvml = self.nvml
+        training = (nvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, nvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS)
+        waiting = [gpu for gpu in self.gpus if gpu.handle is not None and gpu.index not in self.wedged]
+        settle_until = time.monotonic() + FABRIC_SETTLE_S
+        while waiting:
+            still_training = []
+            for gpu in waiting:
+                try:
+                    gpu.notes["fabric"] = reading = self.read_fabric(gpu)
+                except Exception as err:  # reported by the fabric checks of this GPU
+                    gpu.notes["fabric"] = err
+                    continue
+                if reading.state in training:
+                    still_training.append(gpu)
+            waiting = still_training
+            if (not waiting or time.monotonic() >= settle_until
+                    or self.remaining() <= FABRIC_POLL_S + MIN_CALL_S):
+                break
+            time.sleep(FABRIC_POLL_S)
 
     # -- node checks -------------------------------------------------------------------------
 
@@ -478,18 +621,30 @@ class Verifier(object):
                           "nvidia-smi -L lists %d GPUs, NVML %d" % (smi_count, self.nvml_count))
         return passed(smi_count, self.nvml_count, "nvidia-smi -L agrees with NVML")
 
-    def read_kernel_log(self) -> Tuple[Optional[str], str]:
-        """(kernel log text or None, where it came from or why it is missing)."""
+    def read_boot_log(self) -> BootLog:
+        """The kernel log since boot. Each source gets its own bounded attempt: a journalctl that
+        hangs or fails hands over to dmesg instead of failing the node."""
         if self.kernel_log_path:
-            with open(self.kernel_log_path, "r", encoding="utf-8", errors="replace") as handle:
-                return handle.read(), self.kernel_log_path
+            try:
+                with open(self.kernel_log_path, "r", encoding="utf-8", errors="replace") as handle:
+                    return BootLog(handle.read(), self.kernel_log_path, named_file=True)
+            except OSError as err:
+                return BootLog(None, self.kernel_log_path, "cannot read kernel log: %s" % err,
+                               named_file=True)
         problems = []
         for command in KERNEL_LOG_COMMANDS:
             executable = shutil.which(command[0])
             if executable is None:
                 problems.append("%s not found" % command[0])
                 continue
-            result = self.run_command((executable,) + command[1:])
+            try:
+                result = self.run_command((executable,) + command[1:])
+            except subprocess.TimeoutExpired as err:
+                problems.append("%s timed out after %.2gs" % (command[0], err.timeout))
+                continue
+            except BudgetExhausted:
+                problems.append("budget exhausted before %s" % command[0])
+                break
             if result.returncode != 0:
                 problems.append("%s exited %d" % (command[0], result.returncode))
             elif not any(KERNEL_LOG_ENTRY.match(line) for line in result.stdout.splitlines()):
@@ -497,18 +652,39 @@ class Verifier(object):
                 # kernel log since boot is never empty, so try the next source.
                 problems.append("%s returned no entries" % command[0])
             else:
-                return result.stdout, " ".join(command)
-        return None, "; ".join(problems)
+                return BootLog(result.stdout, " ".join(command), "; ".join(problems))
+        return BootLog(None, "", "; ".join(problems))
 
-    def check_xid_kernel_log(self) -> Outcome:
-        try:
-            text, source = self.read_kernel_log()
-        except OSError as err:
-            return failed(None, "no critical XID", "cannot read kernel log: %s" % err)
-        if text is None:
-            return warned(None, "no critical XID", "kernel log unavailable: %s" % source)
-        sightings = [(int(m.group("xid")), m.group("where")) for m in XID_LINE.finditer(text)]
-        return classify_xids(sightings, "in %s since boot" % source)
+    def check_xid_kernel_log(self, boot_log: BootLog) -> Outcome:
+        if boot_log.text is None:
+            if boot_log.named_file:
+                return failed(None, "no critical XID", boot_log.problem)
+            return self.judge_missing_kernel_log(boot_log.problem)
+        sightings = []
+        for match in XID_LINE.finditer(boot_log.text):
+            xid, action = int(match.group("xid")), None
+            if xid == RECOVERY_ACTION_XID:
+                change = RECOVERY_ACTION_CHANGE.search(match.group("message"))
+                action = int(change.group("action"), 16) if change else None
+            sightings.append((xid, match.group("where"), action))
+        where = "in %s since boot" % boot_log.source
+        if boot_log.problem:
+            where += " (%s)" % boot_log.problem
+        return classify_xids(sightings, where)
+
+    def judge_missing_kernel_log(self, problem: str) -> Outcome:
+        """No kernel log: XIDs raised since boot are invisible. Only NVML's recovery action, none
+        on every GPU, covers for them (warn); otherwise the XID check fails."""
+        threshold = "no critical XID"
+        detail = "no kernel log (%s): XIDs raised since boot cannot be seen" % problem
+        recovery = {c["gpu"]: c["status"] for c in self.checks if c["name"] == "recovery_action"}
+        unvouched = ["GPU %d (%s)" % (gpu.index, recovery.get(gpu.index, "not run"))
+                     for gpu in self.gpus if recovery.get(gpu.index) != "pass"]
+        if self.gpus and not unvouched:
+            return warned(None, threshold, detail + "; the recovery_action check passed on every "
+                          "GPU (NVML recovery action none), so this warns")
+        return failed(None, threshold, detail + "; the recovery_action check did not pass on %s, "
+                      "so nothing vouches for those GPUs" % (", ".join(unvouched) or "any GPU"))
 
     def open_gpus(self) -> None:
         for index in range(self.nvml_count or 0):
@@ -546,7 +722,7 @@ class Verifier(object):
             return failed(None, "no critical XID", "no GPU registered for XID events")
         drain_until = time.monotonic() + min(XID_DRAIN_S, max(0.0, self.remaining()))
         timeout_error = getattr(self.nvml, "NVMLError_Timeout", _Never)
-        sightings: List[Tuple[int, str]] = []
+        sightings: List[Tuple[int, str, Optional[int]]] = []
         while True:
             wait_s = max(0.0, min(drain_until - time.monotonic(), self.call_cap / 2.0))
             try:
@@ -554,11 +730,21 @@ class Verifier(object):
             except timeout_error:
                 break  # nothing (more) queued
             if int(event.eventType) & int(self.nvml.nvmlEventTypeXidCriticalError):
-                sightings.append((int(event.eventData), self.event_gpu(event)))
+                xid = int(event.eventData)
+                action = self.recovery_action_after_event(event) if xid == RECOVERY_ACTION_XID else None
+                sightings.append((xid, self.event_gpu(event), action))
             if time.monotonic() >= drain_until:
                 break
         where = "from NVML during the run (GPUs %s)" % ",".join(str(i) for i in self.xid_registered)
         return classify_xids(sightings, where)
+
+    def recovery_action_after_event(self, event: Any) -> Optional[int]:
+        """An XID 154 event carries no action: read the GPU's recovery action now (None when it
+        cannot be read, which classify_xids treats as not none)."""
+        try:
+            return self.read_recovery_action(event.device, None)
+        except Exception:
+            return None
 
     def event_gpu(self, event: Any) -> str:
         try:
@@ -567,28 +753,56 @@ class Verifier(object):
             return "GPU ?"
 
 
-def classify_xids(sightings: List[Tuple[int, str]], where: str) -> Outcome:
-    """Fail on critical XIDs, warn on disputed ones, ignore the rest (listed in the detail)."""
+def recovery_action_name(action: Optional[int]) -> str:
+    if action is None:
+        return "unreadable"
+    return "%s (%d)" % (RECOVERY_ACTION_NAMES.get(action, "unknown"), action)
+
+
+def classify_xids(sightings: List[Tuple[int, str, Optional[int]]], where: str) -> Outcome:
+    """Judge XIDs seen before any workload ran: (xid, where, new recovery action for XID 154).
+
+    Fail on critical XIDs and on an XID 154 whose new recovery action is not none; warn on XIDs
+    the trusted lists disagree on and on XIDs in none of them; application-caused ones are only
+    listed in the detail."""
     threshold = "no critical XID"
-    fatal = sorted(set((x, w) for x, w in sightings if x in CRITICAL_XIDS and x not in DISPUTED_XIDS))
-    disputed = sorted(set((x, w) for x, w in sightings if x in DISPUTED_XIDS))
-    ignored = sorted(set(x for x, _ in sightings if x not in CRITICAL_XIDS))
-    notes = []
+    recovery_changes = sorted(set((w, a) for x, w, a in sightings if x == RECOVERY_ACTION_XID),
+                              key=str)
+    needs_recovery = [(w, a) for w, a in recovery_changes if a != RECOVERY_ACTION_NONE]
+    fatal = sorted(set((x, w) for x, w, _ in sightings
+                       if x in CRITICAL_XIDS and x not in DISPUTED_XIDS))
+    disputed = sorted(set((x, w) for x, w, _ in sightings if x in DISPUTED_XIDS))
+    unknown = sorted(set((x, w) for x, w, _ in sightings if x not in CRITICAL_XIDS
+                         and x not in APPLICATION_XIDS and x != RECOVERY_ACTION_XID))
+    ignored = sorted(set(x for x, _, _ in sightings if x in APPLICATION_XIDS - CRITICAL_XIDS))
+    problems, notes = [], []
+    if fatal:
+        problems.append("critical %s %s" % ("; ".join("XID %d on %s" % (x, w) for x, w in fatal),
+                                            where))
+    if needs_recovery:
+        problems.append("XID %d %s: recovery action changed to %s" % (
+            RECOVERY_ACTION_XID, where,
+            "; ".join("%s on %s" % (recovery_action_name(a), w) for w, a in needs_recovery)))
+    if recovery_changes and not needs_recovery:
+        notes.append("XID %d: recovery action back to none on %s"
+                     % (RECOVERY_ACTION_XID, ", ".join(w for w, _ in recovery_changes)))
     if ignored:
-        notes.append("not counted: XID %s (application-caused or non-critical)"
-                     % ", ".join(str(x) for x in ignored))
+        notes.append("not counted: XID %s (application-caused)" % ", ".join(str(x) for x in ignored))
     if disputed:
         notes.append("XID %s on %s: fatal for the EKS node monitoring agent or Azure NHC but ignored "
                      "as application-caused by the NVIDIA device plugin; the lists disagree, so "
                      "this warns rather than fails"
                      % (", ".join(sorted(set(str(x) for x, _ in disputed))),
                         ", ".join(sorted(set(w for _, w in disputed)))))
-    if fatal:
-        seen = "; ".join("XID %d on %s" % (x, w) for x, w in fatal)
-        return failed(sorted(set(x for x, _ in fatal)), threshold,
-                      "; ".join(["critical %s %s" % (seen, where)] + notes))
-    if disputed:
-        return warned(sorted(set(x for x, _ in disputed)), threshold, "; ".join(notes))
+    if unknown:
+        notes.append("%s %s: in none of the lists this gate trusts, seen before any workload "
+                     "ran; like the EKS node monitoring agent with unknown XIDs, this warns"
+                     % ("; ".join("XID %d on %s" % (x, w) for x, w in unknown), where))
+    if problems:
+        failing = set(x for x, _ in fatal) | ({RECOVERY_ACTION_XID} if needs_recovery else set())
+        return failed(sorted(failing), threshold, "; ".join(problems + notes))
+    if disputed or unknown:
+        return warned(sorted(set(x for x, _ in disputed + unknown)), threshold, "; ".join(notes))
     return passed([], threshold, "; ".join(["no critical XID %s" % where] + notes))
 
 
@@ -638,6 +852,23 @@ def check_ecc_uncorrected(v: Verifier, gpu: Gpu) -> Outcome:
     return passed(count, 0)
 
 
+def check_sram_ecc(v: Verifier, gpu: Gpu) -> Outcome:
+    threshold = "SRAM ECC error threshold not exceeded"
+    status = v.nvml.c_nvmlEccSramErrorStatus_v1_t()
+    try:
+        v.gpu_call(gpu, "nvmlDeviceGetSramEccErrorStatus", ctypes.pointer(status))
+    except v.nvml.NVMLError_NoPermission as err:  # NVML answers it to root only; the gate is root
+        return failed(None, threshold, "nvmlDeviceGetSramEccErrorStatus needs root: %s" % err)
+    value = {"thresholdExceeded": bool(status.bThresholdExceeded),
+             "volatileUncorrected": int(status.volatileUncParity + status.volatileUncSecDed),
+             "aggregateUncorrected": int(status.aggregateUncParity + status.aggregateUncSecDed),
+             "aggregateCorrected": int(status.aggregateCor)}
+    if status.bThresholdExceeded:
+        return failed(value, threshold, "the driver reports the SRAM ECC error threshold exceeded: "
+                      "the GPU needs field diagnostics")
+    return passed(value, threshold)
+
+
 def check_remapped_rows(v: Verifier, gpu: Gpu) -> Outcome:
     try:
         corrected, uncorrected, pending, failure = v.gpu_call(gpu, "nvmlDeviceGetRemappedRows")
@@ -658,10 +889,29 @@ def check_remapped_rows(v: Verifier, gpu: Gpu) -> Outcome:
 def check_retired_pages(v: Verifier, gpu: Gpu) -> Outcome:
     if gpu.notes.get("row_remapping"):
         return skipped("GPU remaps rows (Ampere or newer); page retirement does not apply")
-    pending = v.gpu_call(gpu, "nvmlDeviceGetRetiredPagesPendingStatus")
-    if pending == v.nvml.NVML_FEATURE_ENABLED:
-        return failed(True, False, "page retirement pending: the GPU needs a reset")
-    return passed(False, False)
+    nvml = v.nvml
+    pending = v.gpu_call(gpu, "nvmlDeviceGetRetiredPagesPendingStatus") == nvml.NVML_FEATURE_ENABLED
+    # Both causes, pending retirements included: the table holds them all.
+    retired = sum(len(v.gpu_call(gpu, "nvmlDeviceGetRetiredPages", cause)) for cause in (
+        nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+    value = {"pending": pending, "retired": retired}
+    threshold = "no pending retirement, fewer than %d retired pages" % RETIRED_PAGES_MAX
+    if pending:
+        return failed(value, threshold, "page retirement pending: the GPU needs a reset")
+    if retired >= RETIRED_PAGES_MAX:
+        return failed(value, threshold, "retired-page table full (%d of %d): a failing page can no "
+                      "longer be retired" % (retired, RETIRED_PAGES_MAX))
+    return passed(value, threshold)
+
+
+def check_recovery_action(v: Verifier, gpu: Gpu) -> Outcome:
+    action = v.read_recovery_action(gpu.handle, gpu.index)
+    name = recovery_action_name(action)
+    if action != RECOVERY_ACTION_NONE:
+        return failed(name, recovery_action_name(RECOVERY_ACTION_NONE),
+                      "the driver asks for recovery before the GPU is used again: %s" % name)
+    return passed(name, name)
 
 
 def check_nvlink(v: Verifier, gpu: Gpu) -> Outcome:
@@ -680,11 +930,33 @@ def check_nvlink(v: Verifier, gpu: Gpu) -> Outcome:
         if state != v.nvml.NVML_FEATURE_ENABLED:
             inactive.append("%d (%s)" % (link, "inactive" if state == 0 else state))
     if unsupported is not None and len(inactive) == links:
-        raise unsupported  # no NVLink at all on this GPU: skip
+        return failed(0, links, "the catalog gives %s %d NVLinks per GPU, but NVML reports none "
+                      "(%s: %s)" % (v.expect["gpuModel"], links,
+                                    getattr(unsupported, "nvml_call", "NVML"), unsupported))
     active = links - len(inactive)
     if inactive:
         return failed(active, links, "links not active: %s" % ", ".join(inactive))
     return passed(active, links)
+
+
+def fabric_reading(v: Verifier, gpu: Gpu) -> Tuple[Optional[FabricReading], str]:
+    """What poll_fabric read for this GPU, or (None, why) when the GPU reports no fabric state:
+    fine for a model outside GPU_FABRIC_MODELS, FabricMissing for one in it. Raises the error the
+    query raised otherwise."""
+    reading = gpu.notes["fabric"]
+    if isinstance(reading, v.skip_errors):
+        why = "%s: %s" % (getattr(reading, "nvml_call", "NVML"), reading)
+    elif isinstance(reading, BaseException):
+        raise reading
+    elif reading.state == v.nvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+        why = "%s: state not supported" % reading.call
+    else:
+        return reading, ""
+    model = v.expect["gpuModel"]
+    if model in GPU_FABRIC_MODELS:
+        raise FabricMissing("%s on an NVSwitch board reports its GPU fabric state, but this GPU "
+                            "does not (%s)" % (model, why))
+    return None, why
 
 
 def check_fabric(v: Verifier, gpu: Gpu) -> Outcome:
@@ -692,27 +964,46 @@ def check_fabric(v: Verifier, gpu: Gpu) -> Outcome:
         return skipped("%s has no NVSwitch fabric" % v.expect["instanceType"])
     nvml = v.nvml
     threshold = "completed, success"
-    info_type = getattr(nvml, "c_nvmlGpuFabricInfoV_t", None)
-    if info_type is None:
-        raise v.missing_function("c_nvmlGpuFabricInfoV_t")
-    settle_until = time.monotonic() + FABRIC_SETTLE_S
-    while True:
-        info = info_type()
-        v.gpu_call(gpu, "nvmlDeviceGetGpuFabricInfoV", ctypes.pointer(info))
-        state, status = int(info.state), int(info.status)
-        still_starting = state in (nvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
-                                   nvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS)
-        if not (still_starting and time.monotonic() < settle_until
-                and v.remaining() > FABRIC_POLL_S + MIN_CALL_S):
-            break
-        time.sleep(FABRIC_POLL_S)
-    value = {"state": FABRIC_STATE_NAMES.get(state, str(state)), "status": status}
-    if state == nvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
-        return skipped("fabric state: not supported on this GPU", threshold)
-    if state == nvml.NVML_GPU_FABRIC_STATE_COMPLETED and status == nvml.NVML_SUCCESS:
-        return passed(value, threshold)
-    return failed(value, threshold, "fabric registration %s with NVML status %d"
-                  % (value["state"], status))
+    try:
+        reading, why = fabric_reading(v, gpu)
+    except FabricMissing as err:
+        return failed(None, threshold, str(err))
+    if reading is None:
+        return skipped("%s reports no GPU fabric state (NVML: Hopper and newer): %s"
+                       % (v.expect["gpuModel"], why), threshold)
+    value = {"state": FABRIC_STATE_NAMES.get(reading.state, str(reading.state)),
+             "status": reading.status}
+    if reading.state == nvml.NVML_GPU_FABRIC_STATE_COMPLETED and reading.status == nvml.NVML_SUCCESS:
+        return passed(value, threshold, "from %s" % reading.call)
+    return failed(value, threshold, "fabric registration %s with NVML status %d (%s)"
+                  % (value["state"], reading.status, reading.call))
+
+
+def decode_fabric_health(mask: int) -> Dict[str, int]:
+    return {name: (mask >> shift) & width for name, shift, width, _ in FABRIC_HEALTH_FIELDS}
+
+
+def check_fabric_health(v: Verifier, gpu: Gpu) -> Outcome:
+    if not v.expect["nvswitch"]:
+        return skipped("%s has no NVSwitch fabric" % v.expect["instanceType"])
+    try:
+        reading, _ = fabric_reading(v, gpu)
+    except FabricMissing:  # the fabric check fails it
+        reading = None
+    if reading is None:
+        return skipped("no GPU fabric state to judge (see the fabric check)")
+    if reading.health_mask is None:
+        return skipped("%s (a driver before nvmlDeviceGetGpuFabricInfoV) reports no health mask"
+                       % reading.call)
+    decoded = decode_fabric_health(reading.health_mask)
+    unhealthy = ["%s=%d" % (name, decoded[name]) for name, _, _, bad in FABRIC_HEALTH_FIELDS
+                 if decoded[name] in bad]
+    value = dict(decoded, mask="0x%x" % reading.health_mask)
+    threshold = "no fault in %s" % ", ".join(name for name, _, _, _ in FABRIC_HEALTH_FIELDS)
+    if unhealthy:
+        return failed(value, threshold, "fabric health mask 0x%x: %s"
+                      % (reading.health_mask, ", ".join(unhealthy)))
+    return passed(value, threshold)
 
 
 def check_pcie_width(v: Verifier, gpu: Gpu) -> Outcome:
@@ -724,13 +1015,36 @@ def check_pcie_width(v: Verifier, gpu: Gpu) -> Outcome:
     return passed(current, maximum)
 
 
+def read_clock_event_reasons(v: Verifier, gpu: Gpu) -> int:
+    try:
+        return int(v.gpu_call(gpu, "nvmlDeviceGetCurrentClocksEventReasons"))
+    except v.function_not_found:  # drivers before R535 know it by its older name, same bits
+        return int(v.gpu_call(gpu, "nvmlDeviceGetCurrentClocksThrottleReasons"))
+
+
 def check_clock_events(v: Verifier, gpu: Gpu) -> Outcome:
-    reasons = int(v.gpu_call(gpu, "nvmlDeviceGetCurrentClocksEventReasons"))
+    reasons = read_clock_event_reasons(v, gpu)
     active = [label for bit, label in HW_CLOCK_EVENT_REASONS if reasons & bit]
     threshold = "none of %s" % ", ".join(label for _, label in HW_CLOCK_EVENT_REASONS)
     if active:
         return failed("0x%x" % reasons, threshold, "clocks held down by %s" % ", ".join(active))
+    if reasons & SW_THERMAL_SLOWDOWN:
+        return warned("0x%x" % reasons, threshold, "the driver is slowing the clocks to cool the "
+                      "GPU (SW thermal slowdown)")
     return passed("0x%x" % reasons, threshold)
+
+
+def check_power_limit(v: Verifier, gpu: Gpu) -> Outcome:
+    enforced_mw = int(v.gpu_call(gpu, "nvmlDeviceGetEnforcedPowerLimit"))
+    default_mw = int(v.gpu_call(gpu, "nvmlDeviceGetPowerManagementDefaultLimit"))
+    value = {"enforcedW": enforced_mw / 1000.0, "defaultW": default_mw / 1000.0}
+    threshold = ">= default %g W (fails below %d%%)" % (default_mw / 1000.0, POWER_LIMIT_FAIL_PERCENT)
+    if enforced_mw >= default_mw:
+        return passed(value, threshold)
+    detail = "power capped at %g W of the default %g W" % (enforced_mw / 1000.0, default_mw / 1000.0)
+    if enforced_mw * 100 < default_mw * POWER_LIMIT_FAIL_PERCENT:
+        return failed(value, threshold, detail)
+    return warned(value, threshold, detail)
 
 
 def read_temperature(v: Verifier, gpu: Gpu) -> int:
@@ -792,12 +1106,16 @@ GPU_CHECKS: Tuple[Tuple[str, Callable[[Verifier, Gpu], Outcome]], ...] = (
     ("gpu_memory", check_gpu_memory),
     ("ecc_mode", check_ecc_mode),
     ("ecc_uncorrected", check_ecc_uncorrected),
+    ("sram_ecc", check_sram_ecc),
     ("remapped_rows", check_remapped_rows),
     ("retired_pages", check_retired_pages),
+    ("recovery_action", check_recovery_action),
     ("nvlink", check_nvlink),
     ("fabric", check_fabric),
+    ("fabric_health", check_fabric_health),
     ("pcie_width", check_pcie_width),
     ("clock_events", check_clock_events),
+    ("power_limit", check_power_limit),
     ("temperature", check_temperature),
     ("persistence_mode", check_persistence_mode),
     ("mig_mode", check_mig_mode),
@@ -845,13 +1163,17 @@ def render_textfile(report: Dict[str, Any], finished_at: float) -> str:
     metric("gpu_cloud_node_verify_pass",
            "1 when the last GPU node verification passed, 0 when it failed or could not run.",
            [("", 1 if report["verdict"] == "pass" else 0)])
-    metric("gpu_cloud_node_verify_verdict", "Verdict of the last GPU node verification.",
-           [('{verdict="%s"}' % _label(report["verdict"]), 1)])
+    # State sets: every state has a sample, 1 for the one it had, so a change of state is a
+    # change of value rather than a series that appears and another that goes stale.
+    metric("gpu_cloud_node_verify_verdict",
+           "Verdict of the last GPU node verification, a state set: 1 for the verdict it had.",
+           [('{verdict="%s"}' % verdict, int(report["verdict"] == verdict)) for verdict in EXIT_CODES])
     metric("gpu_cloud_node_verify_check_status",
-           "Status of each check of the last GPU node verification (1 for the status it had).",
-           [('{check="%s",gpu="%s",status="%s"}' % (_label(c["name"]), _label(c["gpu"]),
-                                                    _label(c["status"])), 1)
-            for c in report["checks"]])
+           "Status of each check of the last GPU node verification, a state set: 1 for the status "
+           "it had.",
+           [('{check="%s",gpu="%s",status="%s"}' % (_label(c["name"]), _label(c["gpu"]), status),
+             int(c["status"] == status))
+            for c in report["checks"] for status in CHECK_STATUSES])
     metric("gpu_cloud_node_verify_duration_seconds",
            "How long the last GPU node verification took.", [("", "%.3f" % report["durationS"])])
     metric("gpu_cloud_node_verify_timestamp_seconds",
@@ -874,7 +1196,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--expect", required=True, help="EXPECT.json for this instance type")
     parser.add_argument("--report", default=DEFAULT_REPORT_PATH, help="where to write REPORT.json")
     parser.add_argument("--textfile", help="node-exporter textfile to write")
-    parser.add_argument("--kernel-log", help="read XID lines from this file, not the kernel log")
+    parser.add_argument("--kernel-log", help="read XID lines from this file, not the kernel log "
+                        "(every boot the file holds counts)")
     parser.add_argument("--budget-s", type=positive, default=DEFAULT_BUDGET_S,
                         help="total time budget in seconds (default %(default)s)")
     return parser.parse_args(argv)
@@ -939,4 +1262,10 @@ def main(argv: Optional[Sequence[str]] = None, nvml: Any = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # The report and textfile are written. A worker thread may still be stuck inside the NVML
+    # library; a normal exit would run the library's teardown, which can wait on that very call,
+    # so leave without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)
