@@ -38,7 +38,10 @@ CONFIGMAP = "kubernetes:core/v1:ConfigMap"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 
-VALUES_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "chartvalues" / "values"
+# The project's reference data sits beside the checkout; a clone elsewhere finds it at the workspace's path.
+VALUES_DIR = next((d for d in (Path(__file__).resolve().parent.parent.parent / "shared" / "chartvalues" / "values",
+                               Path("/work/shared/chartvalues/values")) if d.is_dir()),
+                  Path("/work/shared/chartvalues/values"))
 
 catalog = load_catalog()
 BATCH_TAINT = {"key": "example.com/batch", "value": "true", "effect": "NoSchedule"}

@@ -203,8 +203,8 @@ def test_a_hook_timeout_change_updates_the_hook_and_never_replaces_the_group():
     timeouts = [{h.inputs["name"]: h.inputs["heartbeatTimeout"] for h in run.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")}
                 for run in (ami, install)]
     assert timeouts == [{boot.VERIFY_HOOK_NAME: 1200, "gpu-cloud-drain": 900}, {boot.VERIFY_HOOK_NAME: 3000, "gpu-cloud-drain": 900}]
-    assert [h.urn for h in ami.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")] == \
-        [h.urn for h in install.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")]
+    assert sorted(h.urn for h in ami.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")) == \
+        sorted(h.urn for h in install.of_type("aws:autoscaling/lifecycleHook:LifecycleHook"))
 
 
 def test_deleting_a_pool_with_nodes_waits_for_them_to_drain():
