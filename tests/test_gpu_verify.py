@@ -1142,3 +1142,12 @@ def test_textfile_passes_promtool(tmp_path, monkeypatch):
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                             text=True, timeout=30)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("celsius,status", [(84, "pass"), (85, "fail"), (86, "fail")])
+def test_temperature_fails_at_exactly_the_limit(verify, celsius, status):
+    # the expectation's maxTempC is 85 (monitoring.alerts.gpuTempC): "at or above" fails
+    node = fk.healthy("p5.48xlarge")
+    node.gpus[2].temperature_c = celsius
+    run = verify(node)
+    assert run.find("temperature", 2)["status"] == status

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pynvml = pytest.importorskip("pynvml")
+import pynvml  # noqa: E402  (a requirement: its absence is an error, not a skip)
 VERIFIER = ROOT / "userdata" / "gpu_verify.py"
 BUDGET_S = 60
 
