@@ -30,7 +30,7 @@ from spec.charts import ChartPin
 from spec.model import NodePool
 from spec.pools import Taint, mig_resource, node_labels, node_taints, offered_gpu_resources
 from spec.validate import ResolvedPool
-from tests.conftest import run_component, validate_kubernetes
+from tests.conftest import missing, run_component, validate_kubernetes
 
 COMPONENT = "gpu-cloud:gpu_operator:GpuOperator"
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -120,8 +120,8 @@ def _values_file(pin: ChartPin) -> Path:
     """The chart's own values.yaml at the pinned version, from the reference data beside the checkout."""
     path = VALUES_DIR / f"{pin.chart}-{pin.version}.yaml"
     if not path.is_file():
-        pytest.skip(f"{path} is not on this machine (reference data, not part of the repository); the value "
-                    "paths' file:line records in spec/gpu_operator.py were confirmed against it")
+        missing(f"{path} is not on this machine: the project's reference chart values (../shared/chartvalues, "
+                "beside the checkout; never copied into the repository)")
     return path
 
 
