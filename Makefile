@@ -20,7 +20,7 @@ plan: $(VENV)/.installed
 	$(PY) -m plan $(STACK)
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

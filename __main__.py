@@ -3,7 +3,7 @@
 Reads the stack config once, validates all of it and checks it against the account (through the stack's
 own AWS provider, the only thing registered first), then composes:
 network -> EKS cluster -> log and artifact buckets -> spot/scale-in draining -> one GPU node pool per
-`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy.
+`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy -> training queue (Kueue, MPI Operator).
 """
 from datetime import date
 
@@ -19,6 +19,7 @@ from components.log_bucket import LogBucket, LogBucketArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.tenancy import Tenancy, TenancyArgs
+from components.training import TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
 from spec import autoscaling, boot, tenancy
 from spec import pools as pool_rules
@@ -134,10 +135,17 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
 GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools), opts=with_cluster)
 
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
-Tenancy("tenancy", TenancyArgs(
+teams = Tenancy("tenancy", TenancyArgs(
     cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
     team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
     admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn)), opts=with_cluster)
+
+# The training queue: MPI Operator, Kueue, flavors per capacity type (paid-for, spot, on-demand) and the queues.
+training = TrainingQueueArgs.for_pools(
+    spec.pools, spec.catalog, driver_source=spec.node_image.source,
+    nvlink_schedule=spec.training.nvlink_check_schedule, training_namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name)
+if training.flavors:   # none without a training or general pool (a warning says so)
+    TrainingQueue("training", training, opts=with_cluster)
 
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)

@@ -11,11 +11,10 @@ from typing import Optional
 import pulumi
 import pulumi_aws as aws
 
-from components.buckets import private_bucket
+from components.buckets import abort_stale_uploads, private_bucket
 
 # Bundles a pool no longer uses become noncurrent when Pulumi deletes them; nodes read them only at boot.
 NONCURRENT_VERSION_DAYS = 30
-ABORT_INCOMPLETE_UPLOADS_DAYS = 1
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,7 @@ class ArtifactBucket(pulumi.ComponentResource):
                 filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
                 noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
                     noncurrent_days=NONCURRENT_VERSION_DAYS),
-                abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                    days_after_initiation=ABORT_INCOMPLETE_UPLOADS_DAYS))],
+                abort_incomplete_multipart_upload=abort_stale_uploads())],
             opts=child)
         aws.s3.BucketLogging(f"{name}-access-logs", bucket=self.bucket.id, target_bucket=args.log_bucket,
                              target_prefix=f"{name}/", opts=child)

@@ -8,6 +8,14 @@ import pulumi_aws as aws
 
 from components.iam import policy_document
 
+ABORT_INCOMPLETE_UPLOADS_DAYS = 1   # a multipart upload left this long is abandoned: its parts would be billed forever
+
+
+def abort_stale_uploads() -> aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs:
+    """The lifecycle setting every bucket's rule carries."""
+    return aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
+        days_after_initiation=ABORT_INCOMPLETE_UPLOADS_DAYS)
+
 
 def private_bucket(name: str, *, parent: pulumi.Resource, force_destroy: bool, sse_algorithm: str,
                    policy_statements: Callable[[pulumi.Output], Sequence[Dict[str, Any]]] = lambda arn: ()

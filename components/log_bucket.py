@@ -12,9 +12,8 @@ from typing import Optional
 import pulumi
 import pulumi_aws as aws
 
-from components.buckets import private_bucket
+from components.buckets import abort_stale_uploads, private_bucket
 
-ABORT_INCOMPLETE_UPLOADS_DAYS = 1
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,7 @@ class LogBucket(pulumi.ComponentResource):
             f"{name}-lifecycle", bucket=self.bucket.id, rules=[aws.s3.BucketLifecycleConfigurationRuleArgs(
                 id="expire-access-logs", status="Enabled", filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
                 expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=args.retention_days),
-                abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
-                    days_after_initiation=ABORT_INCOMPLETE_UPLOADS_DAYS))],
+                abort_incomplete_multipart_upload=abort_stale_uploads())],
             opts=pulumi.ResourceOptions(parent=self))
         self.bucket_name = self.bucket.bucket
         self.register_outputs({"bucketName": self.bucket_name})

@@ -44,21 +44,16 @@ def plan(args) -> int:
     from plan.diff import diff_documents, render_changes
     from plan.document import build_document, render_text
     from plan.engine import run_program
-    from plan.stackfile import StackFileError, load_stack_config, peer_cidr, project_keys
+    from plan.stackfile import StackFileError, load_stack
     from spec.errors import ConfigError
-    from spec.deployer import aws_settings
-    from spec.validate import NAMESPACE, load_stack_spec
 
     # Read OLD.json first, so an unusable one fails before the plan prints anything.
     old_document = read_document(args.against) if args.against else None
     if args.against and old_document is None:
         return EXIT_OTHER
     try:
-        config = load_stack_config(args.stack, args.stack_file)
         # Validate before running anything, so a bad config registers nothing and reads as a list.
-        keys = project_keys(config, NAMESPACE)
-        spec = load_stack_spec(keys, stack=args.stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
-        aws_settings(project_keys(config, "aws"))   # an `aws:` key the program would not pass to its provider
+        config, spec = load_stack(args.stack, args.stack_file)
     except (ConfigError, StackFileError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG

@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ProgramRun
-from spec import cost, pods
+from spec import acceptance, charts, cost, kueue, pods
+from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 
 DOCUMENT_VERSION = 1
@@ -69,6 +70,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "capacity": capacity_rows(spec),
         "cost": cost_section(spec),
         "nodeImage": node_image_section(spec),
+        "platform": platform_section(spec),
         "warnings": list(warnings),
         "policy": dict(policy),
     }
@@ -78,6 +80,30 @@ def node_image_section(spec: StackSpec) -> Dict[str, Any]:
     image = spec.node_image
     return {"release": image.release, "amiName": image.ami_name, "ssmParameter": image.ssm_parameter,
             "driverSource": image.source, "driverBranch": image.driver_branch, "driverVersion": image.driver_version}
+
+
+def platform_section(spec: StackSpec) -> Dict[str, Any]:
+    """What each pool's nodes offer to pods, and the training queue's flavors in admission order."""
+    efa_pools = [pool.spec.name for pool in spec.pools if pool.efa]
+    return {
+        "gpuOperator": charts.chart(charts.GPU_OPERATOR).version,
+        "efaDevicePlugin": charts.chart(charts.EFA_DEVICE_PLUGIN).version if efa_pools else None,
+        "kueue": charts.chart(charts.KUEUE).version,
+        "mpiOperator": charts.manifest(charts.MPI_OPERATOR).version,
+        "pools": [{"pool": pool.spec.name, "sharing": pool.spec.gpu_sharing.mode,
+                   "offersPerNode": {**offered_gpu_resources(pool, spec.catalog),
+                                     **({kueue.EFA_RESOURCE: efa_devices(pool)} if pool.efa else {})}}
+                  for pool in spec.pools],
+        "trainingQueue": {
+            "clusterQueue": kueue.CLUSTER_QUEUE, "localQueue": f"{kueue.LOCAL_QUEUE}",
+            "flavors": [{"name": f.name, "capacity": f.capacity, "pools": list(f.pools), "quotas": dict(f.quotas),
+                         "interruptibleOnly": bool(f.node_taints)} for f in kueue.flavors(spec.pools, spec.catalog)],
+            # Suspended without gpu-cloud:training.nvlinkCheckSchedule: run by hand (README: NCCL acceptance).
+            "nvlinkChecks": [{"pool": pool.spec.name,
+                              "schedule": acceptance.nvlink_check_schedule(pool, spec.training.nvlink_check_schedule)}
+                             for pool in acceptance.nvlink_check_pools(spec.pools, spec.catalog)],
+        },
+    }
 
 
 def document_problems(document: Any) -> List[str]:
@@ -107,6 +133,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _network_table(document["outputs"].get("zones") or []) + [""]
     lines += _cost_table(document["cost"]) + [""]
     lines += _node_image_lines(document["nodeImage"]) + [""]
+    lines += _platform_lines(document["platform"]) + [""]
     if document.get("warnings"):
         lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
@@ -185,6 +212,30 @@ def _node_image_lines(image: Mapping[str, Any]) -> List[str]:
     driver = image["driverVersion"] or f"latest on branch {image['driverBranch']}"
     how = "carried by the AMI, verified at boot" if image["driverSource"] == "ami" else "installed at boot, then verified"
     return [f"GPU node image: {image['amiName']} (release {image['release']}); NVIDIA driver {driver}, {how}"]
+
+
+def _resources(amounts: Mapping[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in amounts.items())
+
+
+def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
+    efa = f", EFA device plugin {platform['efaDevicePlugin']}" if platform["efaDevicePlugin"] else ""
+    lines = [f"GPU platform: gpu-operator {platform['gpuOperator']}{efa}, Kueue {platform['kueue']}, "
+             f"MPI Operator {platform['mpiOperator']}"]
+    lines += _table(["pool", "sharing", "each node offers pods"],
+                    [[p["pool"], p["sharing"], _resources(p["offersPerNode"])] for p in platform["pools"]])
+    queue = platform["trainingQueue"]
+    if not queue["flavors"]:
+        return lines + ["", "Training queue: none (no training or general pool)"]
+    lines += ["", f"Training queue (LocalQueue {queue['localQueue']} in namespace training -> ClusterQueue "
+              f"{queue['clusterQueue']}), flavors in admission order:"]
+    lines += _table(["flavor", "pools", "quota at maxNodes", "admits"],
+                    [[f["name"], ", ".join(f["pools"]), _resources(f["quotas"]),
+                      "interruptible jobs only" if f["interruptibleOnly"] else "any job"] for f in queue["flavors"]])
+    checks = [f"{c['pool']} ({c['schedule'] + ' UTC' if c['schedule'] else 'suspended: run by hand'})"
+              for c in queue["nvlinkChecks"]]
+    lines.append("  NVLink bandwidth check: " + (", ".join(checks) or "none (no NVLink pool with a minimum)"))
+    return lines
 
 
 def _policy_lines(policy: Mapping[str, Any]) -> List[str]:

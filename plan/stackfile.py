@@ -109,3 +109,16 @@ def peer_cidr(keys: Dict[str, Any]) -> Optional[str]:
         return None
     cidr = network.get("cidr") if isinstance(network, dict) else None
     return cidr if isinstance(cidr, str) else None
+
+
+def load_stack(stack: str, path: Optional[Path] = None):
+    """A stack's config and its validated spec, with no cloud account (what the plan and `python -m jobs` read).
+    Raises StackFileError or spec.errors.ConfigError."""
+    from spec.deployer import aws_settings
+    from spec.validate import NAMESPACE, load_stack_spec
+
+    config = load_stack_config(stack, path)
+    keys = project_keys(config, NAMESPACE)
+    spec = load_stack_spec(keys, stack=stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
+    aws_settings(project_keys(config, "aws"))   # an `aws:` key the program would not pass to its provider
+    return config, spec

@@ -15,7 +15,7 @@ Pure: no Pulumi. components/autoscaler.py turns these into a Helm release and a 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 from spec.charts import autoscaler_image
 from spec.drain import WORKLOAD_MAX_GRACE_S

@@ -60,8 +60,18 @@ def verify_hook_timeout(source: str) -> int:
     return VERIFY_HOOK_TIMEOUT_S[source]
 
 
+def max_node_provision_seconds(source: str) -> int:
+    """The longest a node booting with this driver source may take to register: the hook timeout plus
+    registration."""
+    return verify_hook_timeout(source) + NODE_REGISTRATION_S
+
+
 def max_node_provision_time(source: str) -> str:
-    """cluster-autoscaler's `--max-node-provision-time` for nodes booting with this driver source, as a Go
-    duration: the hook timeout plus registration, so the autoscaler never gives up on a node still in the gate."""
-    seconds = verify_hook_timeout(source) + NODE_REGISTRATION_S
+    """cluster-autoscaler's `--max-node-provision-time` as a Go duration, so the autoscaler never gives up on a
+    node still in the gate."""
+    return go_duration(max_node_provision_seconds(source))
+
+
+def go_duration(seconds: int) -> str:
+    """Seconds as a Go duration: 1530 -> '25m30s'."""
     return f"{seconds // 60}m{seconds % 60}s"

@@ -60,6 +60,18 @@ class EniSpec(_Frozen):
     ipv4_per_interface: int = Field(alias="ipv4PerInterface", ge=2)
 
 
+class NcclBusBandwidth(_Frozen):
+    """NCCL acceptance minimums, all_reduce_perf bus bandwidth in GB/s (see catalog.yaml for the source)."""
+    across_nodes: Optional[float] = Field(default=None, alias="acrossNodes", gt=0)   # two nodes over EFA
+    within_node: Optional[float] = Field(default=None, alias="withinNode", gt=0)     # one node over NVLink
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> "NcclBusBandwidth":
+        if self.across_nodes is None and self.within_node is None:
+            raise ValueError("ncclBusBandwidthGBps needs acrossNodes or withinNode (leave it out when neither is known)")
+        return self
+
+
 class RegionOffer(_Frozen):
     on_demand_usd: Optional[float] = Field(alias="onDemandUsd", ge=0)
 
@@ -75,6 +87,8 @@ class InstanceType(_Frozen):
     instance_store: InstanceStore = Field(alias="instanceStore")
     eni: EniSpec
     regions: Dict[str, RegionOffer]
+    # None where no vetted minimum exists: the acceptance test refuses such types instead of inventing one.
+    nccl_bus_bandwidth_gbps: Optional[NcclBusBandwidth] = Field(default=None, alias="ncclBusBandwidthGBps")
 
     @property
     def family(self) -> str:
@@ -113,6 +127,10 @@ class Catalog(_Frozen):
         for itype in self.instance_types.values():
             if itype.gpu.model not in self.gpus:
                 raise ValueError(f"{itype.name}: GPU model {itype.gpu.model!r} is not under gpus")
+            nccl = itype.nccl_bus_bandwidth_gbps
+            if nccl and nccl.within_node and not self.gpus[itype.gpu.model].nvlink_links_per_gpu:
+                raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.withinNode is an NVLink minimum, "
+                                 f"but {itype.gpu.model} has no NVLink")
         return self
 
     def gpu_model(self, instance_type: str) -> GpuModel:

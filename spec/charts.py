@@ -19,6 +19,8 @@ NODE_TERMINATION_HANDLER = "aws-node-termination-handler"
 CLUSTER_AUTOSCALER = "cluster-autoscaler"
 GPU_OPERATOR = "gpu-operator"
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
+KUEUE = "kueue"
+MPI_OPERATOR = "mpi-operator"
 
 # Some repositories publish versions with a leading "v" (NGC's gpu-operator v26.7.0, eks-charts' EFA plugin
 # v0.5.30); a pin keeps the spelling the repository's index lists.
@@ -77,14 +79,29 @@ class ImagePins(_Frozen):
         return self
 
 
+class ManifestPin(_Frozen):
+    """A project that ships no Helm chart, only a release manifest: applied from its URL at the pinned tag."""
+    url: str = Field(pattern=r"^https://")
+    version: str = Field(pattern=_SEMVER.pattern)
+    source: str
+
+    @model_validator(mode="after")
+    def _url_names_version(self) -> "ManifestPin":
+        if f"/{self.version}/" not in self.url:
+            raise ValueError(f"manifest url {self.url} is not at the pinned tag {self.version}")
+        return self
+
+
 class ChartsFile(_Frozen):
     checked_at: str = Field(alias="checkedAt")
     charts: Dict[str, ChartPin]
+    manifests: Dict[str, ManifestPin]
     cluster_autoscaler_image: ImagePins = Field(alias="clusterAutoscalerImage")
 
     @model_validator(mode="after")
-    def _required_charts(self) -> "ChartsFile":
-        missing = {NODE_TERMINATION_HANDLER, CLUSTER_AUTOSCALER, GPU_OPERATOR, EFA_DEVICE_PLUGIN} - set(self.charts)
+    def _required_pins(self) -> "ChartsFile":
+        missing = {NODE_TERMINATION_HANDLER, CLUSTER_AUTOSCALER, GPU_OPERATOR, EFA_DEVICE_PLUGIN, KUEUE} - set(self.charts)
+        missing |= {MPI_OPERATOR} - set(self.manifests)
         if missing:
             raise ValueError(f"charts.yaml lacks pins for {sorted(missing)}")
         return self
@@ -100,6 +117,13 @@ def chart(name: str) -> ChartPin:
     pins = load_charts().charts
     if name not in pins:
         raise KeyError(f"no pinned chart {name!r}; pinned: {sorted(pins)}")
+    return pins[name]
+
+
+def manifest(name: str) -> ManifestPin:
+    pins = load_charts().manifests
+    if name not in pins:
+        raise KeyError(f"no pinned manifest {name!r}; pinned: {sorted(pins)}")
     return pins[name]
 
 

@@ -39,7 +39,7 @@ import yaml
 
 from spec import pools as pool_rules
 from spec.charts import ChartPin
-from spec.pools import GPU_TAINT, LABEL_PREFIX, Taint
+from spec.pools import GPU_TAINT, LABEL_PREFIX, Taint, toleration
 
 if TYPE_CHECKING:
     from spec.validate import ResolvedPool
@@ -153,10 +153,6 @@ def device_plugin_configs(replicas: Iterable[int]) -> Dict[str, str]:
             }},
         })
     return configs
-
-
-def toleration(taint: Taint) -> Dict[str, str]:
-    return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
 
 
 def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[str, str]) -> Dict[str, Any]:

@@ -33,6 +33,7 @@ ZONE = re.compile(r"^([a-z]{2}(-[a-z]+)+-\d+[a-z]|[a-z]+\d-az\d+)$")
 PLACEMENT_GROUP = re.compile(r"^[A-Za-z0-9._+=,@-]{1,255}$")
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 AMI_RELEASE = re.compile(r"^v\d{8}$")
+CRON_SCHEDULE = re.compile(r"^\S+( \S+){4}$")
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{1,3}(\.\d{1,3})?$")
 RESERVED_LABEL_PREFIX = "gpu-cloud.io/"
 # cluster-autoscaler's AWS provider treats a node carrying this label as a GPU node while its device plugin
@@ -326,6 +327,13 @@ class Tenancy(ConfigModel):
     teams: Teams = Teams()
 
 
+class Training(ConfigModel):
+    # When the single-node NVLink bandwidth check runs on each NVLink training pool (cron, in the cluster's
+    # time zone, UTC on EKS). Left out: its CronJob exists but is suspended, and runs when started by hand.
+    nvlink_check_schedule: Optional[Annotated[str, _matches(
+        CRON_SCHEDULE, "a five-field cron schedule such as '0 4 * * 0'")]] = None
+
+
 Environment = Literal["prod", "staging", "dev"]
 Tags = Dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]]
 
@@ -344,4 +352,5 @@ SECTIONS = {
     "dr": (Dr, False),
     "budget": (Budget, False),
     "tenancy": (Tenancy, False),
+    "training": (Training, False),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from spec.catalog import load_catalog
 from spec.efa import efa_device_count
@@ -13,10 +13,16 @@ from spec.model import ACCELERATOR_LABEL
 
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 LABEL_PREFIX = "gpu-cloud.io/"
+# Spot nodes take only work that says it may be interrupted, by tolerating this taint. Kueue's spot flavor
+# lists it as a node taint (spec/kueue.py), so only such jobs are admitted to spot; others skip to on-demand.
+INTERRUPTIBLE_TAINT = (f"{LABEL_PREFIX}interruptible", "true", "NoSchedule")
 CA_PREFIX = "k8s.io/cluster-autoscaler"
 TEMPLATE_LABEL_PREFIX = f"{CA_PREFIX}/node-template/label/"
 TEMPLATE_TAINT_PREFIX = f"{CA_PREFIX}/node-template/taint/"
 ASG_TAG_KEY_MAX = 128     # EC2 Auto Scaling tag keys: 1 to 128 characters
+
+QUEUE_FLAVOR_LABEL = f"{LABEL_PREFIX}queue-flavor"
+QUEUE_WORKLOADS = ("training", "general")   # pools whose nodes the training queue (Kueue) places jobs on
 
 # Priority-expander weights (higher wins): capacity that is already paid for first, then spot, then on-demand.
 DEFAULT_PRIORITY = {"reserved": 50, "capacity-block": 50, "spot": 30, "on-demand": 10}
@@ -69,6 +75,9 @@ def node_labels(pool) -> Dict[str, str]:
         f"{LABEL_PREFIX}gpu-count": str(itype.gpu.count),
         f"{LABEL_PREFIX}efa": str(pool.efa).lower(),
     }
+    flavor = queue_flavor(pool)
+    if flavor:
+        labels[QUEUE_FLAVOR_LABEL] = flavor
     sharing = s.gpu_sharing
     if sharing.mode == "mig":
         labels["nvidia.com/mig.config"] = f"all-{sharing.mig_profile}"   # read by the GPU operator's MIG manager
@@ -77,8 +86,21 @@ def node_labels(pool) -> Dict[str, str]:
     return {**labels, **dict(s.labels)}
 
 
+def toleration(taint: Taint) -> Dict[str, str]:
+    """The pod toleration that matches exactly this taint."""
+    return {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+
+
+def queue_flavor(pool) -> Optional[str]:
+    """The Kueue ResourceFlavor the pool's nodes belong to (one per capacity type among the pools the training
+    queue uses; spec/kueue.py), or None for pools the queue does not use (inference)."""
+    return f"training-{pool.spec.capacity}" if pool.spec.workload in QUEUE_WORKLOADS else None
+
+
 def node_taints(pool) -> Tuple[Taint, ...]:
-    return (Taint(*GPU_TAINT),) + tuple(Taint(t.key, t.value, t.effect) for t in pool.spec.taints)
+    """The GPU taint, the interruptible taint on spot pools, then the pool's own taints."""
+    spot = (Taint(*INTERRUPTIBLE_TAINT),) if pool.spec.capacity == "spot" else ()
+    return (Taint(*GPU_TAINT),) + spot + tuple(Taint(t.key, t.value, t.effect) for t in pool.spec.taints)
 
 
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -93,15 +93,17 @@ READ = ("get", "list", "watch")
 #   Secrets, the credentials of the pod's service account) through a channel whose commands the audit log does
 #   not record; teams debug through logs and by re-running jobs.
 # - update/patch: workloads are replaced, not edited in place; a Job's pod template is immutable anyway.
-# - MPIJobs and Kueue Workloads are read-only until their operators arrive with the queueing issue; teams then
-#   submit MPIJobs, and Kueue (not teams) owns Workloads.
+# - Kueue Workloads and LocalQueues, read-only: Kueue owns Workloads; a team watches its jobs' admission there
+#   and the queue's pending/admitted counts on the LocalQueue. The ClusterQueue is cluster-wide: not granted.
+# - CronJobs, read-only: enough for `kubectl create job --from=cronjob/...` (the NVLink check, run by hand).
 # - events and resourcequotas, read-only: `kubectl describe` shows why a pod waits, including "exceeded quota".
 TEAM_RULES: Tuple[RbacRule, ...] = (
     RbacRule(("batch",), ("jobs",), MANAGE),
     RbacRule(("",), ("pods", "services", "configmaps"), MANAGE),
     RbacRule(("",), ("pods/log",), ("get",)),
-    RbacRule(("kubeflow.org",), ("mpijobs",), READ),
-    RbacRule(("kueue.x-k8s.io",), ("workloads",), READ),
+    RbacRule(("kubeflow.org",), ("mpijobs",), MANAGE),
+    RbacRule(("batch",), ("cronjobs",), READ),
+    RbacRule(("kueue.x-k8s.io",), ("workloads", "localqueues"), READ),
     RbacRule(("",), ("events", "resourcequotas"), READ),
 )
 

@@ -17,12 +17,13 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost, zones
+from spec import addons, charts, cost, kueue, zones
 from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.model import SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy
+from spec.model import (SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy,
+                        Training)
 from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 from spec.zones import is_zone_id
 
@@ -69,6 +70,7 @@ class StackSpec:
     dr: Dr
     budget: Budget
     tenancy: Tenancy
+    training: Training
     catalog: Catalog = field(repr=False, compare=False)
 
     @property
@@ -158,7 +160,8 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
         network=parsed["network"], cluster=parsed["cluster"], node_image=image, pools=resolved,
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
-        dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"], catalog=catalog,
+        dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"],
+        training=parsed["training"], catalog=catalog,
     )
 
 
@@ -283,6 +286,9 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
     if spec.environment == "prod" and spec.budget.max_hourly_usd is None:
         warnings.append("gpu-cloud:budget.maxHourlyUsd: not set on a prod stack, so nothing stops a maxNodes typo "
                         "from multiplying the bill; set the most the pools may cost per hour")
+    if not kueue.flavors(spec.pools, spec.catalog):
+        warnings.append("gpu-cloud:nodePools: no training or general pool, so no training queue (Kueue, MPI "
+                        "Operator) is installed")
     return warnings
 
 

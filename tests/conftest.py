@@ -40,7 +40,9 @@ def validate_kubernetes(run: "ProgramRun", version: str) -> int:
 
     checked = 0
     for resource in run.resources:
-        if not resource.type.startswith("kubernetes:") or resource.type.startswith("kubernetes:helm.sh"):
+        # Helm releases and manifest files (yaml/v2) are not objects themselves.
+        if not resource.type.startswith("kubernetes:") or resource.type.startswith(("kubernetes:helm.sh",
+                                                                                    "kubernetes:yaml/")):
             continue
         group = resource.type.split(":")[1].split("/")[0]
         if "." in group and not group.endswith(".k8s.io"):      # a custom resource's API group
@@ -80,3 +82,55 @@ def run_component(build, region: str = "us-east-1", stack: str = "test") -> Prog
 def stack_runs():
     """Each shipped stack run once per session (the runs are read-only for tests)."""
     return {stack: run_stack(stack) for stack in STACKS}
+
+
+# --- the plan CLI for several stacks in one process -----------------------------------------------------------
+# Importing the Pulumi SDKs is most of a `python -m plan` run (~4 of ~5.5 s), so tests that only need the
+# CLI's output for each shipped stack plan them all in one fresh process: `main(argv)` of `python -m plan`
+# per argv, its stdout and stderr captured separately. Exit-code and traceback contracts keep their own
+# `python -m plan` processes.
+_PLAN_MANY = r"""
+import contextlib, io, json, sys
+from plan.__main__ import main
+results = []
+for argv in json.loads(sys.argv[2]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    json.dump(results, f)
+"""
+
+
+class PlanProcess:
+    """`python -m plan ARGV` for each of `argvs`, in one background process (start several to run them side by
+    side); `results()` waits and gives one CompletedProcess per argv."""
+
+    def __init__(self, argvs, results_path: Path, env=None, timeout: float = 300):
+        import json
+        import subprocess
+
+        self.argvs = [[str(a) for a in argv] for argv in argvs]
+        self.path, self.timeout = Path(results_path), timeout
+        self.proc = subprocess.Popen([sys.executable, "-c", _PLAN_MANY, str(self.path), json.dumps(self.argvs)],
+                                     cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def results(self):
+        import json
+        import subprocess
+
+        try:
+            stdout, stderr = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
+        assert self.proc.returncode == 0, f"plan process failed (exit {self.proc.returncode}):\n{stdout}\n{stderr}"
+        found = json.loads(self.path.read_text(encoding="utf-8"))
+        return [subprocess.CompletedProcess([sys.executable, "-m", "plan", *argv], r["returncode"], r["stdout"],
+                                            r["stderr"]) for argv, r in zip(self.argvs, found)]
+

@@ -252,7 +252,9 @@ SHIMS = {
               esac ;;
           esac
           [ -n "$nb" ] && return 0
-          while [ "$(cat "$f")" = activating ]; do sleep 0.05; done   # systemctl start waits for the job
+          # systemctl start waits for the job (logged, so a test can tell it really met a job still running)
+          [ "$(cat "$f")" = activating ] && echo "waited for ${1%.service}" >>"$FAKE_STATE/systemctl.log"
+          while [ "$(cat "$f")" = activating ]; do sleep 0.05; done
           [ "$(cat "$f")" = active ]
         }
         case "$cmd" in
@@ -488,6 +490,17 @@ def node(tmp_path, moto_endpoint, imds, artifact, efa_download):
     return make
 
 
+@pytest.fixture(scope="module")
+def default_node(tmp_path_factory, moto_endpoint, imds, artifact, efa_download):
+    """One node with every default (accelerated AMI, boot at once), run once: the tests that assert different
+    things about that same run share it and only read it."""
+    require_tool("aws")
+    n = Node(tmp_path_factory.mktemp("default-node"), moto_endpoint, imds, artifact, efa_download)
+    n.boot()
+    n.run()
+    return n
+
+
 def _assert_abandoned(n, reason_part):
     assert n.proc.returncode != 0, n.explain()
     assert n.lifecycle() == [{"hook": HOOK, "asg": ASG, "instance": n.instance_id, "result": "ABANDON"}], n.explain()
@@ -521,8 +534,10 @@ def test_healthy_node_whose_driver_module_loads_late_continues_without_installin
     n.run()
     _assert_continued(n)
     assert n.shim_log("dnf") == [] and "modprobe" not in " ".join(n.shim_log("calls"))
-    # it waited for the AMI's one-shot instead of reading nvidia-smi before the module was loaded
+    # it waited for the AMI's one-shot (still running when it asked) instead of reading nvidia-smi before the
+    # module was loaded
     assert "systemctl start nvidia-kmod-load.service" in n.shim_log("systemctl")
+    assert "waited for nvidia-kmod-load" in n.shim_log("systemctl")
     assert not any("NVIDIA-SMI has failed" in line for line in n.log().splitlines() if "installing" in line)
     # the verifier ran from the extracted bundle with its pynvml, the instance id and our paths
     report = n.report()
@@ -537,10 +552,8 @@ def test_healthy_node_whose_driver_module_loads_late_continues_without_installin
     assert "CONTINUE" in n.log() and "CONTINUE" in n.proc.stderr   # the console stand-in saw it too
 
 
-def test_efa_devices_are_counted_from_sysfs_where_the_minimal_install_has_no_libfabric(node):
-    n = node()
-    n.boot()
-    n.run()
+def test_efa_devices_are_counted_from_sysfs_where_the_minimal_install_has_no_libfabric(default_node):
+    n = default_node
     _assert_continued(n)
     assert not (n.root / "opt/amazon/efa/bin/fi_info").exists()
     assert "32 EFA devices in sysfs\n" in n.log()
@@ -626,10 +639,8 @@ def test_mig_mode_that_does_not_take_effect_abandons(node):
     _assert_abandoned(n, "mig: mode is 'Disabled'")
 
 
-def test_pool_without_mig_never_touches_mig_mode(node):
-    n = node()
-    n.boot()
-    n.run()
+def test_pool_without_mig_never_touches_mig_mode(default_node):
+    n = default_node
     _assert_continued(n)
     assert not [c for c in n.shim_log("calls") if "-mig" in c]
 

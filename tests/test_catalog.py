@@ -103,3 +103,44 @@ def test_suggestion_for_typos():
 def test_efa_cards_never_exceed_network_cards():
     for itype in CATALOG.instance_types.values():
         assert itype.efa.cards <= itype.network_cards
+
+
+# NCCL acceptance minimums, entry by entry: shared/reference/gpu-facts.md, "NCCL acceptance" (aws-samples/
+# awsome-distributed-training). Every other type has none: no minimum is invented for p4de or the g families.
+NCCL_MINIMUMS = {
+    "p4d.24xlarge": (300, 200),
+    "p5.48xlarge": (800, 500),
+    "p5e.48xlarge": (800, 500),
+    "p5en.48xlarge": (800, 500),
+    "p6-b200.48xlarge": (900, 600),
+}
+
+
+@pytest.mark.parametrize("name", [row[0] for row in HARDWARE])
+def test_nccl_minimums_entry_by_entry(name):
+    nccl = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps
+    if name in NCCL_MINIMUMS:
+        assert (nccl.across_nodes, nccl.within_node) == NCCL_MINIMUMS[name]
+    else:
+        assert nccl is None
+
+
+def _catalog_with(instance_type: str, nccl) -> dict:
+    import yaml
+    from spec.catalog import CATALOG_PATH
+    data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    data["instanceTypes"][instance_type]["ncclBusBandwidthGBps"] = nccl
+    return data
+
+
+@pytest.mark.parametrize("instance_type,nccl,message", [
+    ("p5.48xlarge", {}, "needs acrossNodes or withinNode"),
+    ("p5.48xlarge", {"acrossNodes": 0}, "greater than 0"),
+    ("p5.48xlarge", {"acrossNodes": 800, "withinNodes": 500}, "withinNodes"),           # misspelt key
+    ("g6e.48xlarge", {"withinNode": 100}, "g6e.48xlarge: ncclBusBandwidthGBps.withinNode is an NVLink minimum"),
+])
+def test_nccl_minimums_are_validated_strictly(instance_type, nccl, message):
+    from pydantic import ValidationError
+    from spec.catalog import Catalog
+    with pytest.raises(ValidationError, match=message):
+        Catalog.model_validate(_catalog_with(instance_type, nccl))

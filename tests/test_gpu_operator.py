@@ -14,8 +14,7 @@ skip and the file:line records in spec/gpu_operator.py stand as the confirmation
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -26,22 +25,17 @@ from components.cluster import SYSTEM_NODE_LABELS
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from spec import charts, gpu_operator
 from spec.catalog import load_catalog
-from spec.charts import ChartPin
 from spec.model import NodePool
 from spec.pools import Taint, mig_resource, node_labels, node_taints, offered_gpu_resources
 from spec.validate import ResolvedPool
-from tests.conftest import missing, run_component, validate_kubernetes
+from tests.chart_values import assert_values_confirmed, values_file
+from tests.conftest import run_component, validate_kubernetes
 
 COMPONENT = "gpu-cloud:gpu_operator:GpuOperator"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 CONFIGMAP = "kubernetes:core/v1:ConfigMap"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
-
-# The project's reference data sits beside the checkout; a clone elsewhere finds it at the workspace's path.
-VALUES_DIR = next((d for d in (Path(__file__).resolve().parent.parent.parent / "shared" / "chartvalues" / "values",
-                               Path("/work/shared/chartvalues/values")) if d.is_dir()),
-                  Path("/work/shared/chartvalues/values"))
 
 catalog = load_catalog()
 BATCH_TAINT = {"key": "example.com/batch", "value": "true", "effect": "NoSchedule"}
@@ -114,25 +108,6 @@ def _tolerates(tolerations: List[Mapping[str, str]], taint: Taint) -> bool:
         elif t.get("key") == taint.key and t.get("value", "") == taint.value:
             return True
     return False
-
-
-def _values_file(pin: ChartPin) -> Path:
-    """The chart's own values.yaml at the pinned version, from the reference data beside the checkout."""
-    path = VALUES_DIR / f"{pin.chart}-{pin.version}.yaml"
-    if not path.is_file():
-        missing(f"{path} is not on this machine: the project's reference chart values (../shared/chartvalues, "
-                "beside the checkout; never copied into the repository)")
-    return path
-
-
-def _set_paths(values: Mapping[str, Any], confirmed: Mapping[str, int], prefix: Tuple[str, ...] = ()) -> Iterator[str]:
-    """Each path the program sets: a confirmed path (which may hold a list or a free-form map), else a leaf."""
-    for key, value in values.items():
-        path = ".".join(prefix + (key,))
-        if path not in confirmed and isinstance(value, dict) and value:
-            yield from _set_paths(value, confirmed, prefix + (key,))
-        else:
-            yield path
 
 
 # --- the releases -----------------------------------------------------------------------------------------
@@ -280,7 +255,7 @@ def test_efa_plugin_runs_only_on_efa_nodes(run):
 
 def test_every_efa_capable_catalog_type_is_in_the_efa_charts_allowlist():
     # The chart adds a required node affinity on instance type: a type missing there never gets the plugin.
-    values = yaml.safe_load(_values_file(charts.chart(charts.EFA_DEVICE_PLUGIN)).read_text())
+    values = yaml.safe_load(values_file(charts.chart(charts.EFA_DEVICE_PLUGIN)).read_text())
     allowed = set(values["supportedInstanceLabels"]["values"])
     assert values["supportedInstanceLabels"]["keys"] == ["node.kubernetes.io/instance-type"]
     missing = sorted(name for name, itype in catalog.instance_types.items() if itype.supports_efa and name not in allowed)
@@ -326,18 +301,7 @@ def test_args_from_pools():
     (charts.EFA_DEVICE_PLUGIN, _efa_values, gpu_operator.EFA_PLUGIN_VALUE_PATHS),
 ])
 def test_every_value_the_program_sets_is_in_the_pinned_values_file(run, chart, values_of, confirmed):
-    path = _values_file(charts.chart(chart))
-    text = path.read_text()
-    chart_values, lines = yaml.safe_load(text), text.splitlines()
-    unconfirmed = sorted(set(_set_paths(values_of(run), confirmed)) - set(confirmed))
-    assert not unconfirmed, f"set but not confirmed in {path.name}: {unconfirmed}"
-    for dotted, line in confirmed.items():
-        node: Any = chart_values
-        for key in dotted.split("."):
-            assert isinstance(node, dict) and key in node, f"{dotted} is not in {path.name}"
-            node = node[key]
-        assert lines[line - 1].strip().startswith(f"{dotted.split('.')[-1]}:"), \
-            f"{path.name}:{line} is not {dotted}: {lines[line - 1]!r}"
+    assert_values_confirmed(values_of(run), charts.chart(chart), confirmed)
 
 
 def test_every_object_created_directly_is_valid_kubernetes_1_35(run, run_without_efa):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from plan.document import document_problems
-from tests.conftest import ROOT, STACKS
+from tests.conftest import ROOT, STACKS, PlanProcess
 
 
 def plan(*args, cwd=ROOT):
@@ -18,10 +18,14 @@ def plan(*args, cwd=ROOT):
 
 @pytest.fixture(scope="module")
 def documents(tmp_path_factory):
+    """`python -m plan STACK --json PATH` for each shipped stack: its stdout and document (one process plans
+    them all; conftest.PlanProcess)."""
+    directory = tmp_path_factory.mktemp("plan")
+    paths = {stack: directory / f"{stack}.json" for stack in STACKS}
+    process = PlanProcess([[stack, "--json", path] for stack, path in paths.items()], directory / "results.json")
+    results = process.results()
     out = {}
-    for stack in STACKS:
-        path = tmp_path_factory.mktemp("plan") / f"{stack}.json"
-        result = plan(stack, "--json", path)
+    for (stack, path), result in zip(paths.items(), results):
         assert result.returncode == 0, result.stderr
         out[stack] = (result.stdout, json.loads(path.read_text()))
     return out
@@ -50,6 +54,27 @@ def test_plan_shows_each_zones_subnets_pools_and_address_demand(documents):
     assert re.search(r"\n  use1-az1 +us-east-1a +10\.64\.0\.0/19 +10\.64\.224\.0/24 +2072 of 8187 +train-h100, ", text)
     assert {r["pool"]: r["maxPodsPerNode"] for r in document["capacity"]} == {
         "train-h100": 51, "finetune-a100-80gb-spot": 110, "finetune-a100-40gb-spot": 110, "infer-l40s": 110}
+
+
+def test_plan_shows_the_gpu_platform_and_the_training_queue(documents):
+    text, document = documents["prod-us-east-1"]
+    platform = document["platform"]
+    assert (platform["gpuOperator"], platform["efaDevicePlugin"], platform["kueue"], platform["mpiOperator"]) == \
+        ("v26.7.0", "v0.5.30", "0.19.2", "v0.8.0")
+    offers = {p["pool"]: p["offersPerNode"] for p in platform["pools"]}
+    assert offers["train-h100"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    assert offers["infer-l40s"] == {"nvidia.com/gpu": 8}           # 4 L40S x 2 time-slicing replicas
+    queue = platform["trainingQueue"]
+    assert [(f["name"], f["pools"], f["quotas"], f["interruptibleOnly"]) for f in queue["flavors"]] == [
+        ("training-reserved", ["train-h100"], {"nvidia.com/gpu": 32, "vpc.amazonaws.com/efa": 128}, False),
+        ("training-spot", ["finetune-a100-80gb-spot", "finetune-a100-40gb-spot"], {"nvidia.com/gpu": 48}, True)]
+    assert queue["nvlinkChecks"] == [{"pool": "train-h100", "schedule": "0 4 * * 0"},
+                                     {"pool": "finetune-a100-40gb-spot", "schedule": None}]
+    assert re.search(r"\n  training-spot +finetune-a100-80gb-spot, finetune-a100-40gb-spot +nvidia\.com/gpu 48 +"
+                     r"interruptible jobs only", text)
+    assert "NVLink bandwidth check: train-h100 (0 4 * * 0 UTC), finetune-a100-40gb-spot (suspended" in text
+    dev_text, _ = documents["dev"]
+    assert "GPU platform: gpu-operator v26.7.0, Kueue 0.19.2" in dev_text        # no EFA pool, no EFA plugin
 
 
 @pytest.mark.parametrize("stack", STACKS)

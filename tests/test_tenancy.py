@@ -215,8 +215,9 @@ TEAM_ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods", "services", "configmaps"],
      "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events", "resourcequotas"], "verbs": ["get", "list", "watch"]},
 ]
 

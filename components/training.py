@@ -1,0 +1,134 @@
+"""The training queue on the cluster: the MPI Operator, Kueue, one ResourceFlavor per capacity type of the queue's
+pools, the `training` ClusterQueue over them, its LocalQueue in the training namespace, and the NCCL acceptance
+test's standing parts (the judge's ConfigMap and service account, one NVLink-check CronJob per NVLink pool).
+
+What is queued where, and why, is in spec/kueue.py; this file only turns it into resources, in the order the API
+server needs: the MPIJob CRD before Kueue starts (Kueue sets up its MPIJob integration only for a CRD it finds),
+Kueue's CRDs and webhooks (the Release waits for them) before its custom resources.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from pulumi_kubernetes.helm.v3 import Release
+
+from components.cluster import SYSTEM_NODE_LABELS
+from components.helm import pinned_release
+from spec import acceptance, charts, kueue
+from spec.tenancy import TRAINING_NAMESPACE
+
+
+@dataclass(frozen=True)
+class TrainingQueueArgs:
+    flavors: Tuple[kueue.Flavor, ...]          # spec.kueue.flavors(pools, catalog), in admission order
+    driver_source: str                         # gpuDriver.source: sizes Kueue's pods-ready timeouts
+    training_namespace: pulumi.Input[str]      # the Namespace resource's name output, so the LocalQueue waits
+    nvlink_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per NVLink pool
+
+    @classmethod
+    def for_pools(cls, pools: Sequence, catalog, *, driver_source: str, training_namespace: pulumi.Input[str],
+                  nvlink_schedule: Optional[str]) -> "TrainingQueueArgs":
+        """From the stack's pools: the NVLink check on every queue pool it can run on, suspended where it does not
+        run by itself (spec.acceptance.nvlink_check_schedule)."""
+        def check(pool) -> Mapping[str, Any]:
+            schedule = acceptance.nvlink_check_schedule(pool, nvlink_schedule)
+            return acceptance.nvlink_cronjob_manifest(
+                pool, catalog, namespace=TRAINING_NAMESPACE, queue_name=kueue.LOCAL_QUEUE,
+                schedule=schedule or acceptance.DEFAULT_NVLINK_SCHEDULE, suspend=schedule is None,
+                judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT)
+
+        checks = tuple(check(pool) for pool in acceptance.nvlink_check_pools(pools, catalog))
+        return cls(flavors=kueue.flavors(pools, catalog), driver_source=driver_source,
+                   training_namespace=training_namespace, nvlink_checks=checks)
+
+
+class TrainingQueue(pulumi.ComponentResource):
+    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+    mpi_operator: kubernetes.yaml.v2.ConfigFile
+    release: Release
+    flavors: Dict[str, kubernetes.apiextensions.CustomResource]
+    cluster_queue: kubernetes.apiextensions.CustomResource
+    local_queue: kubernetes.apiextensions.CustomResource
+    nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
+
+    def __init__(self, name: str, args: TrainingQueueArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        # Plain decisions first: a bad argument fails before anything is registered.
+        queue_spec = kueue.cluster_queue_spec(args.flavors)
+        values = kueue.kueue_values(SYSTEM_NODE_LABELS, args.driver_source)
+        pin, mpi = charts.chart(charts.KUEUE), charts.manifest(charts.MPI_OPERATOR)
+
+        super().__init__("gpu-cloud:training:TrainingQueue", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, opts=child)
+        namespace = kubernetes.core.v1.Namespace(
+            f"{name}-kueue-namespace", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.NAMESPACE), opts=child)
+        self.release = pinned_release(
+            f"{name}-kueue", pin, release_name=kueue.RELEASE_NAME, namespace=kueue.NAMESPACE, values=values,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator]))
+
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        self.flavors = {flavor.name: self._custom(f"{name}-flavor-{flavor.capacity}", "ResourceFlavor", flavor.name,
+                                                  kueue.resource_flavor_spec(flavor), after_kueue)
+                        for flavor in args.flavors}
+        self.cluster_queue = self._custom(
+            f"{name}-cluster-queue", "ClusterQueue", kueue.CLUSTER_QUEUE, queue_spec,
+            pulumi.ResourceOptions(parent=self, depends_on=[self.release, *self.flavors.values()]))
+        self.local_queue = self._custom(
+            f"{name}-local-queue", "LocalQueue", kueue.LOCAL_QUEUE, kueue.local_queue_spec(),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_queue]), namespace=args.training_namespace)
+
+        self.nvlink_checks = self._acceptance(name, args, after=self.local_queue)
+
+        self.register_outputs({
+            "kueueChartVersion": pin.version,
+            "mpiOperatorVersion": mpi.version,
+            "flavors": list(self.flavors),
+            "clusterQueue": kueue.CLUSTER_QUEUE,
+            "localQueue": kueue.LOCAL_QUEUE,
+            "nvlinkChecks": [check["metadata"]["name"] for check in args.nvlink_checks],
+        })
+
+    def _acceptance(self, name: str, args: TrainingQueueArgs, after: pulumi.Resource
+                    ) -> Dict[str, kubernetes.batch.v1.CronJob]:
+        """The judge script, its service account (allowed to post Events, nothing else), and the NVLink checks."""
+        child = pulumi.ResourceOptions(parent=self)
+        def metadata(object_name: str) -> kubernetes.meta.v1.ObjectMetaArgs:
+            return kubernetes.meta.v1.ObjectMetaArgs(name=object_name, namespace=args.training_namespace)
+
+        judge = acceptance.judge_configmap_manifest(acceptance.JUDGE_CONFIGMAP, TRAINING_NAMESPACE)
+        configmap = kubernetes.core.v1.ConfigMap(f"{name}-nccl-judge", metadata=metadata(acceptance.JUDGE_CONFIGMAP),
+                                                 data=judge["data"], opts=child)
+        account = kubernetes.core.v1.ServiceAccount(
+            f"{name}-nccl-acceptance", metadata=metadata(acceptance.SERVICE_ACCOUNT),
+            automount_service_account_token=False, opts=child)
+        role = kubernetes.rbac.v1.Role(
+            f"{name}-nccl-acceptance-role", metadata=metadata(acceptance.SERVICE_ACCOUNT),
+            rules=[kubernetes.rbac.v1.PolicyRuleArgs(api_groups=rule["apiGroups"], resources=rule["resources"],
+                                                     verbs=rule["verbs"]) for rule in acceptance.JUDGE_RBAC_RULES],
+            opts=child)
+        binding = kubernetes.rbac.v1.RoleBinding(
+            f"{name}-nccl-acceptance-binding", metadata=metadata(acceptance.SERVICE_ACCOUNT),
+            role_ref=kubernetes.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role",
+                                                    name=role.metadata.name),
+            subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name,
+                                                     namespace=args.training_namespace)], opts=child)
+        # The CronJob spec is spec/acceptance.py's manifest as is, the same one `python -m jobs` prints, so the two
+        # cannot drift; tests validate it strictly against Kubernetes' schema (unknown fields fail).
+        ready = pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, after])
+        return {check["metadata"]["name"]: kubernetes.batch.v1.CronJob(
+            f"{name}-{check['metadata']['name']}",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=check["metadata"]["name"],
+                                                       namespace=args.training_namespace,
+                                                       labels=check["metadata"]["labels"]),
+            spec=check["spec"], opts=ready) for check in args.nvlink_checks}
+
+    @staticmethod
+    def _custom(resource_name: str, kind: str, object_name: str, spec: dict, opts: pulumi.ResourceOptions,
+                namespace: Optional[pulumi.Input[str]] = None) -> kubernetes.apiextensions.CustomResource:
+        return kubernetes.apiextensions.CustomResource(
+            resource_name, api_version=kueue.API_VERSION, kind=kind,
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=object_name, namespace=namespace), spec=spec, opts=opts)

@@ -1,0 +1,212 @@
+"""The NCCL acceptance test as plain Kubernetes manifests (no Pulumi): what a pool's fabric must deliver.
+
+- `mpijob_manifest`: nccl-tests all_reduce_perf over two nodes of an EFA pool (a kubeflow.org/v2beta1 MPIJob,
+  mpi-operator v0.8.0), judged against the type's `acrossNodes` minimum (spec/catalog.yaml). Rendered, never
+  applied: an operator starts it with `kubectl create -f` (generateName gives each run its own name).
+- `nvlink_cronjob_manifest`: all_reduce_perf on one node over NVLink, judged against `withinNode`, as a
+  periodic CronJob so a degraded node shows up between deployments.
+
+Both run a `judge` container (jobs/nccl_judge.py, from a ConfigMap) beside the NCCL process. The NCCL side
+writes its output and then a marker with its exit code to a shared emptyDir; the judge parses the output,
+posts a Kubernetes Event on its pod (NcclBandwidthPassed / NcclBandwidthBelowMinimum / NcclTestFailed) and
+exits with the verdict, so the Job's (and the MPIJob's) own status is the verdict too.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from spec.mpijob import (GENERATE_NAME_MAX, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME, bounded_name,
+                         check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector, tolerations)
+from spec.pools import GPU_RESOURCE, queue_flavor
+
+# nccl-tests image, maintained by AWS (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/
+# nccl-tests.Dockerfile, whose build args match the tag): CUDA 12.8.1, EFA installer 1.43.2 (libfabric under
+# /opt/amazon/efa, Open MPI under /opt/amazon/openmpi), aws-ofi-nccl 1.16.3, NCCL 2.27.7, nccl-tests 2.16.9 built
+# with MPI under /opt/nccl-tests/build. CUDA 12.8 needs driver branch >= 570 and the image purges cuda-compat;
+# every AMI release in spec/amis.yaml carries 570.195 or a 580 driver (tests/test_acceptance.py checks it).
+# A stack on `gpuDriver.source: install` with branch 535 cannot run this image.
+NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+NCCL_TESTS_MIN_DRIVER_BRANCH = 570
+JUDGE_IMAGE = "public.ecr.aws/docker/library/python:3.13-slim"     # the judge is standard-library Python
+JUDGE_SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "nccl_judge.py"
+JUDGE_SCRIPT_KEY = "nccl_judge.py"
+JUDGE_CONFIGMAP = "nccl-judge"
+SERVICE_ACCOUNT = "nccl-acceptance"
+# When a pool's NVLink check runs unless gpu-cloud:training.nvlinkCheckSchedule says otherwise: the CronJob is
+# then created suspended, with this schedule for when it is resumed by hand.
+DEFAULT_NVLINK_SCHEDULE = "0 4 * * 0"        # Sundays 04:00 UTC
+# What the judge's service account needs: posting an Event in its own namespace.
+JUDGE_RBAC_RULES = ({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},)
+
+ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
+
+RESULTS_DIR = "/results"
+RESULT_FILE = f"{RESULTS_DIR}/all_reduce_perf.txt"
+MARKER_FILE = f"{RESULTS_DIR}/exit_code"
+JUDGE_DIR = "/opt/judge"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+DEADLINE_S = 3600       # activeDeadlineSeconds of a run (the MPIJob's counts from the launcher, after the workers)
+JUDGE_WAIT_S = 3300     # the judge gives up first, so a silent NCCL side still ends with an Event
+TTL_S = 86400           # finished MPIJobs stay a day for `kubectl logs`
+# 8 B to 16 GiB, doubling: the small sizes show latency when diagnosing, the large ones the bus-bandwidth plateau
+# the verdict reads at the largest size (the sizes awsome-distributed-training's EKS MPIJob uses). nccl-tests
+# lowers -e to what fits in GPU memory (A100 40GB: its last row is 8 GiB). -c 1 checks the data (a #wrong
+# column, never N/A); -n 100 iterations per size steady the figure.
+ALL_REDUCE_ARGS = ("-b", "8", "-e", "16G", "-f", "2", "-c", "1", "-n", "100")
+
+def minimum_gbps(pool, scope: str) -> float:
+    """The pool's bus-bandwidth minimum for scope 'acrossNodes' or 'withinNode': the lowest over its types."""
+    field = {"acrossNodes": "across_nodes", "withinNode": "within_node"}[scope]
+    values = {}
+    for itype in pool.types:
+        nccl = itype.nccl_bus_bandwidth_gbps
+        if nccl is None or getattr(nccl, field) is None:
+            raise ValueError(f"pool {pool.name}: {itype.name} has no NCCL {scope} minimum in spec/catalog.yaml "
+                             f"(only the types gpu-facts.md names have one)")
+        values[itype.name] = getattr(nccl, field)
+    return min(values.values())
+
+
+def _labels(pool, scope: str) -> Dict[str, str]:
+    return {"app.kubernetes.io/name": "nccl-acceptance", "app.kubernetes.io/component": scope, POOL_LABEL: pool.name}
+
+
+def _run_script(command: List[str]) -> str:
+    """Run `command`, keep its output in the log and in RESULT_FILE, then write the exit code as the marker
+    (renamed into place, so the judge never reads half a marker) and exit with it."""
+    marker = shlex.quote(MARKER_FILE)
+    return "\n".join([
+        f"{shlex.join(command)} 2>&1 | tee {shlex.quote(RESULT_FILE)}",
+        "rc=${PIPESTATUS[0]}",
+        f"printf '%s\\n' \"$rc\" > {marker}.tmp",
+        f"mv {marker}.tmp {marker}",
+        'exit "$rc"',
+        ""])
+
+
+def _judge_container(pool, scope: str, minimum: float) -> dict:
+    env = env_list({"RESULT_FILE": RESULT_FILE, "MARKER_FILE": MARKER_FILE, "MIN_BUS_GBPS": f"{minimum:g}",
+                "POOL": pool.name, "INSTANCE_TYPE": ",".join(t.name for t in pool.types), "SCOPE": scope,
+                "WAIT_SECONDS": str(JUDGE_WAIT_S), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+    # The Event's involvedObject, from the downward API (the launcher's HOSTNAME is not its pod name).
+    downward = (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_UID", "metadata.uid"))
+    env += [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}} for name, path in downward]
+    return {
+        "name": "judge", "image": JUDGE_IMAGE, "command": ["python3", f"{JUDGE_DIR}/{JUDGE_SCRIPT_KEY}"], "env": env,
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR, "readOnly": True},
+                         {"name": "judge", "mountPath": JUDGE_DIR, "readOnly": True},
+                         {"name": "judge-token", "mountPath": SA_DIR, "readOnly": True}],
+    }
+
+
+def _judge_volumes(judge_configmap: str) -> List[dict]:
+    # The pod mounts no token (automountServiceAccountToken: false): only the judge gets one, the same projected
+    # token, CA and namespace the kubelet would mount, so the NCCL side and its ssh keys run without API access.
+    token = {"projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}
+    return [{"name": "results", "emptyDir": {}},
+            {"name": "judge", "configMap": {"name": judge_configmap, "defaultMode": 0o444}},
+            {"name": "judge-token", **token}]
+
+
+def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: str = NCCL_TESTS_IMAGE,
+                    judge_configmap: str, service_account: str) -> dict:
+    """all_reduce_perf over two nodes of an EFA pool (pool: a spec.validate.ResolvedPool), as an MPIJob."""
+    check_pool(pool, workers=2)
+    minimum = minimum_gbps(pool, "acrossNodes")
+    mpirun = mpirun_command(pool, 2, [ALL_REDUCE_PERF, *ALL_REDUCE_ARGS, "-g", "1"])
+    launcher = {
+        "name": "launcher", "image": image, "command": ["bash", "-c", _run_script(mpirun)],
+        "env": env_list(efa_env(pool)),
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+    }
+    return efa_mpijob(
+        pool, name=bounded_name("nccl-efa-", pool.name, GENERATE_NAME_MAX - 1) + "-", generated=True,
+        namespace=namespace, queue_name=queue_name, image=image, workers=2, launcher=launcher,
+        labels=_labels(pool, "across-nodes"),
+        # No retries: an acceptance test must not retry into a pass. Running: stop the workers' sshd (and free the
+        # GPUs) when the launcher ends, keep the launcher pod for its logs until the TTL.
+        run_policy={"cleanPodPolicy": "Running", "backoffLimit": 0, "ttlSecondsAfterFinished": TTL_S,
+                    "activeDeadlineSeconds": DEADLINE_S},
+        restart_policy="Never",
+        launcher_pod={"serviceAccountName": service_account, "automountServiceAccountToken": False,
+                      "containers": [_judge_container(pool, "across-nodes", minimum)],
+                      "volumes": _judge_volumes(judge_configmap)})
+
+
+def nvlink_check_refusal(pool, catalog) -> Optional[str]:
+    """Why the NVLink check cannot run on `pool`, or None when it can."""
+    if not catalog.gpu_model(pool.primary_type.name).nvlink_links_per_gpu:
+        return f"pool {pool.name}: {pool.primary_type.gpu.model} GPUs have no NVLink"
+    if pool.spec.max_nodes < 1:
+        return f"pool {pool.name}: maxNodes 0; the NVLink test needs a node"
+    if pool.spec.gpu_sharing.mode != "none":
+        return f"pool {pool.name}: GPU sharing mode {pool.spec.gpu_sharing.mode!r}; the NCCL test needs whole GPUs"
+    if any(t.nccl_bus_bandwidth_gbps is None or t.nccl_bus_bandwidth_gbps.within_node is None for t in pool.types):
+        return f"pool {pool.name}: {pool.primary_type.name} has no NCCL withinNode minimum in spec/catalog.yaml"
+    return None
+
+
+def nvlink_check_pools(pools, catalog) -> tuple:
+    """The training queue's pools the NVLink check can run on (inference pools are not the queue's to use)."""
+    return tuple(pool for pool in pools if queue_flavor(pool) and nvlink_check_refusal(pool, catalog) is None)
+
+
+def nvlink_check_schedule(pool, configured: Optional[str]) -> Optional[str]:
+    """When the pool's NVLink check runs by itself: the stack's schedule, on pools that keep nodes (minNodes > 0).
+    None: suspended, run by hand. The check never scales a pool up from zero just to test it."""
+    return configured if pool.spec.min_nodes > 0 else None
+
+
+def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, schedule: str, suspend: bool,
+                            image: str = NCCL_TESTS_IMAGE, judge_configmap: str, service_account: str) -> dict:
+    """all_reduce_perf over NVLink on one node of the pool, periodically, as a CronJob."""
+    refusal = nvlink_check_refusal(pool, catalog)
+    if refusal:
+        raise ValueError(refusal)
+    minimum = minimum_gbps(pool, "withinNode")
+    gpus = pool.gpus_per_node
+    # One process drives every GPU (-g): NCCL connects them over NVLink/NVSwitch by itself; no network is involved.
+    command = [ALL_REDUCE_PERF, *ALL_REDUCE_ARGS, "-g", str(gpus)]
+    nccl = {
+        "name": "nccl", "image": image, "command": ["bash", "-c", _run_script(command)],
+        "env": env_list({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}),
+        "resources": {"requests": {GPU_RESOURCE: gpus, "cpu": "8", "memory": "32Gi"}, "limits": {GPU_RESOURCE: gpus}},
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}, SHM_MOUNT],
+    }
+    labels = _labels(pool, "within-node")
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        # Job names add 11 characters to the CronJob's, so a CronJob name has at most 52.
+        "metadata": {"name": bounded_name("nccl-nvlink-", pool.name, 52), "namespace": namespace, "labels": labels},
+        "spec": {
+            "schedule": schedule, "timeZone": "Etc/UTC", "suspend": suspend, "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "metadata": {"labels": {**labels, QUEUE_LABEL: queue_name}},     # Kueue admits the Job by this label
+                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": DEADLINE_S, "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"restartPolicy": "Never", "nodeSelector": node_selector(pool),
+                             "tolerations": tolerations(pool), "serviceAccountName": service_account,
+                             "automountServiceAccountToken": False,
+                             "containers": [nccl, _judge_container(pool, "within-node", minimum)],
+                             "volumes": [*_judge_volumes(judge_configmap), SHM_VOLUME]}}}},
+        },
+    }
+
+
+def judge_configmap_manifest(name: str, namespace: str) -> dict:
+    """The ConfigMap both jobs mount the judge script from."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "data": {JUDGE_SCRIPT_KEY: JUDGE_SCRIPT.read_text(encoding="utf-8")}}

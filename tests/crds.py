@@ -1,0 +1,125 @@
+"""CRD schemas for tests, and a validator that, unlike the API server, reports unknown fields.
+
+`crd_schema("mpijobs.kubeflow.org")` (or "kubeflow.org/mpijobs") returns the openAPIV3Schema of the served
+storage version (or `version`). It reads the CRDs from the directory GPU_CLOUD_CRD_DIR (any *.yaml there), else
+from the pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org and
+Kueue v0.19.2's chart for kueue.x-k8s.io. With neither it skips the test: CI has no mirror.
+
+`validate_against_crd(obj, schema)` checks types, enums, required fields and the like with jsonschema, and flags
+every field the schema does not name. The API server prunes unknown fields of a structural schema silently, so a
+misspelt field would otherwise vanish without an error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import pytest
+import yaml
+
+MIRROR = Path("/work/.mirror")
+# group -> (repository in the mirror, tag, path of the CRD file for a plural)
+SOURCES = {
+    "kubeflow.org": ("kubeflow+mpi-operator/repo", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
+    "kueue.x-k8s.io": ("kubernetes-sigs+kueue/repo", "v0.19.2",
+                       lambda plural: f"charts/kueue/templates/crd/kueue.x-k8s.io_{plural}.yaml"),
+}
+
+
+def _crd_name(group_plural: str) -> str:
+    """'kubeflow.org/mpijobs' or 'mpijobs.kubeflow.org' -> 'mpijobs.kubeflow.org'."""
+    if "/" in group_plural:
+        group, plural = group_plural.split("/", 1)
+        return f"{plural}.{group}"
+    return group_plural
+
+
+def strip_helm(text: str) -> str:
+    """A chart template as plain YAML: drop template comments and lines that are only template actions, and
+    stand a placeholder in for expressions inside values (those sit in fields a schema test never reads)."""
+    text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", text, flags=re.S)
+    lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{.*\}\}\s*", line)]
+    return re.sub(r"\{\{.*?\}\}", "helm-value", "\n".join(lines))
+
+
+def _documents(text: str) -> Iterator[dict]:
+    for doc in yaml.safe_load_all(strip_helm(text)):
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            yield doc
+
+
+def _from_dir(name: str) -> Optional[dict]:
+    directory = os.environ.get("GPU_CLOUD_CRD_DIR")
+    if not directory or not Path(directory).is_dir():
+        return None
+    for path in sorted(Path(directory).glob("*.y*ml")):
+        for crd in _documents(path.read_text(encoding="utf-8")):
+            if crd["metadata"]["name"] == name:
+                return crd
+    return None
+
+
+def _from_mirror(name: str) -> Optional[dict]:
+    plural, group = name.split(".", 1)
+    if group not in SOURCES:
+        return None
+    repo, tag, path = SOURCES[group]
+    shown = subprocess.run(["git", "--git-dir", str(MIRROR / repo), "show", f"{tag}:{path(plural)}"],
+                           capture_output=True, text=True)
+    if shown.returncode:
+        return None
+    return next((crd for crd in _documents(shown.stdout) if crd["metadata"]["name"] == name), None)
+
+
+def crd(group_plural: str) -> dict:
+    name = _crd_name(group_plural)
+    found = _from_dir(name) or _from_mirror(name)
+    if found is None:
+        pytest.skip(f"CRD {name} not found: set GPU_CLOUD_CRD_DIR to a directory of CRD YAML files, or fetch the "
+                    f"pinned release into {MIRROR} (CI has neither; the schema check runs where they are)")
+    return found
+
+
+def crd_schema(group_plural: str, version: Optional[str] = None) -> dict:
+    """The openAPIV3Schema of `version`, by default the storage version."""
+    versions = crd(group_plural)["spec"]["versions"]
+    chosen = [v for v in versions if (v["name"] == version if version else v.get("storage"))]
+    assert chosen, f"{group_plural}: no version {version or '(storage)'} among {[v['name'] for v in versions]}"
+    return chosen[0]["schema"]["openAPIV3Schema"]
+
+
+def _as_json_schema(schema):
+    """OpenAPI v3 (Kubernetes flavour) -> JSON Schema: int-or-string and nullable become types; x-kubernetes-*
+    are annotations; objects that name their properties and neither preserve unknown fields nor declare
+    additionalProperties get additionalProperties: false, which is what reports an unknown field."""
+    if isinstance(schema, list):
+        return [_as_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: (value if key in ("enum", "default", "example", "required") else _as_json_schema(value))
+           for key, value in schema.items()
+           if not key.startswith("x-kubernetes-") and key not in ("nullable", "properties")}
+    if "properties" in schema:      # keyed by field name: every name is kept, whatever it looks like
+        out["properties"] = {name: _as_json_schema(sub) for name, sub in schema["properties"].items()}
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    elif schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if ("properties" in schema and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def validate_against_crd(obj: dict, schema: dict) -> None:
+    """Raise AssertionError listing every violation (by path) of `obj` against a CRD's openAPIV3Schema."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(_as_json_schema(schema))
+    errors: List[str] = [f"{'.'.join(str(p) for p in error.absolute_path) or '<root>'}: {error.message}"
+                         for error in validator.iter_errors(obj)]
+    assert not errors, "\n".join(sorted(errors))

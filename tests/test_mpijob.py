@@ -1,0 +1,140 @@
+"""The training-job template (spec/mpijob.training_mpijob) and what every EFA MPIJob carries (spec/mpijob.py)."""
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from spec import mpijob
+from spec.catalog import load_catalog
+from spec.model import NodePool
+from spec.pools import INTERRUPTIBLE_TAINT
+from spec.validate import ResolvedPool
+from tests.conftest import require_tool
+from tests.crds import crd_schema, validate_against_crd
+
+CATALOG = load_catalog()
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-train:2026.11"
+PROGRAM = ["python", "/app/train.py", "--config", "/app/7b.yaml"]
+
+
+def pool(instance_type="p5.48xlarge", capacity="reserved", efa=True, max_nodes=4, sharing=None) -> ResolvedPool:
+    spec = NodePool.model_validate({
+        "name": "train", "instanceTypes": [instance_type], "capacity": capacity, "minNodes": 0, "desiredNodes": 0,
+        "maxNodes": max_nodes, "workload": "training", "gpuSharing": sharing or {"mode": "none"}})
+    return ResolvedPool(spec=spec, types=(CATALOG.instance_types[instance_type],), efa=efa)
+
+
+def job(p=None, **overrides):
+    kwargs = dict(name="llama-7b", namespace="training", queue_name="training", image=IMAGE, workers=4,
+                  program=PROGRAM, worker_wait_s=2100, checkpoint_uri="s3://ckpt-bucket/llama-7b")
+    return mpijob.training_mpijob(p or pool(), **{**kwargs, **overrides})
+
+
+def launcher(manifest):
+    return manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+
+
+def worker_spec(manifest):
+    return manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+
+
+def mpirun_args(manifest):
+    script = launcher(manifest)["command"][2]
+    return shlex.split(script.rsplit("exec ", 1)[1])
+
+
+def test_the_job_enters_the_training_queue_under_a_stable_name():
+    manifest = job()
+    assert manifest["metadata"]["name"] == "llama-7b"          # checkpoints are kept under it across resubmits
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
+
+
+@pytest.mark.parametrize("instance_type,gpus,efa,rdma", [
+    ("p4d.24xlarge", 8, 4, True), ("p5.48xlarge", 8, 32, True), ("p5en.48xlarge", 8, 16, True),
+    ("p6-b200.48xlarge", 8, 8, True), ("g6e.48xlarge", 8, 4, False),
+])
+def test_workers_take_whole_nodes_with_every_efa_device(instance_type, gpus, efa, rdma):
+    manifest = job(pool(instance_type))
+    worker = worker_spec(manifest)["containers"][0]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
+    assert {k: worker["resources"]["requests"][k] for k in worker["resources"]["limits"]} == worker["resources"]["limits"]
+    assert manifest["spec"]["slotsPerWorker"] == gpus
+    env = {e["name"]: e["value"] for e in launcher(manifest)["env"]}
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"] == "eth0" and env["NCCL_DEBUG"] == "INFO"
+    assert ("FI_EFA_USE_DEVICE_RDMA" in env) == rdma
+
+
+def test_efa_needs_locked_memory_and_a_large_shm():
+    spec = worker_spec(job())
+    assert spec["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in spec["volumes"]
+
+
+def test_mpirun_runs_one_rank_per_gpu_and_forwards_every_setting_the_ranks_need():
+    args = mpirun_args(job())
+    assert args[0] == mpijob.MPIRUN
+    assert args[args.index("-np") + 1] == "32" and args[args.index("-N") + 1] == "8"
+    forwarded = {args[i + 1] for i, arg in enumerate(args) if arg == "-x"}
+    env = {e["name"] for e in launcher(job())["env"]}
+    assert env <= forwarded and {"PATH", "LD_LIBRARY_PATH", "CHECKPOINT_URI"} <= forwarded
+    assert args[-len(PROGRAM):] == PROGRAM
+
+
+def test_the_checkpoint_location_reaches_every_rank():
+    env = {e["name"]: e["value"] for e in launcher(job())["env"]}
+    assert env["CHECKPOINT_URI"] == "s3://ckpt-bucket/llama-7b"
+    assert "CHECKPOINT_URI" not in {e["name"] for e in launcher(job(checkpoint_uri=""))["env"]}
+
+
+def test_an_interrupted_job_retries_and_frees_its_gpus_when_it_ends():
+    spec = job()["spec"]
+    assert spec["runPolicy"]["backoffLimit"] == mpijob.TRAINING_BACKOFF_LIMIT > 0
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert {r["restartPolicy"] for r in spec["mpiReplicaSpecs"].values()} == {"OnFailure"}
+
+
+def test_the_launcher_waits_for_workers_no_longer_than_kueue_would():
+    script = launcher(job(worker_wait_s=2100))["command"][2]
+    assert "deadline=$((SECONDS + 2100))" in script
+    assert script.index(f"done < {mpijob.HOSTFILE}") < script.index("exec ")
+
+
+def test_a_spot_pools_job_is_marked_interruptible_and_others_are_not():
+    key, value, effect = INTERRUPTIBLE_TAINT
+    interruptible = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    assert interruptible in worker_spec(job(pool(capacity="spot")))["tolerations"]
+    assert interruptible not in worker_spec(job(pool(capacity="on-demand")))["tolerations"]
+
+
+@pytest.mark.parametrize("p,workers,message", [
+    (pool(efa=False), 2, "EFA is off"),
+    (pool(max_nodes=2), 3, "3 worker\\(s\\) do not fit its maxNodes 2"),
+    (pool("p4de.24xlarge", sharing={"mode": "mig", "migProfile": "1g.10gb"}), 2, "GPU sharing mode 'mig'"),
+])
+def test_pools_a_multi_node_efa_job_cannot_use_are_refused(p, workers, message):
+    with pytest.raises(ValueError, match=f"pool train: {message}"):
+        job(p, workers=workers)
+
+
+@pytest.mark.parametrize("workers,longest", [(2, 54), (10, 54), (11, 53), (64, 53)])
+def test_names_leave_room_for_every_worker_pod_name(workers, longest):
+    p = pool(max_nodes=64)
+    manifest = job(p, name="a" * longest, workers=workers)
+    assert len(f"{manifest['metadata']['name']}-worker-{workers - 1}") <= 63
+    with pytest.raises(ValueError, match="too long"):
+        job(p, name="a" * (longest + 1), workers=workers)
+
+
+def test_the_template_validates_against_the_mpijob_crd():
+    validate_against_crd(job(), crd_schema("kubeflow.org/mpijobs"))
+
+
+def test_the_launcher_script_passes_shellcheck(tmp_path):
+    shellcheck = require_tool("shellcheck")
+    path = tmp_path / "launcher.sh"
+    path.write_text("#!/usr/bin/env bash\n" + launcher(job())["command"][2])
+    checked = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout

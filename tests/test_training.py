@@ -1,0 +1,170 @@
+"""The TrainingQueue component: the MPI Operator, Kueue and its custom resources in the order the API server needs,
+and the NCCL acceptance test's standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs)."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+import pytest
+
+from components.training import TrainingQueue, TrainingQueueArgs
+from spec import acceptance, charts, kueue
+from spec.model import NodePool
+from spec.validate import ResolvedPool
+from tests.conftest import run_component, run_stack, stack_config, validate_kubernetes
+from tests.crds import crd_schema, validate_against_crd
+from tests.test_kueue import CONFIG_FILE, KUEUE_TYPE, POOLS, RELEASE, catalog
+
+CRONJOB = "kubernetes:batch/v1:CronJob"
+# A reserved H100 pool that keeps two nodes: the only one a schedule makes run by itself.
+STANDING = ResolvedPool(spec=NodePool.model_validate({
+    "name": "standing-h100", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved", "minNodes": 2,
+    "desiredNodes": 2, "maxNodes": 2, "workload": "training"}), types=(catalog.instance_types["p5.48xlarge"],), efa=True)
+ALL_POOLS = POOLS + (STANDING,)
+FLAVORS = kueue.flavors(ALL_POOLS, catalog)
+# NVLink pools of the queue with a withinNode minimum (test_kueue.POOLS): p4d on-demand, p5 spot, p5e capacity
+# block, p5 reserved; not the time-sliced L4s (no NVLink), the MIG p4de (shared GPUs) or the inference L40S.
+CHECKED = {"od-a100", "spot-h100", "block-h200", "reserved-h100", "standing-h100"}
+
+
+def _build(schedule=None):
+    def build():
+        k8s = kubernetes.Provider("k8s", kubeconfig="{}")
+        opts = pulumi.ResourceOptions(providers={"kubernetes": k8s})
+        training = kubernetes.core.v1.Namespace("training-ns", metadata={"name": "training"}, opts=opts)
+        TrainingQueue("training", TrainingQueueArgs.for_pools(
+            ALL_POOLS, catalog, driver_source="ami", training_namespace=training.metadata.name,
+            nvlink_schedule=schedule), opts=opts)
+    return build
+
+
+@pytest.fixture(scope="module")
+def run():
+    return run_component(_build())
+
+
+@pytest.fixture(scope="module")
+def scheduled():
+    return run_component(_build(schedule="30 2 * * *"))
+
+
+def _named(run, type_token):
+    return {r.inputs["metadata"]["name"]: r for r in run.of_type(type_token)}
+
+
+# --- Kueue and the MPI Operator ---------------------------------------------------------------------------
+
+def test_the_mpi_operator_comes_from_its_pinned_release_manifest(run):
+    assert run.one(CONFIG_FILE).inputs["file"] == charts.manifest(charts.MPI_OPERATOR).url
+
+
+def test_kueue_starts_after_the_mpijob_crd_and_its_custom_resources_after_kueue(run):
+    release = run.one(RELEASE)
+    assert release.inputs["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
+    assert release.inputs["namespace"] == kueue.NAMESPACE
+    assert run.one(CONFIG_FILE).urn in release.dependencies
+    flavors = run.of_type(KUEUE_TYPE + "ResourceFlavor")
+    assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(f.name for f in FLAVORS)
+    assert all(release.urn in f.dependencies for f in flavors)
+    queue = run.one(KUEUE_TYPE + "ClusterQueue")
+    assert {f.urn for f in flavors} <= set(queue.dependencies)
+    local = run.one(KUEUE_TYPE + "LocalQueue")
+    assert queue.urn in local.dependencies
+    assert local.inputs["metadata"] == {"name": kueue.LOCAL_QUEUE, "namespace": "training"}
+
+
+def test_custom_resources_carry_the_specs_spec_kueue_renders(run):
+    assert run.one(KUEUE_TYPE + "ClusterQueue").inputs["spec"] == kueue.cluster_queue_spec(FLAVORS)
+    spot = _named(run, KUEUE_TYPE + "ResourceFlavor")["training-spot"]
+    assert spot.inputs["spec"]["nodeTaints"] == [{"key": "gpu-cloud.io/interruptible", "value": "true",
+                                                  "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize("kind,plural", [("ResourceFlavor", "resourceflavors"), ("ClusterQueue", "clusterqueues"),
+                                         ("LocalQueue", "localqueues")])
+def test_custom_resources_validate_against_kueues_crds(run, stack_runs, kind, plural):
+    schema = crd_schema(f"kueue.x-k8s.io/{plural}", "v1beta2")
+    checked = 0
+    for result in (run, *stack_runs.values()):
+        for resource in result.of_type(KUEUE_TYPE + kind):
+            validate_against_crd({"apiVersion": kueue.API_VERSION, "kind": kind, "metadata": resource.inputs["metadata"],
+                                  "spec": resource.inputs["spec"]}, schema)
+            checked += 1
+    assert checked == (len(FLAVORS) + 4 if kind == "ResourceFlavor" else 4)   # the component's and 3 stacks'
+
+
+# --- the NCCL acceptance test's standing parts ------------------------------------------------------------
+
+def test_the_judge_script_is_shipped_as_is(run):
+    configmap = _named(run, "kubernetes:core/v1:ConfigMap")[acceptance.JUDGE_CONFIGMAP]
+    assert configmap.inputs["data"] == {acceptance.JUDGE_SCRIPT_KEY: acceptance.JUDGE_SCRIPT.read_text()}
+    assert configmap.inputs["metadata"]["namespace"] == "training"
+
+
+def test_the_judges_account_may_post_events_and_nothing_else(run):
+    account = _named(run, "kubernetes:core/v1:ServiceAccount")[acceptance.SERVICE_ACCOUNT]
+    assert account.inputs["automountServiceAccountToken"] is False
+    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    assert role.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                         "name": acceptance.SERVICE_ACCOUNT}
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": acceptance.SERVICE_ACCOUNT,
+                                           "namespace": "training"}]
+    assert not run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+
+
+def test_an_nvlink_check_exists_for_each_queue_pool_it_can_run_on(run):
+    pools = {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"] for c in run.of_type(CRONJOB)}
+    assert pools == CHECKED
+
+
+def test_without_a_schedule_every_check_is_suspended(run):
+    assert all(c.inputs["spec"]["suspend"] is True for c in run.of_type(CRONJOB))
+
+
+def test_a_schedule_runs_the_check_only_on_pools_that_keep_nodes(scheduled):
+    running = {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"]: c.inputs["spec"]
+               for c in scheduled.of_type(CRONJOB) if not c.inputs["spec"]["suspend"]}
+    assert list(running) == ["standing-h100"]
+    assert running["standing-h100"]["schedule"] == "30 2 * * *"
+
+
+def test_checks_wait_for_the_queue_their_judge_and_its_rights(run):
+    needs = {run.one(KUEUE_TYPE + "LocalQueue").urn, run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").urn,
+             _named(run, "kubernetes:core/v1:ConfigMap")[acceptance.JUDGE_CONFIGMAP].urn}
+    for check in run.of_type(CRONJOB):
+        assert needs <= set(check.dependencies), check.name
+
+
+def test_the_shipped_stacks_nvlink_checks(stack_runs):
+    def checks(stack):
+        return {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"]: c.inputs["spec"]["suspend"]
+                for c in stack_runs[stack].of_type(CRONJOB)}
+    # prod-us-east-1 schedules the check: it runs on the reserved H100s (4 standing nodes); the A100 40GB spot pool
+    # scales from zero, so its check waits to be run by hand; the A100 80GB (p4de) has no recorded minimum.
+    assert checks("prod-us-east-1") == {"train-h100": False, "finetune-a100-40gb-spot": True}
+    assert checks("prod-eu-west-1") == {"train-a100": True}
+    assert checks("dev") == {}
+
+
+# --- validity and structure -------------------------------------------------------------------------------
+
+def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
+    # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 CronJobs.
+    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED)
+    for stack in stack_runs.values():
+        validate_kubernetes(stack, "1.35")
+
+
+def test_every_child_is_parented_under_the_component_with_its_prefix(run):
+    component = run.one("gpu-cloud:training:TrainingQueue", "training")
+    children = run.children_of(component.urn)
+    assert len(children) == 3 + len(FLAVORS) + 2 + 4 + len(CHECKED)
+    assert all(r.name.startswith("training-") for r in children)
+
+
+def test_a_stack_without_queue_pools_installs_no_queue():
+    pools = [{**p, "workload": "inference"} for p in stack_config("dev")["gpu-cloud:nodePools"]]
+    result = run_stack("dev", {"gpu-cloud:nodePools": pools})
+    assert not result.of_type("gpu-cloud:training:TrainingQueue")
+    assert any("no training queue" in w for w in result.warnings)
