@@ -3,7 +3,7 @@
 Reads the stack config once, validates all of it and checks it against the account (through the stack's
 own AWS provider, the only thing registered first), then composes:
 network -> EKS cluster -> log and artifact buckets -> spot/scale-in draining -> one GPU node pool per
-`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy -> training queue (Kueue, MPI Operator).
+`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy -> FSx for Lustre -> training queue (Kueue, MPI Operator).
 """
 from datetime import date
 
@@ -16,14 +16,16 @@ from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from components.cluster import ClusterArgs, EksCluster
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.log_bucket import LogBucket, LogBucketArgs
+from components.lustre import Lustre, LustreArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.tenancy import Tenancy, TenancyArgs
 from components.training import TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
 from spec import autoscaling, boot, tenancy
+from spec import lustre as lustre_rules
 from spec import pools as pool_rules
-from spec.errors import ConfigError, ConfigIssue
+from spec.errors import ConfigError, ConfigIssue, key_path
 from spec.logs import cloudwatch_retention_days
 from plan.stackfile import peer_cidr
 from spec.deployer import AWS_PROVIDER_KEYS, aws_settings
@@ -62,6 +64,10 @@ try:
         default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
     reads = pulumi.InvokeOptions(provider=aws_provider)
     layout = resolve_layout(spec, read_account(spec, reads))   # zones, offerings, reservations, subnet room
+    if spec.storage.lustre is not None:   # the file system's zone: where the training pools are
+        zone_problems = lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa)
+        if zone_problems:
+            raise ConfigError([ConfigIssue(key_path(NAMESPACE, parts), message) for parts, message in zone_problems])
     deployer_arn = read_deployer(reads)
     # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
     teams_with_deployer = [team for team, access in spec.tenancy.teams if deployer_arn in access.role_arns]
@@ -139,6 +145,21 @@ teams = Tenancy("tenancy", TenancyArgs(
     cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
     team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
     admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn)), opts=with_cluster)
+
+# Shared training data: FSx for Lustre in the training pools' zone, its S3 association, the CSI driver, and a
+# claim in the training namespace.
+if spec.storage.lustre is not None:
+    lustre_zone = lustre_rules.lustre_zone(spec.pools, layout.pool_zones, layout.zones)
+    fsx = Lustre("lustre", LustreArgs(
+        cluster_name=cluster_name, environment=spec.environment, capacity_gib=spec.storage.lustre.capacity_gib,
+        throughput_per_tib=spec.storage.lustre.throughput_per_tib, efa=spec.storage.lustre.efa,
+        import_path=spec.storage.lustre.import_path, vpc_id=network.vpc_id,
+        subnet_id=network.private_subnet_ids[lustre_zone.zone_id],
+        client_security_group_ids=[cluster.cluster_security_group_id], region=spec.region, account_id=account_id,
+        partition=partition, log_retention_days=log_retention,
+        namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name), opts=with_cluster)
+    pulumi.export("lustre", {"fileSystemId": fsx.file_system_id, "dnsName": fsx.dns_name, "mountName": fsx.mount_name,
+                             "pvcName": fsx.pvc_name, "zoneId": lustre_zone.zone_id})
 
 # The training queue: MPI Operator, Kueue, flavors per capacity type (paid-for, spot, on-demand) and the queues.
 training = TrainingQueueArgs.for_pools(

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ProgramRun
-from spec import acceptance, charts, cost, kueue, pods
+from spec import acceptance, charts, cost, kueue, pods, scratch
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 
@@ -71,6 +71,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "cost": cost_section(spec),
         "nodeImage": node_image_section(spec),
         "platform": platform_section(spec),
+        "storage": storage_section(spec),
         "warnings": list(warnings),
         "policy": dict(policy),
     }
@@ -106,6 +107,17 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
     }
 
 
+def storage_section(spec: StackSpec) -> Dict[str, Any]:
+    """NVMe scratch per pool against the hot tier, and the Lustre file system when the stack has one."""
+    lustre = spec.storage.lustre
+    return {"nvmeScratch": spec.storage.nvme_scratch, "hotTierReadIops": scratch.HOT_TIER_READ_IOPS,
+            "scratch": scratch.scratch_rows(spec.pools, spec.catalog, spec.storage.nvme_scratch),
+            "lustre": None if lustre is None else {
+                "capacityGiB": lustre.capacity_gib, "throughputPerTiB": lustre.throughput_per_tib,
+                "efa": lustre.efa, "importPath": lustre.import_path},
+            "lustreLatency": scratch.LUSTRE_LATENCY, "lustreLatencyNote": scratch.LUSTRE_LATENCY_NOTE}
+
+
 def document_problems(document: Any) -> List[str]:
     """What is wrong with a plan document (empty when it is a valid version-1 document)."""
     if not isinstance(document, dict):
@@ -134,6 +146,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _cost_table(document["cost"]) + [""]
     lines += _node_image_lines(document["nodeImage"]) + [""]
     lines += _platform_lines(document["platform"]) + [""]
+    lines += _storage_lines(document["storage"]) + [""]
     if document.get("warnings"):
         lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
@@ -235,6 +248,27 @@ def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
     checks = [f"{c['pool']} ({c['schedule'] + ' UTC' if c['schedule'] else 'suspended: run by hand'})"
               for c in queue["nvlinkChecks"]]
     lines.append("  NVLink bandwidth check: " + (", ".join(checks) or "none (no NVLink pool with a minimum)"))
+    return lines
+
+
+def _iops(value) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
+    hot = {True: "yes", False: "no", None: "unknown"}
+    body = [[r["pool"], f"{r['disks']} x {r['diskGB']:,} GB" if r["disks"] else "none",
+             (f"{r['totalGB']:,} GB " + ("RAID0" if r["raid0"] else "unused")) if r["disks"] else "-",
+             _iops(r["readIops"]), _iops(r["writeIops"]), hot[r["meetsHotTier"]]] for r in storage["scratch"]]
+    lines = [f"NVMe scratch (hot tier > {storage['hotTierReadIops'] // 1000}K read IOPS; pods use an emptyDir at "
+             f"{scratch.SCRATCH_MOUNT_PATH}, on the RAID0 at {scratch.RAID0_MOUNT_PATH}):"]
+    lines += _table(["pool", "disks", "size", "read IOPS", "write IOPS", "hot tier"], body)
+    lustre = storage["lustre"]
+    if lustre:
+        lines.append(f"  FSx for Lustre: PERSISTENT_2, {lustre['capacityGiB']:,} GiB at {lustre['throughputPerTiB']} "
+                     f"MB/s/TiB, EFA {'on' if lustre['efa'] else 'off'}, /data <- {lustre['importPath']}; "
+                     "claim lustre-data in namespace training")
+    lines.append(f"  {storage['lustreLatencyNote']}")
     return lines
 
 

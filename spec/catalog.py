@@ -46,12 +46,24 @@ class EfaSpec(_Frozen):
 
 
 class InstanceStore(_Frozen):
+    """NVMe instance store. `read_iops`/`write_iops`: AWS's published aggregate over all the volumes (4 KiB random,
+    queue depth saturated; see catalog.yaml for the source), None where not recorded."""
     disks: int = Field(ge=0)
     disk_gb: int = Field(alias="diskGB", ge=0)
+    read_iops: Optional[int] = Field(default=None, alias="readIops", gt=0)
+    write_iops: Optional[int] = Field(default=None, alias="writeIops", gt=0)
 
     @property
     def total_gb(self) -> int:
         return self.disks * self.disk_gb
+
+    @model_validator(mode="after")
+    def _iops_need_disks(self) -> "InstanceStore":
+        if (self.disks == 0) != (self.disk_gb == 0):
+            raise ValueError(f"disks {self.disks} and diskGB {self.disk_gb}: both are 0 (no instance store) or neither")
+        if self.disks == 0 and (self.read_iops is not None or self.write_iops is not None):
+            raise ValueError("readIops/writeIops are set, but the type has no instance store (disks 0)")
+        return self
 
 
 class EniSpec(_Frozen):

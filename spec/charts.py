@@ -20,6 +20,7 @@ CLUSTER_AUTOSCALER = "cluster-autoscaler"
 GPU_OPERATOR = "gpu-operator"
 EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
 KUEUE = "kueue"
+FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 MPI_OPERATOR = "mpi-operator"
 
 # Some repositories publish versions with a leading "v" (NGC's gpu-operator v26.7.0, eks-charts' EFA plugin

@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost, kueue, zones
+from spec import addons, charts, cost, kueue, lustre, zones
 from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
@@ -150,7 +150,14 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
     issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
     issues.extend(_check_tenancy(parsed.get("tenancy"), parsed.get("cluster")))
+    dr = parsed.get("dr")
+    if dr is not None and dr.peer_stack and dr.peer_stack.split("/")[1:] == [project, stack]:
+        issues.append(_issue(("dr", "peerStack"), f"{dr.peer_stack} is this very stack; name the stack in the "
+                             "other region that backs this one up"))
     resolved = tuple(r for _, _, r in pools if r is not None)
+    lustre_config = parsed["storage"].lustre if parsed.get("storage") is not None else None
+    if lustre_config is not None and all_pools_parsed and len(resolved) == len(pools):
+        issues.extend(_issue(parts, message) for parts, message in lustre.lustre_issues(lustre_config, resolved))
     if not issues and parsed.get("budget") is not None and parsed["budget"].max_hourly_usd is not None:
         issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
     if issues:
@@ -286,6 +293,8 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
     if spec.environment == "prod" and spec.budget.max_hourly_usd is None:
         warnings.append("gpu-cloud:budget.maxHourlyUsd: not set on a prod stack, so nothing stops a maxNodes typo "
                         "from multiplying the bill; set the most the pools may cost per hour")
+    if spec.storage.lustre is not None:
+        warnings += lustre.lustre_warnings(spec.storage.lustre, spec.pools)
     if not kueue.flavors(spec.pools, spec.catalog):
         warnings.append("gpu-cloud:nodePools: no training or general pool, so no training queue (Kueue, MPI "
                         "Operator) is installed")

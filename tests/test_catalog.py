@@ -144,3 +144,67 @@ def test_nccl_minimums_are_validated_strictly(instance_type, nccl, message):
     from spec.catalog import Catalog
     with pytest.raises(ValidationError, match=message):
         Catalog.model_validate(_catalog_with(instance_type, nccl))
+
+
+# Instance store IOPS, entry by entry: AWS, EC2 Instance Types guide, accelerated computing, "Instance store
+# specifications" (ac.html#ac_instance-store): volumes as "N x GB" and "100% random read IOPS / Write IOPS"
+# (4,096-byte blocks, all volumes, queue depth saturation). The layout column is checked too, so a row copied for
+# the wrong type shows. Every catalog type has instance store and a published figure; none is left out.
+INSTANCE_STORE_IOPS = [
+    # type,              AWS volumes,    read IOPS, write IOPS
+    ("g4dn.12xlarge",    "1 x 900 GB",     250_000,   200_000),
+    ("g4dn.metal",       "2 x 900 GB",     500_000,   400_000),
+    ("g5.12xlarge",      "1 x 3800 GB",    312_500,   156_250),
+    ("g5.48xlarge",      "2 x 3800 GB",    625_000,   312_500),
+    ("g6.12xlarge",      "4 x 940 GB",     312_500,   125_000),
+    ("g6.48xlarge",      "8 x 940 GB",     625_000,   312_496),
+    ("g6e.12xlarge",     "2 x 1900 GB",    312_500,   125_000),
+    ("g6e.48xlarge",     "4 x 1900 GB",    625_000,   312_500),
+    ("p4d.24xlarge",     "8 x 1000 GB",  2_000_000, 1_600_000),
+    ("p4de.24xlarge",    "8 x 1000 GB",  2_000_000, 1_600_000),
+    ("p5.48xlarge",      "8 x 3800 GB",  4_400_000, 2_200_000),
+    ("p5e.48xlarge",     "8 x 3800 GB",  4_400_000, 2_200_000),
+    ("p5en.48xlarge",    "8 x 3800 GB",  4_400_000, 2_200_000),
+    ("p6-b200.48xlarge", "8 x 3800 GB",  4_400_000, 2_200_000),
+]
+
+
+def test_the_iops_table_covers_every_catalog_type():
+    assert [row[0] for row in INSTANCE_STORE_IOPS] == [row[0] for row in HARDWARE]
+
+
+@pytest.mark.parametrize("name,volumes,read_iops,write_iops", INSTANCE_STORE_IOPS)
+def test_instance_store_iops_entry_by_entry(name, volumes, read_iops, write_iops):
+    store = CATALOG.instance_types[name].instance_store
+    assert f"{store.disks} x {store.disk_gb} GB" == volumes
+    assert (store.read_iops, store.write_iops) == (read_iops, write_iops)
+
+
+def _catalog_with_store(instance_type: str, store) -> dict:
+    import yaml
+    from spec.catalog import CATALOG_PATH
+    data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    data["instanceTypes"][instance_type]["instanceStore"] = store
+    return data
+
+
+def test_a_type_without_instance_store_has_no_iops():
+    from spec.catalog import Catalog
+    catalog = Catalog.model_validate(_catalog_with_store("g5.12xlarge", {"disks": 0, "diskGB": 0}))
+    store = catalog.instance_types["g5.12xlarge"].instance_store
+    assert (store.total_gb, store.read_iops, store.write_iops) == (0, None, None)
+
+
+@pytest.mark.parametrize("store,message", [
+    ({"disks": 0, "diskGB": 0, "readIops": 250000}, "no instance store"),
+    ({"disks": 0, "diskGB": 0, "writeIops": 1}, "no instance store"),
+    ({"disks": 0, "diskGB": 900}, "both are 0"),
+    ({"disks": 1, "diskGB": 900, "readIops": 0}, "greater than 0"),
+    ({"disks": 1, "diskGB": 900, "writeIops": -5}, "greater than 0"),
+    ({"disks": 1, "diskGB": 900, "readIOPS": 250000}, "readIOPS"),                  # misspelt key
+])
+def test_instance_store_is_validated_strictly(store, message):
+    from pydantic import ValidationError
+    from spec.catalog import Catalog
+    with pytest.raises(ValidationError, match=message):
+        Catalog.model_validate(_catalog_with_store("g4dn.12xlarge", store))

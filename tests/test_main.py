@@ -47,6 +47,9 @@ def test_stateful_resources_are_protected(stack_runs, stack):
     for type_token in ("aws:eks/cluster:Cluster", "aws:kms/key:Key", "aws:s3/bucket:Bucket"):
         found = run.of_type(type_token)
         assert found and all(r.protect for r in found), type_token
+    # FSx exists only where storage.lustre is set (both prod stacks); where it does, it is protected.
+    file_systems = run.of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    assert len(file_systems) == (stack != "dev") and all(r.protect for r in file_systems)
 
 
 @pytest.mark.parametrize("stack", STACKS)

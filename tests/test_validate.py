@@ -346,3 +346,21 @@ def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
     with pytest.raises(ConfigError) as raised:
         load(config)
     assert "pools at maxNodes cost $131.07/hour, above the budget $131.06/hour" in str(raised.value)
+
+
+@pytest.mark.parametrize("peer,is_self", [
+    ("acme/gpu-cloud/test", True),               # this project, this stack (load() uses stack "test")
+    ("other-org/gpu-cloud/test", True),          # the organisation does not make it another stack
+    ("acme/gpu-cloud/test-eu", False),
+])
+def test_a_dr_peer_that_is_this_very_stack_is_a_config_error(peer, is_self):
+    dr = {"role": "secondary", "peerStack": peer, "domain": "infer.example.com", "hostedZoneId": "Z0123456789ABC"}
+    if not is_self:
+        config = valid_config()
+        config["dr"] = dr
+        assert load(config).dr.peer_stack == peer
+        return
+    issues = issues_of(lambda c: c.update(dr=dr))
+    assert [(i.path, i.message) for i in issues] == [
+        ("gpu-cloud:dr.peerStack", f"{peer} is this very stack; name the stack in the other region that backs this "
+                                   "one up")]
