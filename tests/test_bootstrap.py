@@ -534,10 +534,9 @@ def test_healthy_node_whose_driver_module_loads_late_continues_without_installin
     n.run()
     _assert_continued(n)
     assert n.shim_log("dnf") == [] and "modprobe" not in " ".join(n.shim_log("calls"))
-    # it waited for the AMI's one-shot (still running when it asked) instead of reading nvidia-smi before the
-    # module was loaded
+    # it waited for the AMI's one-shot instead of reading nvidia-smi before the module was loaded (whether the unit
+    # was still activating when the gate asked depends on machine load: the shim logs "waited for ..." when it was)
     assert "systemctl start nvidia-kmod-load.service" in n.shim_log("systemctl")
-    assert "waited for nvidia-kmod-load" in n.shim_log("systemctl")
     assert not any("NVIDIA-SMI has failed" in line for line in n.log().splitlines() if "installing" in line)
     # the verifier ran from the extracted bundle with its pynvml, the instance id and our paths
     report = n.report()
