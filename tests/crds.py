@@ -39,7 +39,7 @@ def _crd_name(group_plural: str) -> str:
 
 def strip_helm(text: str) -> str:
     """A chart template as plain YAML: drop template comments and lines that are only template actions, and
-    stand a placeholder in for expressions inside values (those sit in fields a schema test never reads)."""
+    put the literal string "helm-value" where an expression sits inside a value (only in fields no schema test reads)."""
     text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", text, flags=re.S)
     lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{.*\}\}\s*", line)]
     return re.sub(r"\{\{.*?\}\}", "helm-value", "\n".join(lines))
