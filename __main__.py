@@ -2,8 +2,9 @@
 
 Reads the stack config once, validates all of it and checks it against the account (through the stack's
 own AWS provider, the only thing registered first), then composes:
-network -> EKS cluster -> log and artifact buckets -> spot/scale-in draining -> one GPU node pool per
-`nodePools` entry -> cluster-autoscaler -> GPU operator (and EFA device plugin) -> team tenancy -> FSx for Lustre -> training queue (Kueue, MPI Operator).
+network -> EKS cluster -> buckets (logs, datasets, checkpoints, models, node artifacts; replicated to the DR peer
+from a primary) -> spot/scale-in draining -> one GPU node pool per `nodePools` entry -> cluster-autoscaler ->
+GPU operator (and EFA device plugin) -> team tenancy -> FSx for Lustre -> training queue (Kueue, MPI Operator).
 """
 from datetime import date
 
@@ -11,18 +12,19 @@ import pulumi
 import pulumi_aws as aws
 
 from components.account import read_account, read_deployer
-from components.artifacts import ArtifactBucket, ArtifactBucketArgs
 from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
+from components.buckets import stack_buckets
 from components.cluster import ClusterArgs, EksCluster
+from components.data_access import DataAccess, DataAccessArgs, JobBucket
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.log_bucket import LogBucket, LogBucketArgs
 from components.lustre import Lustre, LustreArgs
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
+from components.replication import ReplicatedBucket, Replication, ReplicationArgs
 from components.tenancy import Tenancy, TenancyArgs
 from components.training import TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
-from spec import autoscaling, boot, tenancy
+from spec import autoscaling, boot, buckets as bucket_rules, replication, tenancy
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.errors import ConfigError, ConfigIssue, key_path
@@ -101,10 +103,20 @@ cluster = EksCluster("cluster", ClusterArgs(
     token_args=tuple(settings.token_args()), deployer_network=network.transit_routes), opts=with_aws)
 with_cluster = pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.kube_provider})
 
-logs = LogBucket("access-logs", LogBucketArgs(account_id=account_id, retention_days=spec.monitoring.retention_days,
-                                               force_destroy=spec.environment == "dev"), opts=with_aws)
-artifacts = ArtifactBucket("artifacts", ArtifactBucketArgs(log_bucket=logs.bucket_name,
-                                                           force_destroy=spec.environment == "dev"), opts=with_aws)
+buckets = stack_buckets(project=spec.project, stack=spec.stack, account_id=account_id, partition=partition,
+                        region=spec.region, log_retention_days=spec.monitoring.retention_days,
+                        force_destroy=spec.environment == "dev", opts=with_aws)
+# A primary replicates checkpoints and models into its DR peer's buckets, which the peer stack exports.
+if spec.dr.role == "primary":
+    peer = pulumi.StackReference("dr-peer", stack_name=spec.dr.peer_stack)
+    peer_buckets = {purpose: peer.get_output("buckets").apply(
+        lambda exports, purpose=purpose: replication.peer_bucket(exports, spec.dr.peer_stack, purpose))
+        for purpose in bucket_rules.REPLICATED}
+    Replication("replication", ReplicationArgs(buckets=[
+        ReplicatedBucket(purpose=purpose, bucket_id=buckets[purpose].bucket.id, bucket_arn=buckets[purpose].bucket_arn,
+                         key_arn=buckets[purpose].key_arn, versioning=buckets[purpose].versioning,
+                         target_bucket_arn=peer_buckets[purpose]["arn"], target_key_arn=peer_buckets[purpose]["keyArn"])
+        for purpose in bucket_rules.REPLICATED]), opts=with_aws)
 
 # Before the pools, so that deleting a pool (or the stack) still has the drain handler for its last nodes.
 asg_names = tuple(pool_rules.asg_name(cluster_name, pool.name) for pool in spec.pools)
@@ -122,7 +134,9 @@ node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, zones=layout.pool_zones[pool.name],
     image=spec.node_image,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
-    artifact_bucket=artifacts.bucket_name, instance_tags=spec.resource_tags,
+    artifact_bucket=buckets["artifacts"].bucket_name, artifact_key_arn=buckets["artifacts"].key_arn,
+    lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None),
+    instance_tags=spec.resource_tags,
     depends_on=[cluster.addons["vpc-cni"], node_drain]), opts=with_aws) for pool in spec.pools]
 
 priorities = {}
@@ -146,6 +160,13 @@ teams = Tenancy("tenancy", TenancyArgs(
     team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
     admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn)), opts=with_cluster)
 
+# Training jobs' own access to the data buckets: the `trainer` service account and its Pod Identity role.
+DataAccess("training-data", DataAccessArgs(
+    cluster_name=cluster.cluster_name, namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name,
+    namespace_name=tenancy.TRAINING_NAMESPACE, region=spec.region,
+    buckets=[JobBucket(arn=buckets[purpose].bucket_arn, key_arn=buckets[purpose].key_arn)
+             for purpose in bucket_rules.JOB_DATA]), opts=with_cluster)
+
 # Shared training data: FSx for Lustre in the training pools' zone, its S3 association, the CSI driver, and a
 # claim in the training namespace.
 if spec.storage.lustre is not None:
@@ -153,7 +174,8 @@ if spec.storage.lustre is not None:
     fsx = Lustre("lustre", LustreArgs(
         cluster_name=cluster_name, environment=spec.environment, capacity_gib=spec.storage.lustre.capacity_gib,
         throughput_per_tib=spec.storage.lustre.throughput_per_tib, efa=spec.storage.lustre.efa,
-        import_path=spec.storage.lustre.import_path, vpc_id=network.vpc_id,
+        import_path=spec.storage.lustre.import_path, datasets_bucket=buckets[bucket_rules.DATASETS].bucket_name,
+        vpc_id=network.vpc_id,
         subnet_id=network.private_subnet_ids[lustre_zone.zone_id],
         client_security_group_ids=[cluster.cluster_security_group_id], region=spec.region, account_id=account_id,
         partition=partition, log_retention_days=log_retention,
@@ -174,4 +196,7 @@ pulumi.export("clusterEndpoint", cluster.endpoint)
 pulumi.export("vpcId", network.vpc_id)
 pulumi.export("zones", zone_table(spec, layout))
 pulumi.export("nodePools", {p.asg_name: p.asg.arn for p in node_pools})
-pulumi.export("artifactBucket", artifacts.bucket_name)
+pulumi.export("artifactBucket", buckets["artifacts"].bucket_name)
+# What a DR primary reads from this stack (and what jobs and Triton use): every bucket with its key.
+pulumi.export("buckets", {purpose: {"name": b.bucket_name, "arn": b.bucket_arn, "keyArn": b.key_arn}
+                          for purpose, b in buckets.items()})

@@ -19,6 +19,7 @@ import pulumi_aws as aws
 
 from components.iam import policy_document
 from spec import boot, pods
+from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.amis import NodeImage, load_amis
 from spec.catalog import Catalog
@@ -39,7 +40,7 @@ NODE_MANAGED_POLICIES = (
 
 def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, region: str, image: NodeImage,
                    nvme_scratch: bool, endpoint: str, certificate_authority: str, service_cidr: str,
-                   artifact_uri: str, artifact_sha256: str) -> NodeBootstrap:
+                   artifact_uri: str, artifact_sha256: str, lustre_client: bool) -> NodeBootstrap:
     """Everything a node of `pool` boots with (rendered into its user-data)."""
     efa_installer = load_amis().efa_installer
     return NodeBootstrap(
@@ -55,7 +56,8 @@ def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, r
         nvswitch=catalog.gpu_model(pool.primary_type.name).nvswitch, efa_count=pool_rules.efa_devices(pool),
         kmod_wait_s=boot.KMOD_LOAD_WAIT_S, fabric_manager_wait_s=boot.FABRIC_MANAGER_WAIT_S,
         efa_installer_version=efa_installer.version, efa_installer_sha256=efa_installer.sha256,
-        verify_budget_s=boot.VERIFY_BUDGET_S, verify_kill_grace_s=boot.VERIFY_KILL_GRACE_S, mig=pool.spec.gpu_sharing.mode == "mig")
+        verify_budget_s=boot.VERIFY_BUDGET_S, verify_kill_grace_s=boot.VERIFY_KILL_GRACE_S, mig=pool.spec.gpu_sharing.mode == "mig",
+        lustre_client=lustre_client)
 
 
 def check_user_data_fits(spec: StackSpec) -> None:
@@ -71,7 +73,8 @@ def check_user_data_fits(spec: StackSpec) -> None:
                 image=spec.node_image, nvme_scratch=spec.storage.nvme_scratch,
                 endpoint=f"https://{'F' * 32}.gr7.{spec.region}.eks.amazonaws.com", certificate_authority=ca,
                 service_cidr="172.20.0.0/16", artifact_uri=f"s3://{'b' * 63}/verifier/{pool.name}/{'0' * 64}.tar",
-                artifact_sha256="0" * 64))
+                artifact_sha256="0" * 64,
+                lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None)))
         except ValueError as error:
             issues.append(ConfigIssue(key_path(NAMESPACE, ("nodePools", i)), str(error)))
     if issues:
@@ -105,6 +108,8 @@ class NodePoolArgs:
     max_temp_c: int
     catalog: Catalog
     artifact_bucket: pulumi.Input[str]
+    artifact_key_arn: pulumi.Input[str]                # the bucket's KMS key: reading a bundle decrypts it
+    lustre_client: bool                                # its pods mount FSx for Lustre (spec.lustre.mounts_lustre)
     instance_tags: Mapping[str, str]                   # the stack's tags, for instances, volumes and the ASG
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
 
@@ -148,7 +153,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 pool, catalog=args.catalog, cluster_name=args.cluster_name, region=args.region, image=args.image,
                 nvme_scratch=args.nvme_scratch, endpoint=values[0], certificate_authority=values[1],
                 service_cidr=values[2], artifact_uri=f"s3://{values[3]}/{artifact_key}",
-                artifact_sha256=artifact_sha256)).encode()).decode())
+                artifact_sha256=artifact_sha256, lustre_client=args.lustre_client)).encode()).decode())
 
         # The release's own parameter, not `recommended`: the same AMI on every run until spec/amis.yaml or the
         # stack file moves the release.
@@ -265,6 +270,8 @@ class GpuNodePool(pulumi.ComponentResource):
                            "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}},
             {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/", artifact_key)},
+            {"Sid": "DecryptVerifierBundle", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": args.artifact_key_arn,
+             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}},
         ), opts=child))
         return role, grants
 

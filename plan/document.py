@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
-from plan.engine import ProgramRun
-from spec import acceptance, charts, cost, kueue, pods, scratch
+from plan.engine import ACCOUNT_ID, ProgramRun
+from spec import acceptance, buckets, charts, cost, kueue, pods, replication, scratch
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 
@@ -107,15 +107,30 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
     }
 
 
-def storage_section(spec: StackSpec) -> Dict[str, Any]:
-    """NVMe scratch per pool against the hot tier, and the Lustre file system when the stack has one."""
+def storage_section(spec: StackSpec, account_id: str = ACCOUNT_ID) -> Dict[str, Any]:
+    """The buckets (and what replicates where), NVMe scratch per pool against the hot tier, and the Lustre file
+    system when the stack has one. Bucket names carry the account: the offline plan's unless told otherwise."""
     lustre = spec.storage.lustre
-    return {"nvmeScratch": spec.storage.nvme_scratch, "hotTierReadIops": scratch.HOT_TIER_READ_IOPS,
+    names = {purpose: buckets.bucket_name(spec.project, spec.stack, account_id, purpose) for purpose in buckets.PURPOSES}
+    return {"buckets": [bucket_row(spec, purpose, names[purpose]) for purpose in buckets.PURPOSES],
+            "nvmeScratch": spec.storage.nvme_scratch, "hotTierReadIops": scratch.HOT_TIER_READ_IOPS,
             "scratch": scratch.scratch_rows(spec.pools, spec.catalog, spec.storage.nvme_scratch),
             "lustre": None if lustre is None else {
                 "capacityGiB": lustre.capacity_gib, "throughputPerTiB": lustre.throughput_per_tib,
-                "efa": lustre.efa, "importPath": lustre.import_path},
+                "efa": lustre.efa, "importPath": lustre.import_path or f"s3://{names[buckets.DATASETS]}/"},
             "lustreLatency": scratch.LUSTRE_LATENCY, "lustreLatencyNote": scratch.LUSTRE_LATENCY_NOTE}
+
+
+def bucket_row(spec: StackSpec, purpose: str, name: str) -> Dict[str, Any]:
+    life = buckets.lifecycle(purpose, spec.monitoring.retention_days)
+    replicated = purpose in buckets.REPLICATED and spec.dr.role != "none"
+    return {"purpose": purpose, "name": name, "noncurrentDays": life.noncurrent_days,
+            "abortUploadDays": life.abort_upload_days, "expireDays": life.expire_days,
+            "transition": {"days": life.transition[0], "storageClass": life.transition[1]} if life.transition else None,
+            # a primary replicates to the peer; a secondary's bucket is where the primary's replicas land
+            "replication": None if not replicated else {
+                "role": spec.dr.role, "peerStack": spec.dr.peer_stack,
+                "recoveryPointMinutes": replication.REPLICATION_TIME_MINUTES}}
 
 
 def document_problems(document: Any) -> List[str]:
@@ -260,8 +275,14 @@ def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
     body = [[r["pool"], f"{r['disks']} x {r['diskGB']:,} GB" if r["disks"] else "none",
              (f"{r['totalGB']:,} GB " + ("RAID0" if r["raid0"] else "unused")) if r["disks"] else "-",
              _iops(r["readIops"]), _iops(r["writeIops"]), hot[r["meetsHotTier"]]] for r in storage["scratch"]]
-    lines = [f"NVMe scratch (hot tier > {storage['hotTierReadIops'] // 1000}K read IOPS; pods use an emptyDir at "
-             f"{scratch.SCRATCH_MOUNT_PATH}, on the RAID0 at {scratch.RAID0_MOUNT_PATH}):"]
+    lines = ["Buckets (SSE-KMS with one key each, versioned, private, TLS only, access-logged, protected):"]
+    lines += _table(["purpose", "name", "old versions", "tiering", "replication"],
+                    [[b["purpose"], b["name"], f"{b['noncurrentDays']} d" + (f", logs {b['expireDays']} d"
+                                                                              if b["expireDays"] else ""),
+                      f"{b['transition']['storageClass']} from day {b['transition']['days']}" if b["transition"] else "-",
+                      _replication(b["replication"])] for b in storage["buckets"]])
+    lines += ["", f"NVMe scratch (hot tier > {storage['hotTierReadIops'] // 1000}K read IOPS; pods use an emptyDir at "
+              f"{scratch.SCRATCH_MOUNT_PATH}, on the RAID0 at {scratch.RAID0_MOUNT_PATH}):"]
     lines += _table(["pool", "disks", "size", "read IOPS", "write IOPS", "hot tier"], body)
     lustre = storage["lustre"]
     if lustre:
@@ -270,6 +291,14 @@ def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
                      "claim lustre-data in namespace training")
     lines.append(f"  {storage['lustreLatencyNote']}")
     return lines
+
+
+def _replication(entry) -> str:
+    if entry is None:
+        return "-"
+    if entry["role"] == "primary":
+        return f"to {entry['peerStack']} (RTC: {entry['recoveryPointMinutes']} min recovery point)"
+    return f"receives {entry['peerStack']}'s replicas"
 
 
 def _policy_lines(policy: Mapping[str, Any]) -> List[str]:

@@ -362,6 +362,18 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases)))
         return response
 
+    def ReadResource(self, request):
+        # Reads (a StackReference, an existing resource looked up by id) are part of what the program touches.
+        response = super().ReadResource(request)
+        self.registrations.append(RegisteredResource(
+            urn=response.urn, type=request.type, name=request.name, custom=True, parent=request.parent or None,
+            provider=request.provider or None,
+            inputs=_redact(json_format.MessageToDict(request.properties, preserving_proto_field_name=True)),
+            dependencies=tuple(sorted(request.dependencies)), protect=False, retain_on_delete=False,
+            state=dict(self.resources[response.urn].state), ignore_changes=(), replace_on_changes=(),
+            delete_before_replace=False, custom_timeouts={}, aliases=()))
+        return response
+
 
 def _alias(alias) -> str:
     """An alias as one string: its URN, or the parts of its spec that are set (type=..., name=...)."""
@@ -392,20 +404,29 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
     rules, its ids in the same formats the mocks use. An unknown peer stack exports nothing.
     """
     from plan.stackfile import StackFileError, load_stack_config
+    from spec.buckets import PURPOSES, bucket_name
     from spec.validate import cluster_name
 
-    stack = reference.rsplit("/", 1)[-1]
+    project, stack = reference.split("/")[-2:]
     try:
         region = str(load_stack_config(stack).get("aws:region", ""))
     except StackFileError:
         return {}
     seed = f"peer::{stack}"
+
+    def bucket(purpose: str) -> Dict[str, str]:
+        name = bucket_name(project, stack, ACCOUNT_ID, purpose)
+        # the key id the mocks give the peer's own key (components/buckets.py names it `<purpose>-key`)
+        key_id = str(uuid.UUID(_hex(f"aws:kms/key:Key::{purpose}-key", 32)))
+        return {"name": name, "arn": f"arn:aws:s3:::{name}", "keyArn": f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{key_id}"}
+
     return {
         "region": region,
-        "clusterName": cluster_name(reference.split("/")[-2], stack),
+        "clusterName": cluster_name(project, stack),
         "clusterEndpoint": f"https://{_hex(seed, 32).upper()}.gr7.{region}.eks.amazonaws.com",
         "vpcId": f"vpc-{_hex(seed, 17)}",
-        "artifactBucket": f"artifacts-bucket-{_hex(seed, 7)}",
+        "artifactBucket": bucket_name(project, stack, ACCOUNT_ID, "artifacts"),
+        "buckets": {purpose: bucket(purpose) for purpose in PURPOSES},
     }
 
 

@@ -25,6 +25,9 @@ _BEFORE_GATE_S = 240                 # EC2 start, kernel, nodeadm-config, cloud-
 _CHECKS_S = 60                       # persistence, MIG mode, EFA count, artifact download (retried)
 _VERIFIER_S = VERIFY_BUDGET_S + VERIFY_KILL_GRACE_S
 _REPORT_S = 60                       # CreateTags + CompleteLifecycleAction, retried
+# Pools that mount FSx for Lustre: `dnf install lustre-client` from the AL2023 repository (a few MB, through the
+# S3 gateway endpoint; five tries 1+2+4+8 s apart) and modprobe.
+_LUSTRE_CLIENT_S = 90
 _INSTALL_S = {                       # gpuDriver.source: install, on the standard AMI
     "packages": 300,                 # NVIDIA repo, kernel headers, container toolkit, persistenced
     "driver-dkms-build": 900,        # nvidia-open built by DKMS for the running kernel
@@ -38,7 +41,7 @@ VERIFY_HOOK_TIMEOUT_S = {"ami": 1200, "install": 3000}
 NODE_REGISTRATION_S = 300
 
 
-def worst_case(source: str, *, nvswitch: bool, efa: bool) -> Dict[str, int]:
+def worst_case(source: str, *, nvswitch: bool, efa: bool, lustre: bool = False) -> Dict[str, int]:
     """Each boot step's longest allowed time, in order, for one pool shape."""
     steps = {"before-gate": _BEFORE_GATE_S}
     if source == "install":
@@ -52,6 +55,8 @@ def worst_case(source: str, *, nvswitch: bool, efa: bool) -> Dict[str, int]:
         steps["kmod-load"] = KMOD_LOAD_WAIT_S
     if nvswitch:
         steps["fabric-manager-start"] = FABRIC_MANAGER_WAIT_S
+    if lustre:
+        steps["lustre-client"] = _LUSTRE_CLIENT_S
     steps.update({"checks": _CHECKS_S, "verifier": _VERIFIER_S, "report": _REPORT_S})
     return steps
 

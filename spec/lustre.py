@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from spec.pools import QUEUE_WORKLOADS
+
 DEPLOYMENT_TYPE = "PERSISTENT_2"
 STORAGE_TYPE = "SSD"
 LUSTRE_VERSION = "2.15"
@@ -247,3 +249,9 @@ def csi_values(system_node_labels) -> dict:
     """The CSI driver's controller on the system nodes. It needs no AWS permissions for static volumes (its
     create/delete calls are for dynamic provisioning), so it gets no role."""
     return {"controller": {"nodeSelector": dict(system_node_labels)}}
+
+
+def mounts_lustre(pool, lustre_configured: bool) -> bool:
+    """Whether `pool`'s nodes mount the file system: the claim lives in the training namespace, whose jobs Kueue
+    places on training and general pools. Those nodes get the Lustre client and the gate checks its module."""
+    return lustre_configured and pool.spec.workload in QUEUE_WORKLOADS

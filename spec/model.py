@@ -265,6 +265,8 @@ class Triton(ConfigModel):
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=4, ge=1)
     target_queue_ms: float = Field(default=10, gt=0)
+    # The load balancer in front of Triton: inside the VPC unless the stack says otherwise.
+    scheme: Literal["internal", "internet-facing"] = "internal"
 
     @model_validator(mode="after")
     def _enabled_needs(self) -> "Triton":
@@ -280,14 +282,31 @@ class Inference(ConfigModel):
 
 
 class Alerts(ConfigModel):
+    """Alert thresholds (spec/alerts.py). Defaults are the seeds' figures where they give one."""
     gpu_temp_c: int = Field(alias="gpuTempC", default=85, ge=40, le=110)
     gpu_util_high_pct: int = Field(default=90, ge=1, le=100)
     gpu_mem_high_pct: int = Field(default=90, ge=1, le=100)
+    # Of the instance type's network bandwidth (spec/catalog.yaml networkGbps), sustained for 10 minutes.
+    network_high_pct: int = Field(default=70, ge=1, le=100)
+    storage_latency_ms: float = Field(default=50, gt=0)
+    # Triton: the seeds give no figures; one failed request in a hundred, and one second at p99.
+    triton_failure_pct: float = Field(default=1, gt=0, le=100)
+    triton_p99_latency_ms: float = Field(alias="tritonP99LatencyMs", default=1000, gt=0)
+
+
+class Alertmanager(ConfigModel):
+    # Where alerts go: a webhook receiver. Its URL is a secret, set apart from this object with
+    # `pulumi config set --secret gpu-cloud:alertWebhookUrl https://...`; without it alerts stay in Alertmanager.
+    group_wait_s: int = Field(default=30, ge=0, le=3600)
+    repeat_interval_h: int = Field(default=4, ge=1, le=168)
 
 
 class Monitoring(ConfigModel):
     retention_days: int = Field(default=15, ge=1, le=3650)
+    # Prometheus' volume (encrypted gp3); retention also stops at 90 % of it so a full disk never stops scraping.
+    prometheus_volume_gib: int = Field(alias="prometheusVolumeGiB", default=200, ge=20, le=16384)
     alerts: Alerts = Alerts()
+    alertmanager: Alertmanager = Alertmanager()
 
 
 class Dr(ConfigModel):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from spec.pools import GPU_RESOURCE, LABEL_PREFIX, QUEUE_FLAVOR_LABEL, efa_devices, node_labels, node_taints, \
     toleration
@@ -118,11 +118,13 @@ def check_pool(pool, workers: int) -> None:
 
 def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: str, image: str, workers: int,
                launcher: Mapping[str, Any], run_policy: Mapping[str, Any], restart_policy: str,
-               labels: Mapping[str, str], launcher_pod: Mapping[str, Any] = ()) -> dict:
+               labels: Mapping[str, str], launcher_pod: Mapping[str, Any] = (),
+               worker_service_account: Optional[str] = None) -> dict:
     """An MPIJob on `pool` (a spec.validate.ResolvedPool) named `name` (a generateName prefix when `generated`):
     `workers` whole nodes running sshd, and a launcher
     pod whose first container is `launcher` (the operator adds the hostfile, ssh keys and MPI environment to the
-    first container only). `launcher_pod`: more launcher pod-spec fields (containers after the first, volumes)."""
+    first container only). `launcher_pod`: more launcher pod-spec fields (containers after the first, volumes).
+    `worker_service_account`: the workers' service account (the namespace's default without)."""
     check_pool(pool, workers)
     length = len(name) + (GENERATED_SUFFIX if generated else 0)
     if length > max_job_name(workers):
@@ -144,7 +146,8 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
                     "metadata": {"labels": dict(labels)}, "spec": launcher_spec}},
                 "Worker": {"replicas": workers, "restartPolicy": restart_policy, "template": {
                     "metadata": {"labels": dict(labels)},
-                    "spec": {"nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
+                    "spec": {**({"serviceAccountName": worker_service_account} if worker_service_account else {}),
+                             "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
                              "automountServiceAccountToken": False, "containers": [worker_container(pool, image)],
                              "volumes": [SHM_VOLUME]}}},
             },
@@ -156,6 +159,13 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
 TRAINING_BACKOFF_LIMIT = 6
 TRAINING_TTL_S = 7 * 86400      # a finished job stays a week for its logs and status
 CHECKPOINT_ENV = "CHECKPOINT_URI"
+# Training pods run as this service account, whose Pod Identity role reads and writes the stack's datasets,
+# checkpoints and models buckets (components/data_access.py).
+JOB_SERVICE_ACCOUNT = "trainer"
+# What the Pod Identity webhook sets in a pod for AWS SDKs and the CLI. Ranks start through sshd and inherit no
+# environment, so mpirun forwards these from the launcher (the same values hold on every worker: the agent's
+# link-local address and the token path the webhook mounts in every pod of the service account).
+POD_IDENTITY_ENV = ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
 
 
 def wait_for_workers_script(wait_s: int) -> str:
@@ -187,7 +197,7 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
     timeout, Kueue suspends and requeues the whole job instead.
     """
     env = efa_env(pool)
-    forward = (CHECKPOINT_ENV,) if checkpoint_uri else ()
+    forward = (*POD_IDENTITY_ENV, *((CHECKPOINT_ENV,) if checkpoint_uri else ()))
     if checkpoint_uri:
         env[CHECKPOINT_ENV] = checkpoint_uri
     mpirun = mpirun_command(pool, workers, program, forward)
@@ -200,6 +210,7 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
     return efa_mpijob(
         pool, name=name, generated=False, namespace=namespace, queue_name=queue_name, image=image, workers=workers,
         launcher=launcher, labels=labels, restart_policy="OnFailure",
+        launcher_pod={"serviceAccountName": JOB_SERVICE_ACCOUNT}, worker_service_account=JOB_SERVICE_ACCOUNT,
         # Running: when the launcher ends, stop the workers (and free their GPUs).
         run_policy={"cleanPodPolicy": "Running", "backoffLimit": TRAINING_BACKOFF_LIMIT,
                     "ttlSecondsAfterFinished": TRAINING_TTL_S})

@@ -3,12 +3,13 @@ import pytest
 
 from spec import boot
 
-SHAPES = [(source, nvswitch, efa) for source in ("ami", "install") for nvswitch in (False, True) for efa in (False, True)]
+SHAPES = [(source, nvswitch, efa, lustre) for source in ("ami", "install") for nvswitch in (False, True)
+          for efa in (False, True) for lustre in (False, True)]
 
 
-@pytest.mark.parametrize("source,nvswitch,efa", SHAPES)
-def test_worst_case_boot_fits_inside_the_hook(source, nvswitch, efa):
-    steps = boot.worst_case(source, nvswitch=nvswitch, efa=efa)
+@pytest.mark.parametrize("source,nvswitch,efa,lustre", SHAPES)
+def test_worst_case_boot_fits_inside_the_hook(source, nvswitch, efa, lustre):
+    steps = boot.worst_case(source, nvswitch=nvswitch, efa=efa, lustre=lustre)
     assert sum(steps.values()) <= boot.verify_hook_timeout(source), steps
 
 
@@ -17,6 +18,8 @@ def test_slowest_shapes_and_their_margins():
     assert sum(boot.worst_case("ami", nvswitch=True, efa=True).values()) == 1080
     # p5 installing its stack: + packages 300, DKMS 900, fabric manager 120, EFA installer 600, no module wait
     assert sum(boot.worst_case("install", nvswitch=True, efa=True).values()) == 2700
+    # a pool that mounts Lustre installs its client first: 90 s more, 1170 of the AMI path's 1200
+    assert sum(boot.worst_case("ami", nvswitch=True, efa=True, lustre=True).values()) == 1170
 
 
 def test_each_source_waits_for_what_it_has():

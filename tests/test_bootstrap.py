@@ -20,7 +20,7 @@ A background thread plays systemd's part of the boot (the one-shot finishing, th
 
 Stand-ins (PATH shims) exist only for what this machine lacks or must not touch: `nvidia-smi`,
 `nv-fabricmanager`, `systemctl` (unit states in files; `start` waits for an activating job as systemd does;
-`--root=DIR mask` makes the /dev/null links), `dnf`, `modprobe`, `uname` (the AMI's kernel), and, on the
+`--root=DIR mask` makes the /dev/null links), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and, on the
 install path, the EFA installer's script and the `fi_info` it installs. The verifier inside the bundle is a
 small stand-in gpu_verify.py that writes a pass or fail report chosen by FAKE_VERIFY; the real verifier is
 tested in test_gpu_verify.py.
@@ -285,12 +285,26 @@ SHIMS = {
           nvidia-persistenced-*) echo inactive >"$FAKE_STATE/units/nvidia-persistenced" ;;
           nvidia-container-toolkit) printf '#!/bin/sh\n' >"$FAKE_BIN/nvidia-container-runtime"
                                     chmod +x "$FAKE_BIN/nvidia-container-runtime" ;;
+          lustre-client) echo "${FAKE_LUSTRE_KMOD_KERNEL:-$FAKE_KERNEL}" >"$FAKE_STATE/lustre_kmod" ;;
         esac; done
+    """,
+    # Modules live under /lib/modules/<kernel>: one built for another kernel is invisible to modinfo and modprobe.
+    "modinfo": r"""
+        echo "modinfo $*" >>"$FAKE_STATE/calls.log"
+        [ "$1" = lustre ] && [ "$(cat "$FAKE_STATE/lustre_kmod" 2>/dev/null)" = "$FAKE_KERNEL" ] ||
+          { echo "modinfo: ERROR: Module $1 not found." >&2; exit 1; }
+        echo "filename: /lib/modules/$FAKE_KERNEL/extra/lustre/lustre.ko"
     """,
     "modprobe": r"""
         echo "modprobe $*" >>"$FAKE_STATE/calls.log"
-        [ "$1" = nvidia ] && [ -s "$FAKE_STATE/dkms" ] || { echo "modprobe: FATAL: Module $1 not found" >&2; exit 1; }
-        cp "$FAKE_STATE/dkms" "$FAKE_STATE/kmod"
+        case "$1" in
+          nvidia) [ -s "$FAKE_STATE/dkms" ] || { echo "modprobe: FATAL: Module $1 not found" >&2; exit 1; }
+                  cp "$FAKE_STATE/dkms" "$FAKE_STATE/kmod" ;;
+          lustre) [ "$(cat "$FAKE_STATE/lustre_kmod" 2>/dev/null)" = "$FAKE_KERNEL" ] ||
+                    { echo "modprobe: FATAL: Module lustre not found in directory /lib/modules/$FAKE_KERNEL" >&2; exit 1; }
+                  mkdir -p "$GPU_CLOUD_ROOT/sys/module/lustre" ;;
+          *) echo "modprobe: FATAL: Module $1 not found" >&2; exit 1 ;;
+        esac
     """,
     "uname": r"""
         case "$1" in -r) echo "$FAKE_KERNEL" ;; -m) echo x86_64 ;; *) echo Linux ;; esac
@@ -642,6 +656,35 @@ def test_pool_without_mig_never_touches_mig_mode(default_node):
     n = default_node
     _assert_continued(n)
     assert not [c for c in n.shim_log("calls") if "-mig" in c]
+
+
+# ----------------------------------------------------------------------------- the Lustre client
+# Neither AL2023 AMI has a Lustre client (nothing under amazon-eks-ami templates/al2023 installs one): no module
+# until the gate installs AL2023's lustre-client, whose kmod is built for the release's kernel.
+
+
+def test_a_pool_that_mounts_lustre_installs_the_client_and_proves_the_module_loads(node):
+    n = node(lustre_client=True)
+    n.boot()
+    n.run()
+    _assert_continued(n)
+    assert "dnf -y install lustre-client" in n.shim_log("dnf")
+    assert "modprobe lustre" in n.shim_log("calls") and (n.root / "sys/module/lustre").is_dir()
+    assert "lustre module loaded" in n.log()
+
+
+def test_a_lustre_client_built_for_another_kernel_abandons_naming_the_kernel(node):
+    n = node(lustre_client=True)
+    n.boot()
+    n.run(FAKE_LUSTRE_KMOD_KERNEL="6.1.150-174.273.amzn2023.x86_64")
+    reason = _assert_abandoned(n, "lustre: the lustre module does not load")
+    assert AMI_KERNEL in reason
+
+
+def test_a_pool_that_does_not_mount_lustre_never_installs_the_client(default_node):
+    n = default_node
+    _assert_continued(n)
+    assert not [c for c in n.shim_log("dnf") + n.shim_log("calls") if "lustre" in c]
 
 
 # ----------------------------------------------------------------------------- verifier and plumbing

@@ -385,3 +385,19 @@ def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_
     for path, line in lustre.CSI_VALUE_PATHS.items():
         assert lines[line - 1].strip().startswith(path.split(".")[-1] + ":")
         assert path.split(".")[0] in yaml.safe_load(shown.stdout)
+
+
+@pytest.mark.parametrize("stack, expected", [
+    ("prod-us-east-1", {"train-h100": True, "finetune-a100-80gb-spot": True, "finetune-a100-40gb-spot": True,
+                        "infer-l40s": False}),
+    ("dev", None),   # no file system: no pool installs a client
+])
+def test_nodes_of_pools_that_mount_lustre_get_the_client_and_the_gate_check(stack_runs, stack, expected):
+    import base64
+    run = stack_runs[stack]
+    seen = {}
+    for lt in run.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+        user_data = base64.b64decode(lt.inputs["userData"]).decode()
+        seen[lt.name.removesuffix("-lt")] = "export GPU_CLOUD_LUSTRE=true\n" in user_data
+        assert ("export GPU_CLOUD_LUSTRE=true\n" in user_data) != ("export GPU_CLOUD_LUSTRE=false\n" in user_data)
+    assert seen == (expected if expected is not None else {name: False for name in seen})

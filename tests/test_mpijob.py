@@ -89,6 +89,18 @@ def test_the_checkpoint_location_reaches_every_rank():
     assert "CHECKPOINT_URI" not in {e["name"] for e in launcher(job(checkpoint_uri=""))["env"]}
 
 
+@pytest.mark.parametrize("checkpoint_uri", ["s3://ckpt-bucket/llama-7b", ""])
+def test_every_rank_gets_the_job_service_accounts_aws_credentials(checkpoint_uri):
+    manifest = job(checkpoint_uri=checkpoint_uri)
+    launcher_pod = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    # both sides run as the service account whose role reaches the buckets; the webhook mounts its token in each
+    assert launcher_pod["serviceAccountName"] == worker_spec(manifest)["serviceAccountName"] == "trainer"
+    # ranks start through sshd with no environment: mpirun carries the Pod Identity settings to them
+    args = mpirun_args(manifest)
+    forwarded = {args[i + 1] for i, arg in enumerate(args) if arg == "-x"}
+    assert {"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"} <= forwarded
+
+
 def test_an_interrupted_job_retries_and_frees_its_gpus_when_it_ends():
     spec = job()["spec"]
     assert spec["runPolicy"]["backoffLimit"] == mpijob.TRAINING_BACKOFF_LIMIT > 0

@@ -41,6 +41,7 @@ def pool_run(pool_fields=None, index=0, mutate=None):
             subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
             zones=ZONES[:1] if pool.spec.availability_zone else ZONES,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
+            artifact_key_arn="arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-artifacts", lustre_client=False,
             instance_tags=spec.resource_tags))
     return run_component(build), pool
 
@@ -280,6 +281,13 @@ def test_node_role_may_only_gate_itself():
                       "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}}
     assert by_sid["CompleteOwnLifecycleAction"]["Action"] == "autoscaling:CompleteLifecycleAction"
     assert by_sid["ReadVerifierBundle"]["Resource"].startswith("arn:aws:s3:::artifacts-bucket/verifier/train/")
+    # the bundle is SSE-KMS: without Decrypt on the bucket's key, through S3 only, no node could read it
+    assert by_sid["DecryptVerifierBundle"] == {
+        "Sid": "DecryptVerifierBundle", "Effect": "Allow", "Action": "kms:Decrypt",
+        "Resource": "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-artifacts",
+        "Condition": {"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}}}
+    assert set(by_sid) == {"CompleteOwnLifecycleAction", "TagSelfWithVerdict", "ReadVerifierBundle",
+                           "DecryptVerifierBundle"}
     assert run.one("aws:eks/accessEntry:AccessEntry").inputs["type"] == "EC2_LINUX"
 
 

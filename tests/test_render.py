@@ -239,6 +239,7 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
         "GPU_CLOUD_DRIVER_BRANCH", "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT",
         "GPU_CLOUD_KMOD_WAIT_S", "GPU_CLOUD_FM_WAIT_S", "GPU_CLOUD_EFA_INSTALLER_VERSION",
         "GPU_CLOUD_EFA_INSTALLER_SHA256", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_VERIFY_KILL_GRACE_S", "GPU_CLOUD_MIG",
+        "GPU_CLOUD_LUSTRE",
     }
     # no test/operator overrides leak into production user-data
     assert "GPU_CLOUD_ROOT" not in script.split("set -Eeuo pipefail")[0]

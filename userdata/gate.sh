@@ -7,13 +7,13 @@
 STEP=config
 : "${GPU_CLOUD_DRIVER_SOURCE:?}" "${GPU_CLOUD_AMI_NAME:?}" "${GPU_CLOUD_DRIVER_BRANCH:?}" "${GPU_CLOUD_DRIVER_VERSION=}"
 : "${GPU_CLOUD_NVSWITCH:?}" "${GPU_CLOUD_EFA_COUNT:?}" "${GPU_CLOUD_KMOD_WAIT_S:?}" "${GPU_CLOUD_FM_WAIT_S:?}"
-: "${GPU_CLOUD_VERIFY_BUDGET_S:=60}" "${GPU_CLOUD_MIG:=false}"
+: "${GPU_CLOUD_VERIFY_BUDGET_S:=60}" "${GPU_CLOUD_MIG:=false}" "${GPU_CLOUD_LUSTRE:=false}"
 SRC=$GPU_CLOUD_DRIVER_SOURCE AMI=$GPU_CLOUD_AMI_NAME BR=$GPU_CLOUD_DRIVER_BRANCH VER=$GPU_CLOUD_DRIVER_VERSION
 EFA=$GPU_CLOUD_EFA_COUNT BUDGET=$GPU_CLOUD_VERIFY_BUDGET_S KILL_AFTER=$((BUDGET + GPU_CLOUD_VERIFY_KILL_GRACE_S))
 [[ $SRC == ami || $SRC == install ]] || fail "config: bad driver source '$SRC'"
 [[ $BR =~ ^[0-9]+$ && (-z $VER || $VER == "$BR".*) ]] || fail "config: driver '$BR' '$VER'"
 [[ $SRC == install || -n $VER ]] || fail "config: source ami needs the AMI's driver version"
-[[ $GPU_CLOUD_NVSWITCH =~ ^(true|false)$ ]] || fail "config: bad NVSWITCH"
+[[ $GPU_CLOUD_NVSWITCH =~ ^(true|false)$ && $GPU_CLOUD_LUSTRE =~ ^(true|false)$ ]] || fail "config: bad NVSWITCH/LUSTRE"
 [[ $EFA =~ ^[0-9]+$ && $BUDGET =~ ^[1-9][0-9]*$ ]] || fail "config: bad EFA count/budget"
 [[ $GPU_CLOUD_KMOD_WAIT_S =~ ^[1-9][0-9]*$ && $GPU_CLOUD_FM_WAIT_S =~ ^[1-9][0-9]*$ ]] || fail "config: bad waits"
 log "image $AMI ($SRC), driver $BR ${VER:-any}"
@@ -90,6 +90,19 @@ if ((EFA > 0)); then
     ((f == n)) || fail "efa: libfabric sees $f EFA devices, sysfs $n"
   fi
   log "$n EFA devices in sysfs${f:+, $f in libfabric}"
+fi
+
+if [[ $GPU_CLOUD_LUSTRE == true ]]; then
+  STEP=lustre
+  # Pools whose pods mount FSx for Lustre: the FSx CSI driver mounts with the host's lustre kernel module, and the
+  # AL2023 AMIs carry none (nothing under amazon-eks-ami templates/al2023 installs it). AL2023's lustre-client
+  # package ships the module for the release's kernel; one built for another kernel would not load.
+  if ! modinfo lustre >/dev/null 2>&1; then
+    retry dnf -y install lustre-client || fail "lustre: dnf install lustre-client failed"
+  fi
+  modprobe lustre 2>/dev/null || fail "lustre: the lustre module does not load on kernel $(uname -r)"
+  [[ -d $R/sys/module/lustre ]] || fail "lustre: modprobe succeeded but the lustre module is not loaded"
+  log "lustre module loaded"
 fi
 
 STEP=verify

@@ -107,6 +107,7 @@ class NodeBootstrap:
     verify_budget_s: int = 60
     verify_kill_grace_s: int = 60  # the gate kills the verifier this long after its budget (spec/boot.py)
     mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
+    lustre_client: bool = False    # pools whose pods mount FSx for Lustre: install the client, check the module loads
 
 
 # --------------------------------------------------------------------------- validation
@@ -316,6 +317,7 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
         "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
         "GPU_CLOUD_VERIFY_KILL_GRACE_S": str(node.verify_kill_grace_s),
         "GPU_CLOUD_MIG": "true" if node.mig else "false",
+        "GPU_CLOUD_LUSTRE": "true" if node.lustre_client else "false",
     }
 
 

@@ -1,0 +1,217 @@
+"""The stack's buckets: names that never collide, lifecycle per purpose, and every bucket private, encrypted with
+its own key, versioned, TLS-only, logged and protected."""
+import json
+
+import pytest
+
+from components.buckets import stack_buckets
+from spec import buckets
+from tests.conftest import STACKS, run_component
+
+ACCOUNT = "123456789012"
+BUCKET = "aws:s3/bucket:Bucket"
+KEY = "aws:kms/key:Key"
+
+
+# --- names --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("purpose, name", [
+    ("datasets", "gpu-cloud-prod-us-east-1-123456789012-datasets"),
+    ("checkpoints", "gpu-cloud-prod-us-east-1-123456789012-checkpoints"),
+    ("models", "gpu-cloud-prod-us-east-1-123456789012-models"),
+    ("artifacts", "gpu-cloud-prod-us-east-1-123456789012-artifacts"),
+    ("logs", "gpu-cloud-prod-us-east-1-123456789012-logs"),
+])
+def test_names_carry_project_stack_account_and_purpose(purpose, name):
+    assert buckets.bucket_name("gpu-cloud", "prod-us-east-1", ACCOUNT, purpose) == name
+
+
+def test_two_regions_or_two_accounts_never_share_a_name():
+    names = {buckets.bucket_name("gpu-cloud", stack, account, purpose)
+             for stack in STACKS for account in (ACCOUNT, "210987654321") for purpose in buckets.PURPOSES}
+    assert len(names) == len(STACKS) * 2 * len(buckets.PURPOSES)
+
+
+def test_a_name_at_the_limit_is_kept_and_one_over_is_shortened_with_a_stable_hash():
+    suffix = f"-{ACCOUNT}-checkpoints"
+    fits = "s" * (buckets.BUCKET_NAME_MAX - len(suffix) - len("gpu-cloud-"))
+    assert buckets.bucket_name("gpu-cloud", fits, ACCOUNT, "checkpoints") == f"gpu-cloud-{fits}{suffix}"
+    long = buckets.bucket_name("gpu-cloud", fits + "s", ACCOUNT, "checkpoints")
+    assert len(long) == buckets.BUCKET_NAME_MAX and long.endswith(suffix)
+    assert long == buckets.bucket_name("gpu-cloud", fits + "s", ACCOUNT, "checkpoints")   # stable
+    assert long != buckets.bucket_name("gpu-cloud", fits + "t", ACCOUNT, "checkpoints")   # still unique
+
+
+def test_upper_case_and_odd_characters_become_a_valid_name():
+    assert buckets.bucket_name("GPU_Cloud", "Dev.Stack", ACCOUNT, "logs") == "gpu-cloud-dev-stack-123456789012-logs"
+
+
+@pytest.mark.parametrize("account, purpose, message", [
+    ("12345", "logs", "12 digits"), (ACCOUNT, "scratch", "unknown bucket purpose 'scratch'")])
+def test_bad_account_or_purpose_is_refused(account, purpose, message):
+    with pytest.raises(ValueError, match=message):
+        buckets.bucket_name("gpu-cloud", "dev", account, purpose)
+
+
+# --- lifecycle ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("purpose, noncurrent, abort, transition, expire", [
+    ("datasets", 30, 7, (0, "INTELLIGENT_TIERING"), None),
+    ("checkpoints", 7, 1, (7, "INTELLIGENT_TIERING"), None),
+    ("models", 30, 1, None, None),
+    ("artifacts", 30, 1, None, None),
+    ("logs", 1, 1, None, 30),
+])
+def test_lifecycle_per_purpose(purpose, noncurrent, abort, transition, expire):
+    assert buckets.lifecycle(purpose, 30) == buckets.Lifecycle(noncurrent, abort, transition, expire)
+
+
+def test_logs_expire_after_the_stacks_retention_and_not_below_a_day():
+    assert buckets.lifecycle("logs", 1).expire_days == 1
+    with pytest.raises(ValueError, match="at least 1 day"):
+        buckets.lifecycle("logs", 0)
+
+
+# --- the component, for every bucket of a stack ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run():
+    import pulumi
+    return run_component(lambda: stack_buckets(
+        project="gpu-cloud", stack="test", account_id=ACCOUNT, partition="aws", region="us-east-1",
+        log_retention_days=30, force_destroy=False, opts=pulumi.ResourceOptions()))
+
+
+def parts(run, purpose, type_):
+    return [r for r in run.of_type(type_) if r.name.startswith(f"{purpose}-")]
+
+
+def one(run, purpose, type_):
+    (found,) = parts(run, purpose, type_)
+    return found
+
+
+@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+def test_every_bucket_and_its_key_are_protected_and_named_for_the_stack(run, purpose):
+    bucket, key = one(run, purpose, BUCKET), one(run, purpose, KEY)
+    assert bucket.protect and key.protect and not bucket.inputs.get("forceDestroy")
+    assert bucket.inputs["bucket"] == f"gpu-cloud-test-{ACCOUNT}-{purpose}"
+    assert key.inputs["enableKeyRotation"] is True and key.inputs["deletionWindowInDays"] == 30
+    alias = one(run, purpose, "aws:kms/alias:Alias")
+    assert alias.inputs["name"] == f"alias/s3/gpu-cloud-test-{ACCOUNT}-{purpose}"
+
+
+@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+def test_every_bucket_is_encrypted_with_its_own_key_versioned_and_private(run, purpose):
+    encryption = one(run, purpose, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    (rule,) = encryption.inputs["rules"]
+    assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms",
+                                                          "kmsMasterKeyId": one(run, purpose, KEY).state["arn"]}
+    assert rule["bucketKeyEnabled"] is True
+    assert one(run, purpose, "aws:s3/bucketVersioning:BucketVersioning").inputs["versioningConfiguration"] == {
+        "status": "Enabled"}
+    block = one(run, purpose, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    assert all(block.inputs[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                                   "restrictPublicBuckets"))
+    ownership = one(run, purpose, "aws:s3/bucketOwnershipControls:BucketOwnershipControls")
+    assert ownership.inputs["rule"]["objectOwnership"] == "BucketOwnerEnforced"
+
+
+@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+def test_every_bucket_refuses_plain_http(run, purpose):
+    bucket = one(run, purpose, BUCKET)
+    policy = json.loads(one(run, purpose, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
+    deny = [s for s in policy["Statement"] if s["Effect"] == "Deny"]
+    assert deny == [{"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+                     "Resource": [bucket.state["arn"], bucket.state["arn"] + "/*"],
+                     "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+
+
+@pytest.mark.parametrize("purpose", [p for p in buckets.PURPOSES if p != "logs"])
+def test_every_bucket_but_the_log_bucket_logs_to_it_under_its_own_prefix(run, purpose):
+    logging = one(run, purpose, "aws:s3/bucketLogging:BucketLogging")
+    assert logging.inputs["targetBucket"] == one(run, "logs", BUCKET).state["bucket"]
+    assert logging.inputs["targetPrefix"] == f"gpu-cloud-test-{ACCOUNT}-{purpose}/"
+
+
+def test_the_log_bucket_does_not_log_to_itself_and_admits_only_this_accounts_log_delivery(run):
+    assert parts(run, "logs", "aws:s3/bucketLogging:BucketLogging") == []
+    policy = json.loads(one(run, "logs", "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
+    (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "logging.s3.amazonaws.com"} and allow["Action"] == "s3:PutObject"
+    assert allow["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
+    key_policy = json.loads(one(run, "logs", KEY).inputs["policy"])
+    assert buckets.log_delivery_key_statement(ACCOUNT) in key_policy["Statement"]
+
+
+@pytest.mark.parametrize("purpose", [p for p in buckets.PURPOSES if p != "logs"])
+def test_only_the_log_bucket_admits_the_logging_service(run, purpose):
+    statements = json.loads(one(run, purpose, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])["Statement"]
+    assert [s["Effect"] for s in statements] == ["Deny"]
+    key_sids = [s["Sid"] for s in json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"]]
+    assert "S3ServerAccessLogDelivery" not in key_sids
+
+
+@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+def test_lifecycle_rules_are_the_purposes(run, purpose):
+    life = buckets.lifecycle(purpose, 30)
+    config = one(run, purpose, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    main = config.inputs["rules"][0]
+    assert main["status"] == "Enabled" and main["filter"] == {"prefix": ""}
+    assert main["noncurrentVersionExpiration"]["noncurrentDays"] == life.noncurrent_days
+    assert main["abortIncompleteMultipartUpload"]["daysAfterInitiation"] == life.abort_upload_days
+    assert main.get("transitions") == ([{"days": life.transition[0], "storageClass": life.transition[1]}]
+                                       if life.transition else None)
+    assert (main.get("expiration") or {}).get("days") == life.expire_days
+    # noncurrent-version rules need versioning on first
+    assert one(run, purpose, "aws:s3/bucketVersioning:BucketVersioning").urn in config.dependencies
+
+
+def test_the_log_bucket_clears_the_delete_markers_its_expiry_leaves(run):
+    rules = one(run, "logs", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs["rules"]
+    assert [r["id"] for r in rules] == ["versions-uploads-and-tiering", "expired-delete-markers"]
+    assert rules[1]["expiration"] == {"expiredObjectDeleteMarker": True}
+
+
+def test_only_the_datasets_key_lets_fsx_use_it_through_s3_in_this_region(run):
+    statement = buckets.fsx_data_repository_key_statement("aws", ACCOUNT, "us-east-1")
+    assert statement["Condition"] == {
+        "ArnLike": {"aws:PrincipalArn": "arn:aws:iam::123456789012:role/aws-service-role/"
+                                        "s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"},
+        "StringEquals": {"kms:CallerAccount": ACCOUNT, "kms:ViaService": "s3.us-east-1.amazonaws.com"}}
+    for purpose in buckets.PURPOSES:
+        has = statement in json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"]
+        assert has == (purpose == "datasets"), purpose
+
+
+@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+def test_each_key_is_administered_through_this_accounts_iam(run, purpose):
+    first = json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"][0]
+    assert first["Principal"] == {"AWS": f"arn:aws:iam::{ACCOUNT}:root"} and first["Action"] == "kms:*"
+
+
+def test_the_bucket_policy_waits_for_the_public_access_block(run):
+    # S3 answers 409 OperationAborted to concurrent changes of a bucket's access settings
+    for purpose in buckets.PURPOSES:
+        block = one(run, purpose, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+        assert block.urn in one(run, purpose, "aws:s3/bucketPolicy:BucketPolicy").dependencies
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_makes_all_five_buckets_and_exports_them(stack_runs, stack):
+    run = stack_runs[stack]
+    names = sorted(r.inputs["bucket"] for r in run.of_type(BUCKET))
+    assert names == sorted(buckets.bucket_name("gpu-cloud", stack, ACCOUNT, p) for p in buckets.PURPOSES)
+    exported = run.outputs["buckets"]
+    assert set(exported) == set(buckets.PURPOSES)
+    assert exported["models"]["arn"] == f"arn:aws:s3:::{buckets.bucket_name('gpu-cloud', stack, ACCOUNT, 'models')}"
+    assert all(b["keyArn"].startswith(f"arn:aws:kms:{run.region}:{ACCOUNT}:key/") for b in exported.values())
+
+
+def test_dev_may_empty_its_buckets_on_destroy_and_prod_may_not(stack_runs):
+    assert all(r.inputs.get("forceDestroy") for r in stack_runs["dev"].of_type(BUCKET))
+    assert not any(r.inputs.get("forceDestroy") for r in stack_runs["prod-us-east-1"].of_type(BUCKET))
+
+
+def test_lustre_links_the_datasets_bucket_when_no_import_path_is_set(stack_runs):
+    (association,) = stack_runs["prod-us-east-1"].of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    assert association.inputs["dataRepositoryPath"] == \
+        f"s3://{buckets.bucket_name('gpu-cloud', 'prod-us-east-1', ACCOUNT, 'datasets')}/"
+    assert association.inputs["fileSystemPath"] == "/data"
