@@ -215,3 +215,21 @@ def test_lustre_links_the_datasets_bucket_when_no_import_path_is_set(stack_runs)
     assert association.inputs["dataRepositoryPath"] == \
         f"s3://{buckets.bucket_name('gpu-cloud', 'prod-us-east-1', ACCOUNT, 'datasets')}/"
     assert association.inputs["fileSystemPath"] == "/data"
+
+
+@pytest.mark.parametrize("stack, replication", [
+    ("prod-us-east-1", "to acme/gpu-cloud/prod-eu-west-1 (RTC: 15 min recovery point)"),
+    ("prod-eu-west-1", "receives acme/gpu-cloud/prod-us-east-1's replicas"),
+    ("dev", "-"),
+])
+def test_the_plan_shows_each_stacks_buckets_and_what_replicates(stack, replication):
+    from plan.document import _storage_lines, storage_section
+    from plan.stackfile import load_stack
+    _, spec = load_stack(stack)
+    rows = {row["purpose"]: row for row in storage_section(spec)["buckets"]}
+    assert [rows[p]["name"] for p in buckets.PURPOSES] == [buckets.bucket_name("gpu-cloud", stack, ACCOUNT, p)
+                                                            for p in buckets.PURPOSES]
+    replicated = {p for p, row in rows.items() if row["replication"]}
+    assert replicated == (set() if stack == "dev" else {"checkpoints", "models"})
+    (line,) = [line for line in _storage_lines(storage_section(spec)) if "-checkpoints " in line]
+    assert line.rstrip().endswith(replication)
