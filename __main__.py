@@ -31,15 +31,17 @@ from spec.errors import ConfigError, ConfigIssue, key_path
 from spec.logs import cloudwatch_retention_days
 from plan.stackfile import peer_cidr
 from spec.deployer import AWS_PROVIDER_KEYS, aws_settings
-from spec.model import SECTIONS
+from spec.model import SECRET_KEYS, SECTIONS
 from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
 from spec.zones import resolve_layout, zone_table
 
 
 def project_config() -> dict:
-    """Each declared `gpu-cloud:` key that the stack sets, through the public Config API (objects parsed)."""
+    """Each declared `gpu-cloud:` key that the stack sets, through the public Config API (objects parsed). Secret
+    keys are read raw only to check their form (spec.validate.secret_issues); the program uses them as secrets."""
     config = pulumi.Config(NAMESPACE)
     values = {key: config.get(key) if key == "environment" else config.get_object(key) for key in SECTIONS}
+    values.update({key: pulumi.runtime.get_config(f"{NAMESPACE}:{key}") for key in SECRET_KEYS})
     return {key: value for key, value in values.items() if value is not None}
 
 

@@ -261,7 +261,7 @@ class Storage(ConfigModel):
 class Triton(ConfigModel):
     enabled: bool = False
     pool: Optional[str] = None
-    model_repository: Optional[S3Uri] = None
+    model_repository: Optional[S3Uri] = None     # left out: s3://<the stack's models bucket>/triton
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=4, ge=1)
     target_queue_ms: float = Field(default=10, gt=0)
@@ -270,8 +270,8 @@ class Triton(ConfigModel):
 
     @model_validator(mode="after")
     def _enabled_needs(self) -> "Triton":
-        if self.enabled and (not self.pool or not self.model_repository):
-            raise ValueError("an enabled triton needs pool and modelRepository")
+        if self.enabled and not self.pool:
+            raise ValueError("an enabled triton needs pool (an inference pool of this stack)")
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas {self.min_replicas} > maxReplicas {self.max_replicas}")
         return self
@@ -355,6 +355,10 @@ class Training(ConfigModel):
 
 Environment = Literal["prod", "staging", "dev"]
 Tags = Dict[Annotated[str, Field(min_length=1, max_length=128)], Annotated[str, Field(max_length=256)]]
+
+# `gpu-cloud:` keys that hold secrets: set with `pulumi config set --secret`, read by the program with get_secret,
+# never part of the StackSpec (so never in the plan). load_stack_spec only checks their form.
+SECRET_KEYS = ("alertWebhookUrl",)
 
 # The `gpu-cloud:` keys, their types and whether a stack must set them. Defaults for optional
 # top-level keys are declared in Pulumi.yaml (the CLI applies them; so does the offline plan).

@@ -22,7 +22,7 @@ from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.model import (SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy,
+from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy,
                         Training)
 from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 from spec.zones import is_zone_id
@@ -111,8 +111,10 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         issues.append(ConfigIssue("stack", f"{stack!r} makes the EKS cluster name {name!r}, which EKS refuses: at most "
                                            "100 characters, letters, digits, '-' and '_', starting with a letter or "
                                            "digit; name the stack with those (prod-us-east-1)"))
-    for key in sorted(set(config) - set(SECTIONS)):
-        issues.append(_issue((key,), f"unknown key{_did_you_mean(key, SECTIONS)}; allowed keys: {', '.join(SECTIONS)}"))
+    for key in sorted(set(config) - set(SECTIONS) - set(SECRET_KEYS)):
+        issues.append(_issue((key,), f"unknown key{_did_you_mean(key, SECTIONS)}; allowed keys: "
+                                     f"{', '.join((*SECTIONS, *SECRET_KEYS))}"))
+    issues += [_issue((key,), problem) for key in SECRET_KEYS for problem in secret_issues(key, config.get(key))]
     for key, (type_, required) in SECTIONS.items():
         if key not in config and required:
             issues.append(_issue((key,), "is required"))
@@ -170,6 +172,16 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"],
         training=parsed["training"], catalog=catalog,
     )
+
+
+def secret_issues(key: str, value: Any) -> List[str]:
+    """What is wrong with a secret key's value, without ever repeating it. An encrypted value the offline plan
+    cannot read ({secure: ...}) and an empty one (the default: not set) pass."""
+    if value in (None, "") or (isinstance(value, dict) and set(value) == {"secure"}):
+        return []
+    if not isinstance(value, str) or not re.fullmatch(r"https://[^\s/]+(/\S*)?", value):
+        return ["must be an https:// URL (its value is a secret and is not shown)"]
+    return []
 
 
 def strictly(type_: Any, value: Any) -> Any:

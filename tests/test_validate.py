@@ -364,3 +364,29 @@ def test_a_dr_peer_that_is_this_very_stack_is_a_config_error(peer, is_self):
     assert [(i.path, i.message) for i in issues] == [
         ("gpu-cloud:dr.peerStack", f"{peer} is this very stack; name the stack in the other region that backs this "
                                    "one up")]
+
+
+SECRET_URL = "https://hooks.example.com/services/T000/B000/XXXXsecretXXXX"
+
+
+@pytest.mark.parametrize("value, accepted", [
+    (SECRET_URL, True), ("", True), ({"secure": "v1:abcdef=="}, True),   # set, unset, encrypted (plan cannot read it)
+    ("http://hooks.example.com/x", False), ("hooks.example.com/x", False), (42, False),
+])
+def test_the_alert_webhook_is_an_https_url_and_its_value_is_never_repeated(value, accepted):
+    config = valid_config()
+    config["alertWebhookUrl"] = value
+    if accepted:
+        load(config)
+        return
+    with pytest.raises(ConfigError) as error:
+        load(config)
+    assert "gpu-cloud:alertWebhookUrl: must be an https:// URL" in str(error.value)
+    assert str(value) not in str(error.value)
+
+
+def test_a_misspelt_secret_key_is_unknown_and_the_real_one_is_offered():
+    config = valid_config()
+    config["alertWebhookURL"] = SECRET_URL
+    with pytest.raises(ConfigError, match="alertWebhookURL: unknown key.*alertWebhookUrl"):
+        load(config)
