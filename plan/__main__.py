@@ -1,9 +1,10 @@
 """Offline plan: render a stack (resources, GPU capacity, cost, policy) with no cloud account.
 
-    python -m plan STACK [--stack-file PATH] [--json PATH] [--no-policy] [--against OLD.json]
-    python -m plan --policy-check PLAN.json
+    python -m plan STACK [--stack-file PATH] [--json PATH] [--no-policy] [--policy-config FILE] [--against OLD.json]
+    python -m plan --policy-check PLAN.json [--policy-config FILE]
 
-Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error, 3 anything else (one line).
+Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document, 3 anything
+else (one line).
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import List, Optional
 
 EXIT_OK, EXIT_POLICY, EXIT_CONFIG, EXIT_OTHER = 0, 1, 2, 3
-NO_PACK = "the policy pack is not part of gpu-cloud yet"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -22,8 +22,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("stack", nargs="?", help="stack name, e.g. prod-us-east-1")
     parser.add_argument("--stack-file", type=Path, help="stack file to use instead of stacks/Pulumi.STACK.yaml")
     parser.add_argument("--json", type=Path, dest="json_path", help="write the plan document here")
+    from plan.diagram import diagram_argument   # standard library only: checks the path before the plan runs
+    parser.add_argument("--diagram", type=diagram_argument, metavar="PATH.svg|PATH.dot",
+                        help="draw the architecture picture (Graphviz; SVG needs its `dot` program)")
     parser.add_argument("--no-policy", action="store_true", help="skip the policy pack")
-    parser.add_argument("--policy-check", type=Path, metavar="PLAN.json", help="check a written plan document")
+    parser.add_argument("--policy-check", type=Path, metavar="PLAN.json",
+                        help="run the policy pack on a written plan document")
+    parser.add_argument("--policy-config", type=Path, metavar="FILE",
+                        help="policy pack config, as for `pulumi preview --policy-pack-config` (levels, keys)")
     parser.add_argument("--against", type=Path, metavar="OLD.json",
                         help="also list what changed since an earlier plan document of the stack")
     args = parser.parse_args(argv)
@@ -31,8 +37,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("give a STACK, or --policy-check PLAN.json")
     if args.against and not args.stack:
         parser.error("--against needs a STACK to plan")
+    if args.policy_config and args.no_policy:
+        parser.error("--policy-config has nothing to configure with --no-policy")
     try:
-        return policy_check(args.policy_check) if args.policy_check else plan(args)
+        return policy_check(args.policy_check, args.policy_config) if args.policy_check else plan(args)
     except Exception as error:  # the contract: one line, exit 3, no traceback
         print(f"plan failed: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
         return EXIT_OTHER
@@ -44,6 +52,7 @@ def plan(args) -> int:
     from plan.diff import diff_documents, render_changes
     from plan.document import build_document, render_text
     from plan.engine import run_program
+    from plan.policy_runner import PolicyConfigError, load_config, mandatory, run_pack
     from plan.stackfile import StackFileError, load_stack
     from spec.errors import ConfigError
 
@@ -54,7 +63,8 @@ def plan(args) -> int:
     try:
         # Validate before running anything, so a bad config registers nothing and reads as a list.
         config, spec = load_stack(args.stack, args.stack_file)
-    except (ConfigError, StackFileError) as error:
+        pack_config = load_config(args.policy_config) if args.policy_config else None
+    except (ConfigError, StackFileError, PolicyConfigError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     try:
@@ -62,9 +72,19 @@ def plan(args) -> int:
     except RunError as error:   # the program's own clean config error (checks that need the provider)
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    policy = {"violations": [], "skipped": "--no-policy" if args.no_policy else NO_PACK}
-    document = build_document(spec, run, policy, run.warnings)
+    document = build_document(spec, run, {"violations": [], "skipped": "--no-policy"}, run.warnings)
+    if not args.no_policy:
+        try:    # the pack reads the document as the engine would read the stack (plan/policy_runner.py)
+            document["policy"] = run_pack(json.loads(json.dumps(document)), pack_config)
+        except PolicyConfigError as error:
+            print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
+            return EXIT_CONFIG
     print(render_text(document))
+    if args.diagram:
+        from plan.diagram import write_diagram
+
+        write_diagram(document, args.diagram)
+        print(f"\narchitecture picture written to {args.diagram}")
     if old_document is not None:
         # Compared as written (a JSON round trip), so both sides hold the same kinds of values.
         changes = diff_documents(old_document, json.loads(json.dumps(document)))
@@ -72,12 +92,12 @@ def plan(args) -> int:
     if args.json_path:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
         print(f"\nplan document written to {args.json_path}")
-    mandatory = [v for v in policy["violations"] if v.get("enforcement") == "mandatory"]
-    return EXIT_POLICY if mandatory else EXIT_OK
+    return EXIT_POLICY if mandatory(document["policy"]["violations"]) else EXIT_OK
 
 
-def read_document(path: Path) -> Optional[dict]:
-    """A written plan document, or None once one line on stderr has said why it cannot be used."""
+def read_document(path: Path, problems_out: Optional[List[str]] = None) -> Optional[dict]:
+    """A written plan document, or None once one line on stderr has said why it cannot be used (what is wrong
+    with a readable document also goes into problems_out)."""
     from plan.document import document_problems
 
     try:
@@ -88,18 +108,32 @@ def read_document(path: Path) -> Optional[dict]:
     problems = document_problems(document)
     if problems:
         print(f"{path} is not a valid plan document: " + "; ".join(problems), file=sys.stderr)
+        if problems_out is not None:
+            problems_out.extend(problems)
         return None
     return document
 
 
-def policy_check(path: Path) -> int:
-    document = read_document(path)
+def policy_check(path: Path, config_path: Optional[Path] = None) -> int:
+    """Run the pack on a written plan document: exit 1 on a mandatory violation, 2 on a document (or pack config)
+    that is not valid, never a pass on one."""
+    from plan.document import _policy_lines
+    from plan.policy_runner import PolicyConfigError, load_config, mandatory, run_pack
+
+    problems: List[str] = []
+    document = read_document(path, problems)
     if document is None:
-        return EXIT_OTHER
-    violations = document["policy"]["violations"]
-    print(f"{path}: valid plan document for stack {document['stack']} ({len(document['resources'])} resources); "
-          f"policy: {NO_PACK}, {len(violations)} recorded violation(s)")
-    return EXIT_POLICY if any(v.get("enforcement") == "mandatory" for v in violations) else EXIT_OK
+        return EXIT_CONFIG if problems else EXIT_OTHER
+    try:
+        verdict = run_pack(document, load_config(config_path) if config_path else None)
+    except PolicyConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    recorded = document["policy"]["violations"]
+    print(f"{path}: plan document for stack {document['stack']} ({len(document['resources'])} resources; "
+          f"{len(recorded)} violation(s) recorded when it was planned)")
+    print("\n".join(_policy_lines(verdict)))
+    return EXIT_POLICY if mandatory(verdict["violations"]) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from spec.validate import StackSpec
 DOCUMENT_VERSION = 1
 REQUIRED_FIELDS = {"version": int, "project": str, "stack": str, "region": str, "resources": list,
                    "outputs": dict, "capacity": list, "cost": dict, "policy": dict}
+VIOLATION_FIELDS = ("policyName", "enforcementLevel", "message", "urn")   # as CrossGuard names them
+VIOLATION_LEVELS = ("advisory", "mandatory")     # what a CrossGuard diagnostic carries (remediate reports mandatory)
 RESOURCE_FIELDS = {"urn": str, "type": str, "name": str, "custom": bool, "inputs": dict, "dependencies": list,
                    "protect": bool, "retainOnDelete": bool}
 
@@ -36,18 +38,61 @@ def capacity_rows(spec: StackSpec) -> List[Dict[str, Any]]:
 
 
 def cost_section(spec: StackSpec) -> Dict[str, Any]:
-    estimate = cost.estimate(spec.pools, spec.catalog, spec.region)
+    """The whole bill (spec/cost.py): GPU pools and fixed costs, hourly and monthly, at desired and at max, with
+    committed spend apart from pay-as-you-go and what has no price listed as a gap."""
+    estimate = cost.estimate(spec)
+    committed = estimate.committed_hourly
+
+    def _rounded(value, digits=4):
+        return None if value is None else round(value, digits)
+
+    def both(hourly_desired, hourly_max):
+        return {"hourlyAtDesired": hourly_desired, "hourlyAtMax": hourly_max,
+                "monthlyAtDesired": cost.monthly(hourly_desired), "monthlyAtMax": cost.monthly(hourly_max)}
+
     return {
         "currency": estimate.currency,
         "hourlyAtDesired": estimate.hourly_at_desired,
         "hourlyAtMax": estimate.hourly_at_max,
+        "monthlyAtDesired": cost.monthly(estimate.hourly_at_desired),
+        "monthlyAtMax": cost.monthly(estimate.hourly_at_max),
+        "threeYearsAtDesired": cost.three_years(estimate.hourly_at_desired),
+        "hoursPerMonth": cost.HOURS_PER_MONTH,
         "complete": estimate.complete,
+        "gaps": estimate.gaps,
         "pricesAsOf": spec.catalog.prices_as_of,
-        "source": spec.catalog.price_source,
-        "scope": "GPU node pools only (EKS control plane, system nodes, storage and traffic excluded)",
+        "source": f"{spec.catalog.price_source}; fixed costs, spot discounts and capacity blocks: spec/prices.yaml "
+                  "(each item names its source and date)",
+        "scope": "GPU pools and fixed costs (control plane, system nodes, root volumes, NAT, endpoints, transit "
+                 "gateway, FSx, load balancer); usage-based charges not estimated",
+        "notEstimated": list(cost.NOT_ESTIMATED),
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
-        "pools": [{"pool": p.pool, "capacity": p.capacity, "nodeHourly": p.node_hourly,
-                   "hourlyAtDesired": p.hourly_at_desired, "hourlyAtMax": p.hourly_at_max} for p in estimate.pools],
+        "budgetCovers": "GPU pools at maxNodes",
+        "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
+        "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
+        "committed": {"hourly": committed, "monthly": cost.monthly(committed),
+                      "upfrontHourly": estimate.upfront_hourly, "threeYears": cost.three_years(committed)},
+        "payAsYouGo": both(round(estimate.hourly_at_desired - committed, 4), round(estimate.hourly_at_max - committed, 4)),
+        "savingVsOnDemand": both(estimate.saving_hourly("desired"), estimate.saving_hourly("max")),
+        "pools": [{
+            "pool": p.pool, "capacity": p.capacity, "instanceType": p.instance_type,
+            "nodeHourly": _rounded(p.node_hourly), "onDemandNodeHourly": p.on_demand_node_hourly,
+            "committedNodeHourly": _rounded(p.committed_node_hourly),
+            "billedNodesAtDesired": p.nodes_at_desired, "billedNodesAtMax": p.nodes_at_max,
+            "committedNodes": p.committed_nodes, "upfront": p.upfront, "commitment": p.commitment,
+            "committedHourly": p.committed_hourly,
+            "commitmentTermTotal": (round(p.committed_hourly * cost.HOURS_PER_MONTH * p.commitment_months, 2)
+                                    if p.commitment and p.committed_hourly is not None else None),
+            **both(p.hourly_at_desired, p.hourly_at_max),
+            "onDemandHourlyAtDesired": p.on_demand_hourly(p.nodes_at_desired),
+            "onDemandHourlyAtMax": p.on_demand_hourly(p.nodes_at_max),
+            "basis": p.basis, "gap": p.gap,
+        } for p in estimate.pools],
+        "fixed": [{
+            "item": f.item, "unit": f.unit, "quantityAtDesired": f.quantity_at_desired, "quantityAtMax": f.quantity_at_max,
+            "unitHourly": _rounded(f.unit_hourly, 6),
+            **both(f.hourly_at_desired, f.hourly_at_max), "source": f.source, "asOf": f.as_of, "gap": f.gap,
+        } for f in estimate.fixed],
     }
 
 
@@ -150,6 +195,16 @@ def document_problems(document: Any) -> List[str]:
     violations = (document.get("policy") or {}).get("violations") if isinstance(document.get("policy"), dict) else None
     if not isinstance(violations, list):
         problems.append("policy.violations is missing or not a list")
+    for i, violation in enumerate(violations or []):
+        # CrossGuard's diagnostic fields; a level outside what a diagnostic carries could hide a mandatory one.
+        if not isinstance(violation, dict):
+            problems.append(f"policy.violations[{i}] is not an object")
+            continue
+        problems += [f"policy.violations[{i}].{key} is missing or not a str" for key in VIOLATION_FIELDS
+                     if not isinstance(violation.get(key), str)]
+        if isinstance(violation.get("enforcementLevel"), str) and violation["enforcementLevel"] not in VIOLATION_LEVELS:
+            problems.append(f"policy.violations[{i}].enforcementLevel {violation['enforcementLevel']!r} is not one of "
+                            f"{', '.join(VIOLATION_LEVELS)}")
     return problems
 
 
@@ -224,15 +279,46 @@ def _usd(value) -> str:
 
 
 def _cost_table(section: Mapping[str, Any]) -> List[str]:
-    body = [[p["pool"], p["capacity"], _usd(p["nodeHourly"]), _usd(p["hourlyAtDesired"]), _usd(p["hourlyAtMax"])]
-            for p in section["pools"]]
-    body.append(["total", "", "", _usd(section["hourlyAtDesired"]), _usd(section["hourlyAtMax"])])
-    lines = [f"Hourly cost ({section['currency']}, prices as of {section['pricesAsOf']}; {section['scope']}):"]
-    lines += _table(["pool", "capacity", "per node", "at desired", "at max"], body)
+    hours = section.get("hoursPerMonth", 730)
+    body = [[p["pool"], p["capacity"] + (" (upfront)" if p.get("upfront") else ""), _usd(p["nodeHourly"]),
+             f"{p.get('billedNodesAtDesired', '')}/{p.get('billedNodesAtMax', '')}", _usd(p["hourlyAtDesired"]),
+             _usd(p["hourlyAtMax"]), _usd(p.get("monthlyAtMax"))] for p in section["pools"]]
+    body += [[f["item"], "fixed", _usd(f["unitHourly"]), f"{f['quantityAtDesired']:g}/{f['quantityAtMax']:g}",
+              _usd(f["hourlyAtDesired"]), _usd(f["hourlyAtMax"]), _usd(f.get("monthlyAtMax"))]
+             for f in section.get("fixed", [])]
+    body.append(["total", "", "", "", _usd(section["hourlyAtDesired"]), _usd(section["hourlyAtMax"]),
+                 _usd(section.get("monthlyAtMax"))])
+    lines = [f"Hourly cost ({section['currency']}, prices as of {section['pricesAsOf']}; {section['scope']}; "
+             f"a month is {hours} hours):"]
+    lines += _table(["item", "capacity", "per unit/hour", "billed desired/max", "at desired", "at max", "monthly at max"],
+                    body)
+    if "committed" in section:
+        committed, payg, saving = section["committed"], section["payAsYouGo"], section["savingVsOnDemand"]
+        lines.append(f"  committed (billed whatever runs): {_usd(committed['hourly'])}/hour, {_usd(committed['monthly'])}"
+                     f"/month, {_usd(committed['threeYears'])} over three years; of it paid upfront: "
+                     f"{_usd(committed['upfrontHourly'])}/hour")
+        lines.append(f"  pay-as-you-go: {_usd(payg['hourlyAtDesired'])}/hour at desired, {_usd(payg['hourlyAtMax'])}"
+                     "/hour at max")
+        lines.append(f"  three years at desired: {_usd(section['threeYearsAtDesired'])}; saving against the same GPUs "
+                     f"all on-demand: {_usd(saving['hourlyAtDesired'])}/hour at desired "
+                     f"({_usd(saving['monthlyAtDesired'])}/month), {_usd(saving['hourlyAtMax'])}/hour at max")
+        for p in section["pools"]:
+            if p.get("commitment"):
+                lines.append(f"  {p['pool']}: {p['commitment']}, {_usd(p['committedHourly'])}/hour committed, "
+                             f"{_usd(p['commitmentTermTotal'])} over the term")
     if section.get("budgetMaxHourlyUsd") is not None:
-        lines.append(f"  budget: {_usd(section['budgetMaxHourlyUsd'])}/hour at max")
+        covered = section.get("gpuPools", {}).get("hourlyAtMax")
+        lines.append(f"  budget: {_usd(section['budgetMaxHourlyUsd'])}/hour for "
+                     f"{section.get('budgetCovers', 'pools at max')}" + (f" (now {_usd(covered)})" if covered is not None else ""))
+    for p in section["pools"]:
+        if p.get("basis") and "ASSUMED" in p["basis"]:
+            lines.append(f"  assumed: {p['pool']}: {p['basis']}")
     if not section.get("complete", True):
-        lines.append("  note: some pools have no price in the catalog for this region; totals leave them out")
+        lines.append("  gaps (no price, left out of the totals):")
+        lines += [f"    - {gap}" for gap in section.get("gaps", [])] or \
+                 ["    - some pools have no price in the catalog for this region"]
+    if section.get("notEstimated"):
+        lines.append("  not estimated (charged by use): " + "; ".join(section["notEstimated"]))
     return lines
 
 
@@ -305,7 +391,13 @@ def _policy_lines(policy: Mapping[str, Any]) -> List[str]:
     if policy.get("skipped"):
         return [f"Policy: not run ({policy['skipped']})"]
     violations = policy.get("violations", [])
-    if not violations:
-        return ["Policy: no violations"]
-    return [f"Policy: {len(violations)} violation(s)"] + [
-        f"  [{v['enforcement']}] {v['policy']}: {v['message']} ({v['urn']})" for v in violations]
+    pack = f" (pack {policy['pack']} v{policy['version']})" if policy.get("pack") else ""
+    lines = [f"Policy{pack}: " + (f"{len(violations)} violation(s), "
+                                  f"{sum(v['enforcementLevel'] == 'mandatory' for v in violations)} mandatory"
+                                  if violations else "no violations")]
+    for v in violations:
+        # CrossGuard's message is the policy's description, a newline, then what it found.
+        found = v["message"].split("\n", 1)[-1].replace("\n", " ")
+        lines.append(f"  [{v['enforcementLevel']}] {v['policyName']}: {found}" + (f" ({v['urn']})" if v["urn"] else ""))
+    lines += [f"  not applicable: {n['policyName']} ({n['reason']})" for n in policy.get("notApplicable", [])]
+    return lines

@@ -10,7 +10,7 @@ import ipaddress
 import re
 from typing import Dict, List, Literal, Optional, Tuple
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from typing_extensions import Annotated
 
@@ -213,6 +213,23 @@ Capacity = Literal["on-demand", "spot", "reserved", "capacity-block"]
 RESERVED_CAPACITY: Tuple[str, ...] = ("reserved", "capacity-block")
 
 
+class Commitment(ConfigModel):
+    """A Savings Plan or Reserved Instances bought for the pool's steady nodes (desiredNodes): the plan prices them
+    at the commitment's discount (spec/prices.yaml) and shows them as committed spend beside the term's total."""
+    type: Literal["savings-plan", "reserved-instance"]
+    term: Literal["1y", "3y"]
+    payment: Literal["no-upfront", "partial-upfront", "all-upfront"] = "no-upfront"
+
+    @property
+    def key(self) -> str:
+        """How spec/prices.yaml names this commitment's discount."""
+        return f"{self.type}/{self.term}/{self.payment}"
+
+    @property
+    def months(self) -> int:
+        return 12 if self.term == "1y" else 36
+
+
 class NodePool(ConfigModel):
     name: Annotated[str, _matches(DNS_LABEL, "a DNS-1123 label (lowercase letters, digits and '-', at most 63)")]
     instance_types: Tuple[str, ...] = Field(min_length=1)
@@ -234,6 +251,18 @@ class NodePool(ConfigModel):
     taints: Tuple[Taint, ...] = ()
     # Cluster-autoscaler priority-expander weight; default comes from the capacity type.
     autoscaler_priority: Optional[int] = Field(default=None, ge=1, le=100)
+    # Savings Plans and Reserved Instances discount on-demand and reserved (ODCR) usage; spot is not covered, and a
+    # capacity block is already bought upfront at its own price.
+    commitment: Optional[Commitment] = None
+
+    @field_validator("commitment")
+    @classmethod
+    def _commitment_fits_capacity(cls, commitment: Optional[Commitment], info: ValidationInfo) -> Optional[Commitment]:
+        capacity = info.data.get("capacity")
+        if commitment is not None and capacity in ("spot", "capacity-block"):
+            raise ValueError(f"a {commitment.type} does not apply to capacity {capacity}; only on-demand and "
+                             "reserved pools take a commitment")
+        return commitment
 
     @property
     def reserved_capacity(self) -> bool:
@@ -314,6 +343,9 @@ class Dr(ConfigModel):
     peer_stack: Optional[Annotated[str, _matches(PEER_STACK, "a stack reference of the form org/gpu-cloud/<stack>")]] = None
     domain: Optional[Annotated[str, _matches(DOMAIN, "a DNS domain name such as infer.example.com")]] = None
     hosted_zone_id: Optional[Annotated[str, _matches(HOSTED_ZONE_ID, "a Route 53 hosted zone id such as Z0123456789ABC")]] = None
+    # How the two regions share `domain` (spec/failover.py): failover (active-passive), weighted or latency
+    # (active-active). Both stacks of a pair must say the same.
+    routing: Literal["failover", "weighted", "latency"] = "failover"
 
     @model_validator(mode="after")
     def _peer_fields(self) -> "Dr":

@@ -409,17 +409,26 @@ def deployer_path_issues(network: Network, cluster: Cluster) -> List[Tuple[tuple
 
 
 def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str) -> List[ConfigIssue]:
-    estimate = cost.estimate(pools, catalog, region)
-    unpriced = [p.pool for p in estimate.pools if p.hourly_at_max is None]
-    if unpriced:
-        return [_issue(("budget", "maxHourlyUsd"), f"cannot be checked: no on-demand price in the catalog for pools "
-                       f"{', '.join(unpriced)} in {region}")]
+    """The GPU pools at maxNodes, priced as the plan's cost section prices them (spec/cost.py), against the budget.
+    A pool without a price is a gap the plan reports, not a reason to refuse the stack."""
+    rows = [p for p in cost.pool_costs(pools, catalog, region) if not p.gap]
+    total = round(sum(p.hourly_at_max for p in rows), 4)
     # In cents, as the message shows them: the estimate is a sum of rounded prices, so a budget written as the
     # exact cost must pass, and "$131.07 above the budget $131.07" must never be said.
-    if round(estimate.hourly_at_max, 2) > round(budget.max_hourly_usd, 2):
-        return [_issue(("budget", "maxHourlyUsd"), f"pools at maxNodes cost ${estimate.hourly_at_max:,.2f}/hour, above the "
-                       f"budget ${budget.max_hourly_usd:,.2f}/hour; lower maxNodes or raise the budget")]
-    return []
+    if round(total, 2) <= round(budget.max_hourly_usd, 2):
+        return []
+    message = (f"GPU pools at maxNodes cost ${total:,.2f}/hour, above the budget ${budget.max_hourly_usd:,.2f}/hour; "
+               "lower maxNodes or raise the budget")
+    blocks = [p for p in rows if p.capacity == "capacity-block"]
+    if blocks:
+        message += (f". Capacity blocks {', '.join(p.pool for p in blocks)} "
+                    f"(${sum(p.hourly_at_max for p in blocks):,.2f}/hour) are paid upfront at their purchase price: "
+                    "no change to maxNodes lowers them")
+    reserved = [p for p in rows if p.capacity == "reserved"]
+    if reserved:
+        message += (f". Reservations of {', '.join(p.pool for p in reserved)} are billed for their whole size "
+                    "whether nodes run or not: only a smaller reservation lowers them")
+    return [_issue(("budget", "maxHourlyUsd"), message)]
 
 
 def _overlaps(cidr: str, other: str) -> bool:

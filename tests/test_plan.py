@@ -10,6 +10,14 @@ import yaml
 from plan.document import document_problems
 from tests.conftest import ROOT, STACKS, PlanProcess
 
+# PENDING MONITORING: the shipped stacks fail this one mandatory policy (no GPU alert rules) until the monitoring
+# work lands (tests/test_policy.py PENDING_MONITORING); then `make plan` exits 0 on them and this set empties.
+PENDING = {"gpu-pool-observability"}
+
+
+def pending_only(document) -> bool:
+    return {v["policyName"] for v in document["policy"]["violations"]} <= PENDING
+
 
 def plan(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "plan", *map(str, args)], cwd=cwd, capture_output=True, text=True,
@@ -26,8 +34,10 @@ def documents(tmp_path_factory):
     results = process.results()
     out = {}
     for (stack, path), result in zip(paths.items(), results):
-        assert result.returncode == 0, result.stderr
-        out[stack] = (result.stdout, json.loads(path.read_text()))
+        document = json.loads(path.read_text())
+        assert result.returncode == (1 if document["policy"]["violations"] else 0), result.stderr
+        assert pending_only(document), document["policy"]["violations"]    # PENDING MONITORING
+        out[stack] = (result.stdout, document)
     return out
 
 
@@ -96,7 +106,7 @@ def test_plan_warns_about_an_outdated_release_and_still_plans(tmp_path):
     path.write_text(yaml.safe_dump(stack))
     out = tmp_path / "old.json"
     result = plan("dev", "--stack-file", path, "--json", out)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode in (0, 1) and pending_only(json.loads(out.read_text())), result.stderr   # PENDING MONITORING
     (warning,) = json.loads(out.read_text())["warnings"]
     assert warning.startswith("gpu-cloud:gpuDriver.amiRelease: v20260116 is older than v20260714")
     assert "Warnings:\n  - " + warning in result.stdout
@@ -115,7 +125,9 @@ def test_json_document_has_the_contract_fields(documents, stack):
         assert set(row) >= {"pool", "instanceTypes", "gpuModel", "gpusPerNode", "capacity", "minNodes",
                             "desiredNodes", "maxNodes"}
     assert set(document["cost"]) >= {"currency", "hourlyAtDesired", "hourlyAtMax", "pools"}
-    assert document["policy"]["violations"] == []
+    assert document["policy"]["pack"] == "gpu-cloud" and pending_only(document)    # PENDING MONITORING
+    for violation in document["policy"]["violations"]:
+        assert set(violation) >= {"policyName", "enforcementLevel", "message", "urn"}
 
 
 def test_capacity_and_cost_figures_follow_the_stack(documents):
@@ -171,12 +183,14 @@ def test_missing_stack_file_is_a_config_error(tmp_path):
 def test_policy_check_validates_a_written_document(documents, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(documents["dev"][1]))
-    assert plan("--policy-check", path).returncode == 0
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({name: "advisory" for name in PENDING}))    # PENDING MONITORING
+    assert plan("--policy-check", path, "--policy-config", config).returncode == 0
     bad = dict(documents["dev"][1])
     del bad["capacity"]
     path.write_text(json.dumps(bad))
     result = plan("--policy-check", path)
-    assert result.returncode == 3 and "capacity" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "capacity" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_unexpected_failure_is_one_line_exit_3(tmp_path):
@@ -207,12 +221,11 @@ def test_a_config_error_found_at_run_time_is_exit_2_without_traceback(tmp_path):
     assert "gpu-cloud:network.zones[1]: use1-az7 is not an available zone of us-east-1" in result.stderr
 
 
-def test_a_recorded_mandatory_violation_is_exit_1(documents, tmp_path):
-    document = json.loads(json.dumps(documents["dev"][1]))
-    document["policy"]["violations"] = [{"policyName": "example", "enforcement": "mandatory", "message": "m"}]
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(document))
-    assert plan("--policy-check", path).returncode == 1
+def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents):
+    text, document = documents["prod-us-east-1"]
+    assert "Policy (pack gpu-cloud v1.0.0): " in text
+    for violation in document["policy"]["violations"]:      # PENDING MONITORING: today the GPU alert rules
+        assert f"[mandatory] {violation['policyName']}: " in text
 
 
 def test_the_document_records_what_protects_running_capacity(documents):

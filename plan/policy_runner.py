@@ -1,0 +1,194 @@
+"""The policy pack offline: a plan document turned into the arguments the Pulumi engine gives CrossGuard.
+
+`pulumi preview --policy-pack policy` sends each resource to the pack's Analyze (one ResourceValidationArgs per
+resource and policy) and the whole stack to AnalyzeStack (StackValidationArgs of PolicyResource objects, parents
+and dependencies linked). This module builds the same objects from the document's resources (engine-view inputs),
+calls the same validate functions (policy/policies.py) and records what they report the way the engine's
+diagnostics name it: policyName, policyPackName, policyPackVersion, enforcementLevel, message (the policy's
+description, a newline, what it reported), description, urn. It follows pulumi_policy 1.21's
+_PolicyAnalyzerServicer: per-policy config and enforcement level, remediate counted as mandatory, disabled skipped,
+a value unknown during preview an advisory note, not_applicable() recorded apart.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from pulumi_policy import (EnforcementLevel, PolicyCustomTimeouts, PolicyProviderResource, PolicyResource,
+                           PolicyResourceOptions, ResourceValidationArgs, ResourceValidationPolicy,
+                           StackValidationArgs, StackValidationPolicy)
+from pulumi_policy.deserialize import deserialize_properties
+from pulumi_policy.policy import _NotApplicableError
+from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
+
+from policy.policies import PACK_ENFORCEMENT, PACK_NAME, POLICIES, initial_config
+
+ROOT = Path(__file__).resolve().parent.parent
+LEVELS = {level.value: level for level in EnforcementLevel}
+REPORTED_LEVELS = ("advisory", "mandatory")      # what a diagnostic can carry (remediate reports as mandatory)
+
+
+class PolicyConfigError(ValueError):
+    """A pack config (the --policy-pack-config file's format) that names an unknown policy, level or key."""
+
+
+def pack_version() -> str:
+    import yaml
+
+    return str(yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text(encoding="utf-8"))["version"])
+
+
+def resolve_config(policies, user: Optional[Mapping[str, Any]] = None,
+                   initial: Optional[Mapping[str, Any]] = None) -> Dict[str, Tuple[EnforcementLevel, Dict[str, Any]]]:
+    """Each policy's (enforcement level, properties): the pack's initial config, then the user's on top, as the
+    CLI merges them. A value is a level ("advisory") or an object ({"enforcementLevel": ..., key: value}); the key
+    "all" sets every policy's level."""
+    names = {p.name: p for p in policies}
+    levels: Dict[str, EnforcementLevel] = {}
+    properties: Dict[str, Dict[str, Any]] = {name: {} for name in names}
+    for source, config in (("initial config", initial or {}), ("policy config", user or {})):
+        if not isinstance(config, Mapping):
+            raise PolicyConfigError(f"{source} is not an object")
+        for name, value in config.items():
+            if name != "all" and name not in names:
+                raise PolicyConfigError(f"{source}: {name!r} is not a policy of the pack")
+            level, props = (value, {}) if isinstance(value, str) else (
+                (value.get("enforcementLevel"), {k: v for k, v in value.items() if k != "enforcementLevel"})
+                if isinstance(value, Mapping) else (None, None))
+            if props is None:
+                raise PolicyConfigError(f"{source}: {name}: expected a level or an object")
+            if level is not None:
+                if level not in LEVELS:
+                    raise PolicyConfigError(f"{source}: {name}: enforcement level {level!r} is not one of "
+                                            f"{', '.join(LEVELS)}")
+                for target in (names if name == "all" else [name]):
+                    levels[target] = LEVELS[level]
+            if props:
+                if name == "all":
+                    raise PolicyConfigError(f"{source}: \"all\" takes only an enforcement level")
+                schema = names[name].config_schema
+                unknown = [k for k in props if schema is None or k not in schema.properties]
+                if unknown:
+                    raise PolicyConfigError(f"{source}: {name}: unknown key(s) {', '.join(unknown)}")
+                properties[name].update(props)
+    return {name: (levels.get(name, policy.enforcement_level or PACK_ENFORCEMENT), properties[name])
+            for name, policy in names.items()}
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+
+
+def _seconds(duration: Optional[str]) -> float:
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in _DURATION.findall(duration or ""))
+
+
+def _props(inputs: Mapping[str, Any]):
+    return unknown_checking_proxy(deserialize_properties(dict(inputs)))
+
+
+def _options(resource: Mapping[str, Any]) -> PolicyResourceOptions:
+    timeouts = resource.get("customTimeouts") or {}
+    return PolicyResourceOptions(
+        protect=bool(resource.get("protect")), ignore_changes=list(resource.get("ignoreChanges") or []),
+        delete_before_replace=resource.get("deleteBeforeReplace"), aliases=list(resource.get("aliases") or []),
+        custom_timeouts=PolicyCustomTimeouts(_seconds(timeouts.get("create")), _seconds(timeouts.get("update")),
+                                             _seconds(timeouts.get("delete"))),
+        additional_secret_outputs=[], parent=resource.get("parent"))
+
+
+def engine_arguments(document: Mapping[str, Any]):
+    """(one ResourceValidationArgs factory per resource, the stack's PolicyResource list), as the engine builds them."""
+    resources = document["resources"]
+    providers = {r["urn"]: PolicyProviderResource(r["type"], _props(r["inputs"]), r["urn"], r["name"])
+                 for r in resources if r["type"].startswith("pulumi:providers:")}
+
+    def provider_of(resource):
+        return providers.get(resource.get("provider") or "")
+
+    def resource_args(resource, config):
+        return ResourceValidationArgs(resource["type"], _props(resource["inputs"]), resource["urn"], resource["name"],
+                                      _options(resource), provider_of(resource), config, {})
+
+    stack = [PolicyResource(r["type"], _props(r["inputs"]), r["urn"], r["name"], _options(r), provider_of(r), None,
+                            [], {}) for r in resources]
+    by_urn = {r.urn: r for r in stack}
+    for raw, resource in zip(resources, stack):
+        resource.parent = by_urn.get(raw.get("parent"))
+        resource.dependencies.extend(by_urn[d] for d in raw.get("dependencies") or [] if d in by_urn)
+    return resources, resource_args, stack
+
+
+def _await(result) -> None:
+    if inspect.isawaitable(result):
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(result)
+        finally:
+            loop.close()
+
+
+def run_pack(document: Mapping[str, Any], user_config: Optional[Mapping[str, Any]] = None,
+             policies=None) -> Dict[str, Any]:
+    """The pack's verdict on a plan document: {"pack", "version", "violations", "notApplicable"}."""
+    policies = POLICIES if policies is None else policies
+    budget = (document.get("cost") or {}).get("budgetMaxHourlyUsd")
+    settings = resolve_config(policies, user_config, initial_config(budget))
+    version = pack_version()
+    resources, resource_args, stack = engine_arguments(document)
+    violations: List[Dict[str, Any]] = []
+    not_applicable: List[Dict[str, str]] = []
+
+    def reporter(policy, level, default_urn):
+        def report(message: str, urn: Optional[str] = None) -> None:
+            violations.append({
+                "policyName": policy.name, "policyPackName": PACK_NAME, "policyPackVersion": version,
+                "description": policy.description,
+                "message": policy.description + (f"\n{message}" if message else ""),
+                "enforcementLevel": level.value, "urn": default_urn or urn or ""})
+        return report
+
+    def call(policy, level, args, default_urn):
+        try:
+            _await(policy.validate(args, reporter(policy, level, default_urn)))
+        except UnknownValueError as error:
+            violations.append({
+                "policyName": policy.name, "policyPackName": PACK_NAME, "policyPackVersion": version,
+                "description": policy.description,
+                "message": f"can't run policy '{policy.name}' from policy pack '{PACK_NAME}@v{version}' during "
+                           f"preview: {error.message}", "enforcementLevel": "advisory", "urn": ""})
+        except _NotApplicableError as error:
+            not_applicable.append({"policyName": policy.name, "reason": error.reason or ""})
+
+    for policy in policies:
+        level, properties = settings[policy.name]
+        if level == EnforcementLevel.DISABLED:
+            continue
+        if level == EnforcementLevel.REMEDIATE:
+            level = EnforcementLevel.MANDATORY
+        if isinstance(policy, ResourceValidationPolicy):
+            for resource in resources:
+                call(policy, level, resource_args(resource, dict(properties)), resource["urn"])
+        elif isinstance(policy, StackValidationPolicy):
+            call(policy, level, StackValidationArgs(stack, dict(properties), {}), None)
+    return {"pack": PACK_NAME, "version": version, "violations": violations,
+            "notApplicable": list({json.dumps(n, sort_keys=True): n for n in not_applicable}.values())}
+
+
+def load_config(path: Path) -> Mapping[str, Any]:
+    """A pack config file (the format of `pulumi preview --policy-pack-config`)."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise PolicyConfigError(f"cannot read policy config {path}: {error}") from error
+    if not isinstance(config, Mapping):
+        raise PolicyConfigError(f"policy config {path} is not a JSON object")
+    return config
+
+
+def mandatory(violations: List[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    return [v for v in violations if v.get("enforcementLevel") == "mandatory"]

@@ -1,0 +1,438 @@
+"""The CrossGuard pack (policy/): every policy holds on the real stacks and catches a real resource gone wrong.
+
+Cases are the shipped stacks' plan documents with one compliant resource mutated; the offline runner
+(plan/policy_runner.py) gives the policies the arguments the engine would.
+"""
+import copy
+import json
+import os
+import py_compile
+import runpy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import pulumi_policy
+from plan.document import build_document
+from plan.policy_runner import PolicyConfigError, engine_arguments, resolve_config, run_pack
+from plan.stackfile import load_stack
+from policy import policies as pack
+from pulumi_policy import (PolicyResource, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
+                           StackValidationPolicy)
+from tests.conftest import ROOT, STACKS
+
+# Monitoring (kube-prometheus-stack and the GPU alert rules) is being written and lands later; until then the
+# shipped stacks have no PrometheusRule and fail this one policy. Once monitoring lands they must pass it.
+PENDING_MONITORING = "gpu-pool-observability"
+
+
+@pytest.fixture(scope="module")
+def documents(stack_runs):
+    """Each shipped stack's plan document, as `python -m plan STACK --json` writes it (a JSON round trip)."""
+    out = {}
+    for stack in STACKS:
+        _, spec = load_stack(stack)
+        out[stack] = json.loads(json.dumps(build_document(spec, stack_runs[stack], {"violations": []})))
+    return out
+
+
+def found(document, config=None):
+    """{(policyName, resource name or "")} the pack reports on a document."""
+    names = {r["urn"]: r["name"] for r in document["resources"]}
+    return {(v["policyName"], names.get(v["urn"], "")) for v in run_pack(document, config)["violations"]}
+
+
+def mutated(document, name, change):
+    """A copy of `document` with `change(resource)` applied to the resource called `name`."""
+    document = copy.deepcopy(document)
+    (resource,) = [r for r in document["resources"] if r["name"] == name]
+    change(resource)
+    return document
+
+
+def without(document, *names):
+    document = copy.deepcopy(document)
+    document["resources"] = [r for r in document["resources"] if r["name"] not in names]
+    return document
+
+
+def with_gpu_alert_rules(document):
+    """The document plus the PrometheusRule monitoring will add: built from a real Kubernetes object of the stack."""
+    document = copy.deepcopy(document)
+    (base,) = [r for r in document["resources"] if r["name"] == "tenancy-training-default-deny"]
+    rule = copy.deepcopy(base)
+    rule["type"] = pack.PROMETHEUS_RULE
+    rule["name"] = "monitoring-gpu-alerts"
+    rule["urn"] = base["urn"].rsplit("$", 1)[0] + f"${pack.PROMETHEUS_RULE}::monitoring-gpu-alerts"
+    rule["inputs"] = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                      "metadata": {"name": "gpu-alerts", "namespace": "monitoring"},
+                      "spec": {"groups": [{"name": "gpu", "rules": [
+                          {"alert": "GpuXidError", "expr": "DCGM_FI_DEV_XID_ERRORS > 0", "for": "1m"}]}]}}
+    document["resources"].append(rule)
+    return document
+
+
+def mandatory_names(document, config=None):
+    return {v["policyName"] for v in run_pack(document, config)["violations"] if v["enforcementLevel"] == "mandatory"}
+
+
+# --- the shipped stacks -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_pass_every_mandatory_policy(documents, stack):
+    assert mandatory_names(documents[stack]) - {PENDING_MONITORING} == set()
+    assert mandatory_names(with_gpu_alert_rules(documents[stack])) == set()
+
+
+@pytest.mark.xfail(strict=True, reason="PENDING MONITORING: the shipped stacks get their GPU alert rules when the "
+                                       "monitoring work lands; then this passes and the mark must go")
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_pass_the_gpu_observability_policy(documents, stack):
+    assert PENDING_MONITORING not in mandatory_names(documents[stack])   # PENDING MONITORING
+
+
+def test_policies_are_written_against_resources_the_stacks_really_have(documents):
+    """Every resource type a policy reads is one the program registers (or monitoring will: PrometheusRule)."""
+    types = {r["type"] for d in documents.values() for r in d["resources"]}
+    read = {pack.LAUNCH_TEMPLATE, pack.ASG, pack.PLACEMENT_GROUP, pack.SECURITY_GROUP, pack.SG_INGRESS,
+            pack.SG_EGRESS, pack.DEFAULT_SG, pack.VPC, pack.EKS_CLUSTER, pack.PUBLIC_ACCESS_BLOCK, pack.BUCKET_POLICY,
+            pack.BUCKET_REPLICATION, pack.KMS_KEY, pack.LUSTRE, pack.IAM_ROLE, pack.IAM_ROLE_POLICY,
+            pack.IAM_ATTACHMENT, pack.SQS_QUEUE, pack.AWS_PROVIDER, pack.STACK_REFERENCE, pack.HELM_RELEASE,
+            pack.NAMESPACE, pack.NETWORK_POLICY, pack.BUCKET_TYPES[0], pack.BUCKET_SSE[0], pack.BUCKET_VERSIONING[0],
+            pack.BUCKET_LOGGING[0], *pack.BINDINGS, "kubernetes:batch/v1:CronJob"}
+    assert read <= types
+
+
+# --- one compliant and one violating case per policy --------------------------------------------------------------
+def _set(path, value):
+    def change(resource):
+        target = resource
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return change
+
+
+def _deny_gone(resource):
+    policy = json.loads(resource["inputs"]["policy"])
+    policy["Statement"] = [s for s in policy["Statement"] if s["Effect"] != "Deny"]
+    resource["inputs"]["policy"] = json.dumps(policy)
+
+
+def _add_statement(statement):
+    def change(resource):
+        policy = json.loads(resource["inputs"]["policy"])
+        policy["Statement"].append(statement)
+        resource["inputs"]["policy"] = json.dumps(policy)
+    return change
+
+
+def _widen_autoscaler(resource):
+    policy = json.loads(resource["inputs"]["policy"])
+    policy["Statement"][0]["Action"].append("autoscaling:SetDesiredCapacity")
+    resource["inputs"]["policy"] = json.dumps(policy)
+
+
+def _nccl(change):
+    def apply(resource):
+        pod = resource["inputs"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        change([c for c in pod["containers"] if c["name"] == "nccl"][0])
+    return apply
+
+
+def _untag(key):
+    def change(resource):
+        resource["inputs"]["tags"] = [t for t in resource["inputs"]["tags"] if t["key"] != key]
+    return change
+
+
+def _drop_default_tag(key):
+    def change(resource):
+        tags = json.loads(resource["inputs"]["defaultTags"])
+        del tags["tags"][key]
+        resource["inputs"]["defaultTags"] = json.dumps(tags)
+    return change
+
+
+US, EU, DEV = STACKS
+P = "prod-us-east-1"
+# (policy, stack, resource to mutate, change, the resource the violation names ("" for the stack))
+VIOLATIONS = [
+    ("launch-template-imdsv2", P, "train-h100-lt", _set(["inputs", "metadataOptions", "httpTokens"], "optional"),
+     "train-h100-lt"),
+    ("launch-template-imdsv2", P, "infer-l40s-lt", _set(["inputs", "metadataOptions", "httpPutResponseHopLimit"], 3.0),
+     "infer-l40s-lt"),
+    ("launch-template-encrypted-volumes", DEV, "dev-gpu-spot-lt",
+     _set(["inputs", "blockDeviceMappings", 0, "ebs", "encrypted"], "false"), "dev-gpu-spot-lt"),
+    ("launch-template-no-public-ip", EU, "infer-a10g-lt",
+     _set(["inputs", "networkInterfaces", 0, "associatePublicIpAddress"], "true"), "infer-a10g-lt"),
+    ("efa-interface-layout", P, "train-h100-lt", lambda r: r["inputs"]["networkInterfaces"].pop(), "train-h100-lt"),
+    ("efa-interface-layout", EU, "train-a100-lt", _set(["inputs", "networkInterfaces", 1, "deviceIndex"], 0.0),
+     "train-a100-lt"),
+    ("efa-placement-and-zone", P, "train-h100-placement", _set(["inputs", "strategy"], "spread"),
+     "train-h100-placement"),
+    ("efa-placement-and-zone", EU, "train-a100-asg",
+     lambda r: r["inputs"]["vpcZoneIdentifiers"].append("subnet-0aaaaaaaaaaaaaaaa"), "train-a100-asg"),
+    ("efa-placement-and-zone", P, "train-h100-lt", lambda r: r["inputs"].pop("placement"), "train-h100-lt"),
+    ("efa-security-group-self", P, "train-h100-efa-in",
+     _set(["inputs", "referencedSecurityGroupId"], "sg-0bbbbbbbbbbbbbbbb"), "train-h100-lt"),
+    ("gpu-pool-verification-hook", P, "infer-l40s-asg",
+     _set(["inputs", "initialLifecycleHooks", 0, "defaultResult"], "CONTINUE"), "infer-l40s-asg"),
+    ("gpu-pool-instance-types", DEV, "dev-gpu-spot-asg",
+     _set(["inputs", "mixedInstancesPolicy", "launchTemplate", "overrides", 0, "instanceType"], "g6.16xlarge"),
+     "dev-gpu-spot-asg"),
+    ("gpu-pool-one-shape", P, "finetune-a100-40gb-spot-asg",
+     lambda r: r["inputs"]["mixedInstancesPolicy"]["launchTemplate"]["overrides"].append(
+         {"instanceType": "g6e.12xlarge"}), "finetune-a100-40gb-spot-asg"),
+    ("spot-interruption-handling", DEV, "dev-gpu-spot-asg", _untag("aws-node-termination-handler/managed"),
+     "dev-gpu-spot-asg"),
+    ("eks-endpoint-not-public", DEV, "cluster-eks", _set(["inputs", "vpcConfig", "endpointPublicAccess"], True),
+     "cluster-eks"),
+    ("eks-secrets-encrypted", EU, "cluster-eks", lambda r: r["inputs"].pop("encryptionConfig"), "cluster-eks"),
+    ("eks-control-plane-logs", P, "cluster-eks", lambda r: r["inputs"]["enabledClusterLogTypes"].remove("audit"),
+     "cluster-eks"),
+    ("no-open-ingress", P, "lustre-in-988-client-0",
+     lambda r: (r["inputs"].pop("referencedSecurityGroupId"), r["inputs"].update(cidrIpv4="0.0.0.0/0")),
+     "lustre-in-988-client-0"),
+    ("no-open-ingress", DEV, "network-endpoints-https",
+     lambda r: r["inputs"].update(cidrIpv4=None, cidrIpv6="::/0", fromPort=80.0), "network-endpoints-https"),
+    ("vpc-default-security-group-empty", DEV, "network-default-sg",
+     _set(["inputs", "ingress"], [{"protocol": "-1", "fromPort": 0.0, "toPort": 0.0, "self": True}]),
+     "network-default-sg"),
+    ("s3-public-access-blocked", P, "artifacts-public-access", _set(["inputs", "blockPublicPolicy"], False),
+     "artifacts-bucket"),
+    ("s3-sse-kms", DEV, "models-encryption",
+     _set(["inputs", "rules", 0, "applyServerSideEncryptionByDefault", "sseAlgorithm"], "AES256"), "models-bucket"),
+    ("s3-versioning", EU, "checkpoints-versioning", _set(["inputs", "versioningConfiguration", "status"], "Suspended"),
+     "checkpoints-bucket"),
+    ("s3-tls-only", P, "datasets-policy", _deny_gone, "datasets-bucket"),
+    ("kms-key-rotation", P, "cluster-kms", _set(["inputs", "enableKeyRotation"], False), "cluster-kms"),
+    ("fsx-customer-managed-key", EU, "lustre-fs", lambda r: r["inputs"].pop("kmsKeyId"), "lustre-fs"),
+    ("fsx-backups-in-prod", P, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 0.0), "lustre-fs"),
+    ("fsx-backups-in-prod", EU, "lustre-fs", _set(["inputs", "skipFinalBackup"], True), "lustre-fs"),
+    ("iam-no-wildcard-admin", P, "train-h100-node-gate",
+     _add_statement({"Effect": "Allow", "Action": "*", "Resource": "*"}), "train-h100-node-gate"),
+    ("iam-actions-name-resources", P, "autoscaler-identity-policy", _widen_autoscaler, "autoscaler-identity-policy"),
+    ("iam-no-admin-policies", DEV, "dev-gpu-spot-node-policy-2",
+     _set(["inputs", "policyArn"], "arn:aws:iam::aws:policy/AdministratorAccess"), "dev-gpu-spot-node-policy-2"),
+    ("k8s-no-privileged-containers", P, "training-nccl-nvlink-train-h100",
+     _nccl(lambda c: c["securityContext"].update(privileged=True)), "training-nccl-nvlink-train-h100"),
+    ("k8s-gpu-resource-limits", P, "training-nccl-nvlink-train-h100",
+     _nccl(lambda c: c["resources"].pop("limits")), "training-nccl-nvlink-train-h100"),
+    ("k8s-gpu-resource-limits", P, "training-nccl-nvlink-train-h100",
+     _nccl(lambda c: c["resources"].setdefault("limits", {}).update({"nvidia.com/gpu": 4.0})),
+     "training-nccl-nvlink-train-h100"),
+    ("k8s-no-cluster-admin-default-sa", DEV, "tenancy-node-reader",
+     lambda r: r["inputs"].update(roleRef={**r["inputs"]["roleRef"], "name": "cluster-admin"},
+                                  subjects=[{"kind": "ServiceAccount", "name": "default", "namespace": "training"}])
+     if r["type"].endswith("ClusterRoleBinding") else None, "tenancy-node-reader"),
+    ("required-tags", EU, "infer-a10g-spot-asg", _untag("costCenter"), "infer-a10g-spot-asg"),
+    ("required-tags", DEV, "aws", _drop_default_tag("team"), "network-vpc"),
+    ("stateful-resources-protected", P, "cluster-eks", _set(["protect"], False), "cluster-eks"),
+    ("stateful-resources-protected", DEV, "logs-bucket", _set(["protect"], False), "logs-bucket"),
+    ("hourly-cost-within-budget", P, "train-h100-asg", _set(["inputs", "maxSize"], 64.0), ""),
+    ("gpu-pool-observability", DEV, "gpu-operator-release",
+     _set(["inputs", "values", "dcgmExporter", "enabled"], False), ""),
+]
+
+
+def _mutate_named(document, name, change):
+    """`mutated`, but a name two resources share (a ClusterRole and its binding) picks the one `change` handles."""
+    matches = [r for r in document["resources"] if r["name"] == name]
+    if len(matches) == 1:
+        return mutated(document, name, change)
+    document = copy.deepcopy(document)
+    for resource in [r for r in document["resources"] if r["name"] == name]:
+        change(resource)
+    return document
+
+
+@pytest.mark.parametrize("policy,stack,name,change,culprit", VIOLATIONS,
+                         ids=[f"{v[0]}-{v[1]}-{v[2]}-{i}" for i, v in enumerate(VIOLATIONS)])
+def test_each_policy_passes_the_real_resource_and_catches_it_mutated(documents, policy, stack, name, change, culprit):
+    compliant = with_gpu_alert_rules(documents[stack])
+    assert not {f for f in found(compliant) if f[0] == policy}
+    reported = {f for f in found(_mutate_named(compliant, name, change)) if f[0] == policy}
+    assert (policy, culprit) in reported
+
+
+def test_every_policy_has_a_violating_case():
+    assert {p.name for p in pack.POLICIES} - {v[0] for v in VIOLATIONS} == {
+        "s3-access-logging", "s3-replication", "k8s-namespace-default-deny"}   # removal cases below
+
+
+def test_a_missing_resource_is_caught_too(documents):
+    us, dev = with_gpu_alert_rules(documents[US]), with_gpu_alert_rules(documents[DEV])
+    assert ("s3-access-logging", "artifacts-bucket") in found(without(us, "artifacts-access-logs"))
+    assert ("s3-replication", "models-bucket") in found(without(us, "replication-models"))
+    assert ("k8s-namespace-default-deny", "tenancy-training") in found(without(dev, "tenancy-training-default-deny"))
+    assert ("spot-interruption-handling", "dev-gpu-spot-asg") in found(without(dev, "node-drain-nth"))
+    assert ("vpc-default-security-group-empty", "network-vpc") in found(without(dev, "network-default-sg"))
+    assert ("gpu-pool-observability", "") in found(documents[DEV])     # no PrometheusRule yet: see PENDING_MONITORING
+
+
+def test_boundaries_pass(documents):
+    us, dev = with_gpu_alert_rules(documents[US]), with_gpu_alert_rules(documents[DEV])
+    hop2 = mutated(us, "train-h100-lt", _set(["inputs", "metadataOptions", "httpPutResponseHopLimit"], 2.0))
+    assert not {f for f in found(hop2) if f[0] == "launch-template-imdsv2"}
+    listener = mutated(dev, "network-endpoints-https", lambda r: r["inputs"].update(cidrIpv4="0.0.0.0/0"))
+    assert not {f for f in found(listener) if f[0] == "no-open-ingress"}          # 443: a listener port
+    scoped = mutated(dev, "cluster-eks", lambda r: r["inputs"]["vpcConfig"].update(
+        endpointPublicAccess=True, publicAccessCidrs=["203.0.113.0/24"]))
+    assert not {f for f in found(scoped) if f[0] == "eks-endpoint-not-public"}
+    # The log bucket takes no logging of itself, and the secondary region replicates nothing of its own.
+    assert not {f for f in found(with_gpu_alert_rules(documents[EU])) if f[0] in ("s3-access-logging", "s3-replication")}
+    # Backups are a prod rule: the same file system in a stack tagged dev needs none.
+    eu = with_gpu_alert_rules(documents[EU])
+    eu = mutated(eu, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 0.0))
+    assert ("fsx-backups-in-prod", "lustre-fs") in found(eu)
+    relabeled = mutated(eu, "aws", lambda r: r["inputs"].update(defaultTags=r["inputs"]["defaultTags"].replace(
+        '"environment": "prod"', '"environment": "staging"')))
+    assert not {f for f in found(relabeled) if f[0] == "fsx-backups-in-prod"}
+    # A tag the provider lost can be carried by the resource itself.
+    untagged = mutated(dev, "aws", _drop_default_tag("team"))
+    retagged = mutated(untagged, "network-vpc", lambda r: r["inputs"].setdefault("tags", {}).update(team="x"))
+    assert ("required-tags", "network-vpc") not in found(retagged)
+
+
+def test_budget_is_the_stacks_and_its_edge_passes(documents):
+    document = with_gpu_alert_rules(documents[US])
+    at_max = document["cost"]["gpuPools"]["hourlyAtMax"]        # what the plan prices (spec/cost.py)
+    assert document["cost"]["budgetMaxHourlyUsd"] == 450
+    assert ("hourly-cost-within-budget", "") not in found(document, {"hourly-cost-within-budget": {"maxHourlyUsd": at_max}})
+    assert ("hourly-cost-within-budget", "") in found(document, {"hourly-cost-within-budget": {"maxHourlyUsd": at_max - 0.01}})
+    document["cost"]["budgetMaxHourlyUsd"] = None
+    verdict = run_pack(document)
+    assert {"policyName": "hourly-cost-within-budget", "reason": "no maxHourlyUsd configured"} in verdict["notApplicable"]
+
+
+def test_config_sets_allowed_types_tags_and_advisory_levels(documents):
+    document = with_gpu_alert_rules(documents[US])
+    allowed = [t for t in pack.allowed_instance_types_default() if t != "p5.48xlarge"]
+    assert ("gpu-pool-instance-types", "train-h100-asg") in found(
+        document, {"gpu-pool-instance-types": {"allowedInstanceTypes": allowed}})
+    assert ("required-tags", "network-vpc") in found(document, {"required-tags": {"requiredTagKeys": ["owner"]}})
+    broken = mutated(document, "cluster-eks", _set(["protect"], False))
+    levels = {v["policyName"]: v["enforcementLevel"]
+              for v in run_pack(broken, {"stateful-resources-protected": "advisory"})["violations"]}
+    assert levels == {"stateful-resources-protected": "advisory"}
+    assert run_pack(broken, {"all": "disabled"})["violations"] == []
+    for bad in ({"no-such-policy": "advisory"}, {"required-tags": "fatal"}, {"required-tags": {"colour": 1}}):
+        with pytest.raises(PolicyConfigError):
+            resolve_config(pack.POLICIES, bad)
+
+
+# --- one code path: the runner against direct calls ---------------------------------------------------------------
+def test_runner_and_direct_validate_calls_agree_on_a_document_with_many_violations(documents):
+    document = with_gpu_alert_rules(documents[US])
+    names = {r["name"] for r in document["resources"]}
+    for policy, _, name, change, _ in VIOLATIONS:     # each mutation the stack has a resource for
+        if name in names:
+            document = _mutate_named(document, name, change)
+    by_runner = sorted((v["policyName"], v["urn"], v["message"].split("\n", 1)[1])
+                       for v in run_pack(document)["violations"])
+    assert len({p for p, *_ in by_runner}) >= 20
+
+    direct = []
+    providers = {r["urn"]: pulumi_policy.PolicyProviderResource(r["type"], r["inputs"], r["urn"], r["name"])
+                 for r in document["resources"] if r["type"].startswith("pulumi:providers:")}
+
+    def options(r):
+        return pulumi_policy.PolicyResourceOptions(r["protect"], r["ignoreChanges"], r["deleteBeforeReplace"],
+                                                   r["aliases"], pulumi_policy.PolicyCustomTimeouts(0, 0, 0), [],
+                                                   r["parent"])
+
+    stack = [PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], options(r), providers.get(r["provider"]),
+                            None, [], {}) for r in document["resources"]]
+    by_urn = {r.urn: r for r in stack}
+    for raw, resource in zip(document["resources"], stack):
+        resource.parent = by_urn.get(raw["parent"])
+        resource.dependencies.extend(by_urn[d] for d in raw["dependencies"] if d in by_urn)
+    budget = {"maxHourlyUsd": document["cost"]["budgetMaxHourlyUsd"]}
+    for policy in pack.POLICIES:
+        config = budget if policy.name == "hourly-cost-within-budget" else {}
+        if isinstance(policy, ResourceValidationPolicy):
+            for r in document["resources"]:
+                policy.validate(ResourceValidationArgs(r["type"], r["inputs"], r["urn"], r["name"], options(r),
+                                                       providers.get(r["provider"]), config),
+                                lambda m, u=None, p=policy.name, urn=r["urn"]: direct.append((p, urn, m)))
+        else:
+            assert isinstance(policy, StackValidationPolicy)
+            policy.validate(StackValidationArgs(stack, config),
+                            lambda m, u=None, p=policy.name: direct.append((p, u or "", m)))
+    assert by_runner == sorted(direct)
+
+
+def test_the_runner_builds_what_the_engine_builds(documents):
+    resources, resource_args, stack = engine_arguments(documents[US])
+    asg = next(r for r in stack if r.name == "train-h100-asg")
+    assert asg.parent.name == "train-h100" and "train-h100-lt" in {d.name for d in asg.dependencies}
+    assert asg.provider.resource_type == "pulumi:providers:aws"
+    assert asg.opts.ignore_changes == ["desiredCapacity", "initialLifecycleHooks"]
+    assert asg.opts.custom_timeouts.delete_seconds == 25 * 60
+    cluster = next(r for r in resources if r["name"] == "cluster-eks")
+    args = resource_args(cluster, {"k": 1})
+    assert args.opts.protect is True and args.get_config() == {"k": 1} and args.props["version"] == "1.35"
+
+
+# --- the pack as the engine loads it ------------------------------------------------------------------------------
+def test_policy_names_are_unique_and_each_says_what_it_checks():
+    names = [p.name for p in pack.POLICIES]
+    assert len(names) == len(set(names)) == 35
+    assert all(p.description.endswith(".") and p.enforcement_level is None for p in pack.POLICIES)
+    configured = {p.name: set(p.config_schema.properties) for p in pack.POLICIES if p.config_schema}
+    assert configured == {"gpu-pool-instance-types": {"allowedInstanceTypes"}, "no-open-ingress": {"publicListenerPorts"},
+                          "required-tags": {"requiredTagKeys"}, "hourly-cost-within-budget": {"maxHourlyUsd"}}
+
+
+def test_pack_entry_point_compiles_and_serves_exactly_the_policies(monkeypatch, tmp_path):
+    py_compile.compile(str(ROOT / "policy" / "__main__.py"), cfile=str(tmp_path / "main.pyc"), doraise=True)
+    served = {}
+    monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kwargs: served.update(kwargs))
+    monkeypatch.setenv("PULUMI_STACK", "acme/prod-us-east-1")
+    runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
+    assert served["policies"] is pack.POLICIES and served["name"] == pack.PACK_NAME == "gpu-cloud"
+    assert served["enforcement_level"] == pulumi_policy.EnforcementLevel.MANDATORY
+    assert served["initial_config"] == {"hourly-cost-within-budget": {"maxHourlyUsd": 450.0}}
+    manifest = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
+    assert manifest["runtime"]["name"] == "python" and manifest["version"]
+
+
+# --- the CLI: exit codes ------------------------------------------------------------------------------------------
+def policy_check(path, *extra):
+    return subprocess.run([sys.executable, "-m", "plan", "--policy-check", str(path), *map(str, extra)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "CI": ""})
+
+
+def test_policy_check_runs_the_pack_and_refuses_malformed_documents(documents, tmp_path):
+    good = with_gpu_alert_rules(documents[DEV])
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(good))
+    result = policy_check(path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Policy (pack gpu-cloud v1.0.0): no violations" in result.stdout
+
+    broken = mutated(good, "dev-gpu-spot-lt", _set(["inputs", "metadataOptions", "httpTokens"], "optional"))
+    path.write_text(json.dumps(broken))
+    result = policy_check(path)
+    assert result.returncode == 1 and "[mandatory] launch-template-imdsv2: launch template dev-gpu-spot-lt" in result.stdout
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"launch-template-imdsv2": "advisory"}))
+    result = policy_check(path, "--policy-config", config)
+    assert result.returncode == 0 and "[advisory] launch-template-imdsv2" in result.stdout
+
+    for violations, needle in ((["not an object"], "is not an object"),
+                               ([{"policyName": "x", "enforcementLevel": "fatal", "message": "m", "urn": ""}], "fatal"),
+                               ([{"policy": "x", "enforcement": "mandatory", "message": "m"}], "policyName")):
+        document = copy.deepcopy(good)
+        document["policy"]["violations"] = violations
+        path.write_text(json.dumps(document))
+        result = policy_check(path)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+    path.write_text(json.dumps(good))
+    config.write_text(json.dumps({"launch-template-imdsv2": "sometimes"}))
+    result = policy_check(path, "--policy-config", config)
+    assert result.returncode == 2 and "sometimes" in result.stderr and "Traceback" not in result.stderr
