@@ -4,7 +4,8 @@ Reads the stack config once, validates all of it and checks it against the accou
 own AWS provider, the only thing registered first), then composes:
 network -> EKS cluster -> buckets (logs, datasets, checkpoints, models, node artifacts; replicated to the DR peer
 from a primary) -> spot/scale-in draining -> one GPU node pool per `nodePools` entry -> cluster-autoscaler ->
-GPU operator (and EFA device plugin) -> team tenancy -> FSx for Lustre -> training queue (Kueue, MPI Operator).
+GPU operator (and EFA device plugin) -> monitoring (Prometheus, alert rules, dashboards) -> team tenancy -> FSx for
+Lustre -> training queue (Kueue, MPI Operator).
 """
 from datetime import date
 
@@ -18,13 +19,14 @@ from components.cluster import ClusterArgs, EksCluster
 from components.data_access import DataAccess, DataAccessArgs, JobBucket
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.lustre import Lustre, LustreArgs
+from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.replication import ReplicatedBucket, Replication, ReplicationArgs
 from components.tenancy import Tenancy, TenancyArgs
 from components.training import TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
-from spec import autoscaling, boot, buckets as bucket_rules, replication, tenancy
+from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, replication, tenancy
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.errors import ConfigError, ConfigIssue, key_path
@@ -155,6 +157,17 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
 # The GPU platform: NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG manager, DCGM exporter,
 # validator) and, when some pool has EFA, the EFA device plugin.
 GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools), opts=with_cluster)
+
+# Prometheus (scraping the DCGM exporter, node-exporter with the verifier's textfile, the termination handler),
+# the GPU alert rules, Alertmanager to the stack's webhook, and Grafana with gpu-cloud's dashboards.
+triton = spec.inference.triton
+webhook_url = keys.get("alertWebhookUrl") or None
+MonitoringStack("monitoring", MonitoringArgs(
+    settings=spec.monitoring, dashboards=dashboards.dashboards(), node_exporter_args=alert_rules.NODE_EXPORTER_ARGS,
+    rule_groups=alert_rules.rule_groups(spec.monitoring.alerts, spec.pools, spec.catalog,
+                                        triton.target_queue_ms if triton.enabled else None),
+    webhook_url=pulumi.Output.secret(webhook_url) if webhook_url else None,
+    depends_on=[cluster.addons["aws-ebs-csi-driver"]]), opts=with_cluster)
 
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
 teams = Tenancy("tenancy", TenancyArgs(

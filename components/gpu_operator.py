@@ -15,7 +15,7 @@ from pulumi_kubernetes.helm.v3 import Release
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
-from spec import charts, gpu_operator
+from spec import charts, dcgm, gpu_operator
 from spec.pools import Taint
 from spec.validate import ResolvedPool
 
@@ -37,6 +37,7 @@ class GpuOperator(pulumi.ComponentResource):
     """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     namespace: kubernetes.core.v1.Namespace
     device_plugin_config: kubernetes.core.v1.ConfigMap
+    dcgm_metrics: kubernetes.core.v1.ConfigMap
     release: Release
     efa_plugin: Optional[Release]
 
@@ -59,10 +60,17 @@ class GpuOperator(pulumi.ComponentResource):
             metadata=kubernetes.meta.v1.ObjectMetaArgs(name=gpu_operator.DEVICE_PLUGIN_CONFIGMAP,
                                                        namespace=self.namespace.metadata.name),
             data=configs, opts=child)
-        # After the ConfigMap: the device plugin's config-manager fails on a node whose config it cannot read.
+        # The DCGM exporter's counter file (spec/dcgm.py), named by the values' dcgmExporter.config.name.
+        self.dcgm_metrics = kubernetes.core.v1.ConfigMap(
+            f"{name}-dcgm-metrics",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=dcgm.CONFIGMAP, namespace=self.namespace.metadata.name),
+            data={dcgm.CSV_KEY: dcgm.metrics_csv()}, opts=child)
+        # After the ConfigMaps: the device plugin's config-manager fails on a node whose config it cannot read, and
+        # the exporter's pods do not start without theirs.
         self.release = pinned_release(
             f"{name}-release", pin, release_name=gpu_operator.RELEASE_NAME, namespace=gpu_operator.NAMESPACE,
-            values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, self.device_plugin_config]))
+            values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                self.namespace, self.device_plugin_config, self.dcgm_metrics]))
 
         self.efa_plugin = None
         if efa:

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ACCOUNT_ID, ProgramRun
-from spec import acceptance, buckets, charts, cost, kueue, pods, replication, scratch
+from spec import acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication, scratch
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 
@@ -117,8 +117,28 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "nodeImage": node_image_section(spec),
         "platform": platform_section(spec),
         "storage": storage_section(spec),
+        "monitoring": monitoring_section(spec, run),
         "warnings": list(warnings),
         "policy": dict(policy),
+    }
+
+
+def monitoring_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
+    """Where metrics are kept, where alerts go (whether a webhook is set, never its URL), the alert rules with their
+    thresholds as rendered, and the dashboards."""
+    settings, triton = spec.monitoring, spec.inference.triton
+    groups = alert_rules.rule_groups(settings.alerts, spec.pools, spec.catalog,
+                                     triton.target_queue_ms if triton.enabled else None)
+    webhook = any(r.type == "kubernetes:core/v1:Secret" and r.inputs.get("metadata", {}).get("name") ==
+                  monitoring.WEBHOOK_SECRET for r in run.resources)
+    return {
+        "chart": f"{charts.KUBE_PROMETHEUS_STACK} {charts.chart(charts.KUBE_PROMETHEUS_STACK).version}",
+        "retentionDays": settings.retention_days, "volumeGiB": settings.prometheus_volume_gib,
+        "retentionSize": monitoring.retention_size(settings.prometheus_volume_gib),
+        "webhook": webhook,
+        "alerts": [{"group": g["name"], "alert": r["alert"], "for": r["for"], "severity": r["labels"]["severity"],
+                    "pool": r["labels"].get("pool")} for g in groups for r in g["rules"]],
+        "dashboards": sorted(model["title"] for model in dashboards.dashboards().values()),
     }
 
 
@@ -217,6 +237,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _node_image_lines(document["nodeImage"]) + [""]
     lines += _platform_lines(document["platform"]) + [""]
     lines += _storage_lines(document["storage"]) + [""]
+    lines += _monitoring_lines(document["monitoring"]) + [""]
     if document.get("warnings"):
         lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
@@ -349,6 +370,19 @@ def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
     checks = [f"{c['pool']} ({c['schedule'] + ' UTC' if c['schedule'] else 'suspended: run by hand'})"
               for c in queue["nvlinkChecks"]]
     lines.append("  NVLink bandwidth check: " + (", ".join(checks) or "none (no NVLink pool with a minimum)"))
+    return lines
+
+
+def _monitoring_lines(section: Mapping[str, Any]) -> List[str]:
+    where = ("to the stack's webhook (gpu-cloud:alertWebhookUrl, a secret)" if section["webhook"] else
+             "stay in Alertmanager (no gpu-cloud:alertWebhookUrl)")
+    lines = [f"Monitoring ({section['chart']}): Prometheus keeps {section['retentionDays']} d on an encrypted "
+             f"{section['volumeGiB']} GiB gp3 volume (at most {section['retentionSize']}); alerts {where}",
+             f"  dashboards: {', '.join(section['dashboards'])}",
+             f"  {len(section['alerts'])} alert rules:"]
+    counts = Counter((a["group"], a["alert"], a["for"], a["severity"]) for a in section["alerts"])
+    lines += _table(["group", "alert", "for", "severity", "rules"],
+                    [[group, alert, wait, severity, str(n)] for (group, alert, wait, severity), n in counts.items()])
     return lines
 
 

@@ -33,6 +33,10 @@ def project_keys(config: Dict[str, Any], namespace: str = "gpu-cloud") -> Dict[s
 READ_NAMESPACES = ("aws", "pulumi")
 # A project config declaration is a schema when it uses these keys; any other value is a plain default.
 SCHEMA_KEYS = {"type", "description", "items", "default", "value", "secret"}
+# `pulumi config set --secret` writes `{secure: <ciphertext>}`, which only the stack's secrets provider decrypts. The
+# offline plan stands a well-formed value in for it (the program treats it as a secret, so it is shown nowhere), per
+# key: a secret key without a stand-in cannot be planned offline.
+OFFLINE_STAND_INS = {"gpu-cloud:alertWebhookUrl": "https://encrypted-in-the-stack-file.invalid/"}
 
 
 def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]:
@@ -54,6 +58,12 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]
     name = project()["name"]
     config = {(key if ":" in key else f"{name}:{key}"): value for key, value in document["config"].items()}
     problems = _namespace_problems(config, name)
+    for key, value in config.items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            if key in OFFLINE_STAND_INS:
+                config[key] = OFFLINE_STAND_INS[key]
+            else:
+                problems.append(f"'{key}' is encrypted (secure:) and the offline plan has no stand-in for it")
     missing = []
     for key, declaration in (project().get("config") or {}).items():
         full_key = key if ":" in key else f"{name}:{key}"

@@ -43,7 +43,7 @@ The workload contract (for jobs on GPU pools)
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 # --- timings (seconds) ---------------------------------------------------------------------------------
 NODE_DRAIN_GRACE_S = 120            # spot: EC2's two-minute interruption notice; the hard limit on spot
@@ -75,6 +75,41 @@ ASG_TERMINATE = "asg-terminate"
 
 # Instances carrying this tag are the ones the termination handler may drain (propagated by the pools' ASGs).
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
+
+# NTH's Prometheus endpoint (chart 0.27.1: enablePrometheusServer makes templates/deployment.yaml set
+# ENABLE_PROMETHEUS_SERVER and open container port http-metrics, and templates/service.yaml create a ClusterIP
+# Service on it in queue mode). What it serves (app v1.25.1 pkg/observability/opentelemetry.go): actions_total
+# {node_action, node_status}, actions_node_total (the same per node and event; deprecated there for its
+# cardinality), events_error_total{event_error_where}, nth_tagged_nodes, nth_tagged_instances and Go runtime
+# metrics. spec/dashboards.py reads them.
+NTH_METRICS_PORT = 9092     # the chart's own default, named so the Service and a NetworkPolicy can agree
+# The metrics Service (templates/service.yaml, queue mode) selects the Deployment's pods by these labels
+# (templates/_helpers.tpl selectorLabelsDeployment: name, instance = release name, component deployment).
+NTH_METRICS_PORT_NAME = "http-metrics"
+NTH_SERVICE_SELECTOR: Mapping[str, str] = {"app.kubernetes.io/name": "aws-node-termination-handler",
+                                           "app.kubernetes.io/instance": NTH_RELEASE_NAME,
+                                           "app.kubernetes.io/component": "deployment"}
+
+# Helm value paths nth_values sets -> line of that key in aws/aws-node-termination-handler v1.25.1
+# config/helm/aws-node-termination-handler/values.yaml (chart 0.27.1).
+NTH_VALUE_PATHS: Mapping[str, int] = {
+    "serviceAccount.create": 17,
+    "serviceAccount.name": 19,
+    "enablePrometheusServer": 77,
+    "prometheusServerPort": 78,
+    "deleteLocalData": 97,
+    "ignoreDaemonSets": 100,
+    "podTerminationGracePeriod": 103,
+    "nodeTerminationGracePeriod": 106,
+    "emitKubernetesEvents": 109,
+    "enableSqsTerminationDraining": 141,
+    "awsRegion": 176,
+    "queueURL": 179,
+    "checkASGTagBeforeDraining": 185,
+    "checkTagBeforeDraining": 188,
+    "managedTag": 194,
+    "deleteSqsMsgIfNodeNotFound": 289,
+}
 
 def spot_interruption_pattern() -> Dict[str, Any]:
     return {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
@@ -123,6 +158,9 @@ def nth_values(queue_url: Any, region: str, service_account: str = NTH_SERVICE_A
     timeout and how early it drains before a scheduled event; it must end before the termination hook.
     `managed_tag`: act only on instances carrying this tag key; None acts on every node of the cluster
     (events for instances that are not nodes of this cluster are dropped: deleteSqsMsgIfNodeNotFound).
+    NTH always serves its metrics on NTH_METRICS_PORT. The chart's own ServiceMonitor stays off: its template does
+    not check for the CRD, and the handler is installed before the monitoring stack; components/monitoring.py
+    creates one (NTH_SERVICE_SELECTOR) after it.
     """
     if not NODE_DRAIN_GRACE_S <= node_termination_grace_s < LIFECYCLE_DRAIN_TIMEOUT_S:
         raise ValueError(f"node_termination_grace_s {node_termination_grace_s} must be at least the spot notice "
@@ -147,6 +185,8 @@ def nth_values(queue_url: Any, region: str, service_account: str = NTH_SERVICE_A
         "deleteLocalData": True,
         "ignoreDaemonSets": True,
         "emitKubernetesEvents": True,
+        "enablePrometheusServer": True,
+        "prometheusServerPort": NTH_METRICS_PORT,
     }
     if check_tag:
         values["managedTag"] = managed_tag

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Sequence, 
 
 import yaml
 
+from spec import dcgm, monitoring
 from spec import pools as pool_rules
 from spec.charts import ChartPin
 from spec.pools import GPU_TAINT, LABEL_PREFIX, Taint, toleration
@@ -77,11 +78,22 @@ GPU_OPERATOR_VALUE_PATHS: Mapping[str, int] = {
     "devicePlugin.config.default": 277,
     "dcgmExporter.enabled": 300,
     "dcgmExporter.serviceMonitor.enabled": 327,
+    "dcgmExporter.serviceMonitor.additionalLabels": 331,
+    "dcgmExporter.serviceMonitor.relabelings": 332,
     "migManager.enabled": 371,
     "migManager.env": 377,
     "migManager.config.default": 420,
     "nodeStatusExporter.enabled": 434,
     "node-feature-discovery.worker.tolerations": 631,
+}
+
+# Values the chart's values.yaml documents only in a comment, and its templates read: path -> (values.yaml line of
+# the commented key, template and line that reads it). dcgmExporter.config.name (values.yaml lines 348-349 show
+# `# config:` / `# name: custom-dcgm-exporter-metrics`) names the ConfigMap with the exporter's counter file
+# (templates/clusterpolicy.yaml lines 561-563 copy it into the ClusterPolicy; spec/dcgm.py says what the operator does
+# with it). The program makes that ConfigMap itself, so the chart's own create/data stay unset.
+GPU_OPERATOR_COMMENTED_VALUE_PATHS: Mapping[str, Tuple[int, str]] = {
+    "dcgmExporter.config.name": (349, "templates/clusterpolicy.yaml:561"),
 }
 
 # The same for aws/eks-charts bfe91c4b92 stable/aws-efa-k8s-device-plugin/values.yaml (templates/daemonset.yaml
@@ -178,10 +190,15 @@ def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[st
             # without a reboot is left failed (nvidia.com/mig.config.state=failed), never rebooted under its pods.
             "env": [{"name": "WITH_REBOOT", "value": "false"}],
         },
-        # No Prometheus yet: the operator skips this ServiceMonitor while its CRD is missing
-        # (controllers/object_controls.go ServiceMonitor) and creates it on a reconcile after the monitoring stack
-        # installs the CRD; that stack decides the labels its Prometheus selects.
-        "dcgmExporter": {"enabled": True, "serviceMonitor": {"enabled": True}},
+        # The operator skips this ServiceMonitor while its CRD is missing (controllers/object_controls.go
+        # ServiceMonitor) and creates it on a reconcile once the monitoring stack has installed the CRD. It carries
+        # the labels that stack's Prometheus selects, or nothing scrapes it.
+        # It copies each exporter pod's node name into the series (spec/monitoring.py NODE_LABEL_RELABELINGS), and
+        # the exporter reads gpu-cloud's counter file (spec/dcgm.py), which the component puts in the namespace.
+        "dcgmExporter": {"enabled": True,
+                         "serviceMonitor": {"enabled": True, "additionalLabels": dict(monitoring.SELECTOR_LABELS),
+                                            "relabelings": [dict(r) for r in monitoring.NODE_LABEL_RELABELINGS]},
+                         "config": {"name": dcgm.CONFIGMAP}},
         # The validator's per-node verdict as metrics (gpu_operator_node_driver_ready, _toolkit_ready,
         # _plugin_ready, _cuda_ready, _device_plugin_devices_total); off in the chart by default.
         "nodeStatusExporter": {"enabled": True},

@@ -219,6 +219,23 @@ def test_managed_tag_turns_on_the_tag_check():
     assert tagged["managedTag"] == "gpu-cloud:pool"
 
 
+def test_nth_serves_metrics_without_its_own_service_monitor():
+    default = drain.nth_values("q", REGION)
+    assert default["enablePrometheusServer"] is True
+    assert default["prometheusServerPort"] == drain.NTH_METRICS_PORT
+    assert "serviceMonitor" not in default, "the chart has no CRD check: components/monitoring.py makes it"
+
+
+def test_every_nth_value_is_at_its_line_in_the_pinned_chart(run):
+    from tests.chart_values import assert_values_confirmed
+
+    pin = charts.chart(charts.NODE_TERMINATION_HANDLER)
+    full = drain.nth_values("q", REGION, managed_tag=drain.NTH_MANAGED_TAG)
+    assert_values_confirmed(full, pin, drain.NTH_VALUE_PATHS)
+    values = dict(run.one(RELEASE).inputs["values"])
+    assert_values_confirmed(values, pin, drain.NTH_VALUE_PATHS)
+
+
 def test_lifecycle_pattern_needs_explicit_pool_names():
     with pytest.raises(ValueError):
         drain.asg_terminate_pattern([])

@@ -8,16 +8,7 @@ import pytest
 import yaml
 
 from plan.document import document_problems
-from tests.conftest import ROOT, STACKS, PlanProcess
-
-# PENDING MONITORING: the shipped stacks fail this one mandatory policy (no GPU alert rules) until the monitoring
-# work lands (tests/test_policy.py PENDING_MONITORING); then `make plan` exits 0 on them and this set empties.
-PENDING = {"gpu-pool-observability"}
-
-
-def pending_only(document) -> bool:
-    return {v["policyName"] for v in document["policy"]["violations"]} <= PENDING
-
+from tests.conftest import ROOT, STACKS, PlanProcess, run_stack
 
 def plan(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "plan", *map(str, args)], cwd=cwd, capture_output=True, text=True,
@@ -35,8 +26,7 @@ def documents(tmp_path_factory):
     out = {}
     for (stack, path), result in zip(paths.items(), results):
         document = json.loads(path.read_text())
-        assert result.returncode == (1 if document["policy"]["violations"] else 0), result.stderr
-        assert pending_only(document), document["policy"]["violations"]    # PENDING MONITORING
+        assert result.returncode == 0 and document["policy"]["violations"] == [], result.stderr
         out[stack] = (result.stdout, document)
     return out
 
@@ -106,7 +96,7 @@ def test_plan_warns_about_an_outdated_release_and_still_plans(tmp_path):
     path.write_text(yaml.safe_dump(stack))
     out = tmp_path / "old.json"
     result = plan("dev", "--stack-file", path, "--json", out)
-    assert result.returncode in (0, 1) and pending_only(json.loads(out.read_text())), result.stderr   # PENDING MONITORING
+    assert result.returncode == 0, result.stderr
     (warning,) = json.loads(out.read_text())["warnings"]
     assert warning.startswith("gpu-cloud:gpuDriver.amiRelease: v20260116 is older than v20260714")
     assert "Warnings:\n  - " + warning in result.stdout
@@ -125,9 +115,8 @@ def test_json_document_has_the_contract_fields(documents, stack):
         assert set(row) >= {"pool", "instanceTypes", "gpuModel", "gpusPerNode", "capacity", "minNodes",
                             "desiredNodes", "maxNodes"}
     assert set(document["cost"]) >= {"currency", "hourlyAtDesired", "hourlyAtMax", "pools"}
-    assert document["policy"]["pack"] == "gpu-cloud" and pending_only(document)    # PENDING MONITORING
-    for violation in document["policy"]["violations"]:
-        assert set(violation) >= {"policyName", "enforcementLevel", "message", "urn"}
+    assert document["policy"]["pack"] == "gpu-cloud" and document["policy"]["violations"] == []
+    assert set(document["monitoring"]) >= {"chart", "retentionDays", "webhook", "alerts", "dashboards"}
 
 
 def test_capacity_and_cost_figures_follow_the_stack(documents):
@@ -183,9 +172,11 @@ def test_missing_stack_file_is_a_config_error(tmp_path):
 def test_policy_check_validates_a_written_document(documents, tmp_path):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(documents["dev"][1]))
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({name: "advisory" for name in PENDING}))    # PENDING MONITORING
-    assert plan("--policy-check", path, "--policy-config", config).returncode == 0
+    assert plan("--policy-check", path).returncode == 0
+    config = tmp_path / "config.json"     # a pack config that forbids dev's g6.12xlarge: exit 1, shown
+    config.write_text(json.dumps({"gpu-pool-instance-types": {"allowedInstanceTypes": ["g6e.12xlarge"]}}))
+    result = plan("--policy-check", path, "--policy-config", config)
+    assert result.returncode == 1 and "[mandatory] gpu-pool-instance-types: " in result.stdout, result.stdout
     bad = dict(documents["dev"][1])
     del bad["capacity"]
     path.write_text(json.dumps(bad))
@@ -221,11 +212,14 @@ def test_a_config_error_found_at_run_time_is_exit_2_without_traceback(tmp_path):
     assert "gpu-cloud:network.zones[1]: use1-az7 is not an available zone of us-east-1" in result.stderr
 
 
-def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents):
-    text, document = documents["prod-us-east-1"]
-    assert "Policy (pack gpu-cloud v1.0.0): " in text
-    for violation in document["policy"]["violations"]:      # PENDING MONITORING: today the GPU alert rules
-        assert f"[mandatory] {violation['policyName']}: " in text
+def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents, tmp_path):
+    text, _ = documents["prod-us-east-1"]
+    assert "Policy (pack gpu-cloud v1.0.0): no violations" in text
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"gpu-pool-instance-types": {"allowedInstanceTypes": ["p5.48xlarge"]}}))
+    result = plan("prod-us-east-1", "--policy-config", config)
+    assert result.returncode == 1, result.stderr
+    assert "[mandatory] gpu-pool-instance-types: pool infer-l40s launches g6e.12xlarge" in result.stdout
 
 
 def test_the_document_records_what_protects_running_capacity(documents):
@@ -236,3 +230,27 @@ def test_the_document_records_what_protects_running_capacity(documents):
     assert resources["cluster-system"]["ignoreChanges"] == ["scalingConfig.desiredSize"]
     assert all(set(r) >= {"ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "customTimeouts", "aliases"}
                for r in resources.values())
+
+
+def test_an_encrypted_webhook_is_planned_and_shown_nowhere(tmp_path):
+    """`pulumi config set --secret gpu-cloud:alertWebhookUrl ...` writes ciphertext the offline plan cannot read: the
+    plan still routes alerts to a webhook, and neither the ciphertext nor its stand-in appears in text or document."""
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-cloud:alertWebhookUrl"] = {"secure": "v1:Zm9vYmFyQ2lwaGVydGV4dA==:notreallyencrypted"}
+    path, out = tmp_path / "Pulumi.dev.yaml", tmp_path / "dev.json"
+    path.write_text(yaml.safe_dump(stack))
+    result = plan("dev", "--stack-file", path, "--json", out)
+    assert result.returncode == 0, result.stderr
+    assert "alerts to the stack's webhook (gpu-cloud:alertWebhookUrl, a secret)" in result.stdout
+    document = out.read_text()
+    for leak in ("Zm9vYmFyQ2lwaGVydGV4dA", "notreallyencrypted", "encrypted-in-the-stack-file"):
+        assert leak not in result.stdout and leak not in document
+    (secret,) = [r for r in json.loads(document)["resources"] if r["type"] == "kubernetes:core/v1:Secret"]
+    assert secret["inputs"]["stringData"] == "[secret]"
+
+
+def test_a_plaintext_webhook_in_config_reaches_only_the_secret():
+    url = "https://hooks.example.com/services/T0/B0/PLAINTEXTTOKEN123"
+    run = run_stack("dev", {"gpu-cloud:alertWebhookUrl": url})
+    assert not [r.urn for r in run.resources if "PLAINTEXTTOKEN123" in json.dumps(r.inputs, default=str)]
+    assert "PLAINTEXTTOKEN123" not in json.dumps(run.outputs, default=str)

@@ -23,18 +23,22 @@ from pulumi_policy import (PolicyResource, ResourceValidationArgs, ResourceValid
                            StackValidationPolicy)
 from tests.conftest import ROOT, STACKS
 
-# Monitoring (kube-prometheus-stack and the GPU alert rules) is being written and lands later; until then the
-# shipped stacks have no PrometheusRule and fail this one policy. Once monitoring lands they must pass it.
-PENDING_MONITORING = "gpu-pool-observability"
+class _Documents(dict):
+    """Each test gets its own copy of a document: tests mutate them."""
+    def __getitem__(self, stack):
+        return copy.deepcopy(super().__getitem__(stack))
+
+    def values(self):
+        return [self[stack] for stack in self]
 
 
 @pytest.fixture(scope="module")
 def documents(stack_runs):
     """Each shipped stack's plan document, as `python -m plan STACK --json` writes it (a JSON round trip)."""
-    out = {}
+    out = _Documents()
     for stack in STACKS:
         _, spec = load_stack(stack)
-        out[stack] = json.loads(json.dumps(build_document(spec, stack_runs[stack], {"violations": []})))
+        dict.__setitem__(out, stack, json.loads(json.dumps(build_document(spec, stack_runs[stack], {"violations": []}))))
     return out
 
 
@@ -58,22 +62,6 @@ def without(document, *names):
     return document
 
 
-def with_gpu_alert_rules(document):
-    """The document plus the PrometheusRule monitoring will add: built from a real Kubernetes object of the stack."""
-    document = copy.deepcopy(document)
-    (base,) = [r for r in document["resources"] if r["name"] == "tenancy-training-default-deny"]
-    rule = copy.deepcopy(base)
-    rule["type"] = pack.PROMETHEUS_RULE
-    rule["name"] = "monitoring-gpu-alerts"
-    rule["urn"] = base["urn"].rsplit("$", 1)[0] + f"${pack.PROMETHEUS_RULE}::monitoring-gpu-alerts"
-    rule["inputs"] = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-                      "metadata": {"name": "gpu-alerts", "namespace": "monitoring"},
-                      "spec": {"groups": [{"name": "gpu", "rules": [
-                          {"alert": "GpuXidError", "expr": "DCGM_FI_DEV_XID_ERRORS > 0", "for": "1m"}]}]}}
-    document["resources"].append(rule)
-    return document
-
-
 def mandatory_names(document, config=None):
     return {v["policyName"] for v in run_pack(document, config)["violations"] if v["enforcementLevel"] == "mandatory"}
 
@@ -81,15 +69,7 @@ def mandatory_names(document, config=None):
 # --- the shipped stacks -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
 def test_shipped_stacks_pass_every_mandatory_policy(documents, stack):
-    assert mandatory_names(documents[stack]) - {PENDING_MONITORING} == set()
-    assert mandatory_names(with_gpu_alert_rules(documents[stack])) == set()
-
-
-@pytest.mark.xfail(strict=True, reason="PENDING MONITORING: the shipped stacks get their GPU alert rules when the "
-                                       "monitoring work lands; then this passes and the mark must go")
-@pytest.mark.parametrize("stack", STACKS)
-def test_shipped_stacks_pass_the_gpu_observability_policy(documents, stack):
-    assert PENDING_MONITORING not in mandatory_names(documents[stack])   # PENDING MONITORING
+    assert mandatory_names(documents[stack]) == set()
 
 
 def test_policies_are_written_against_resources_the_stacks_really_have(documents):
@@ -251,7 +231,7 @@ def _mutate_named(document, name, change):
 @pytest.mark.parametrize("policy,stack,name,change,culprit", VIOLATIONS,
                          ids=[f"{v[0]}-{v[1]}-{v[2]}-{i}" for i, v in enumerate(VIOLATIONS)])
 def test_each_policy_passes_the_real_resource_and_catches_it_mutated(documents, policy, stack, name, change, culprit):
-    compliant = with_gpu_alert_rules(documents[stack])
+    compliant = documents[stack]
     assert not {f for f in found(compliant) if f[0] == policy}
     reported = {f for f in found(_mutate_named(compliant, name, change)) if f[0] == policy}
     assert (policy, culprit) in reported
@@ -263,17 +243,17 @@ def test_every_policy_has_a_violating_case():
 
 
 def test_a_missing_resource_is_caught_too(documents):
-    us, dev = with_gpu_alert_rules(documents[US]), with_gpu_alert_rules(documents[DEV])
+    us, dev = documents[US], documents[DEV]
     assert ("s3-access-logging", "artifacts-bucket") in found(without(us, "artifacts-access-logs"))
     assert ("s3-replication", "models-bucket") in found(without(us, "replication-models"))
     assert ("k8s-namespace-default-deny", "tenancy-training") in found(without(dev, "tenancy-training-default-deny"))
     assert ("spot-interruption-handling", "dev-gpu-spot-asg") in found(without(dev, "node-drain-nth"))
     assert ("vpc-default-security-group-empty", "network-vpc") in found(without(dev, "network-default-sg"))
-    assert ("gpu-pool-observability", "") in found(documents[DEV])     # no PrometheusRule yet: see PENDING_MONITORING
+    assert ("gpu-pool-observability", "") in found(without(dev, "monitoring-gpu-alerts"))
 
 
 def test_boundaries_pass(documents):
-    us, dev = with_gpu_alert_rules(documents[US]), with_gpu_alert_rules(documents[DEV])
+    us, dev = documents[US], documents[DEV]
     hop2 = mutated(us, "train-h100-lt", _set(["inputs", "metadataOptions", "httpPutResponseHopLimit"], 2.0))
     assert not {f for f in found(hop2) if f[0] == "launch-template-imdsv2"}
     listener = mutated(dev, "network-endpoints-https", lambda r: r["inputs"].update(cidrIpv4="0.0.0.0/0"))
@@ -282,9 +262,9 @@ def test_boundaries_pass(documents):
         endpointPublicAccess=True, publicAccessCidrs=["203.0.113.0/24"]))
     assert not {f for f in found(scoped) if f[0] == "eks-endpoint-not-public"}
     # The log bucket takes no logging of itself, and the secondary region replicates nothing of its own.
-    assert not {f for f in found(with_gpu_alert_rules(documents[EU])) if f[0] in ("s3-access-logging", "s3-replication")}
+    assert not {f for f in found(documents[EU]) if f[0] in ("s3-access-logging", "s3-replication")}
     # Backups are a prod rule: the same file system in a stack tagged dev needs none.
-    eu = with_gpu_alert_rules(documents[EU])
+    eu = documents[EU]
     eu = mutated(eu, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 0.0))
     assert ("fsx-backups-in-prod", "lustre-fs") in found(eu)
     relabeled = mutated(eu, "aws", lambda r: r["inputs"].update(defaultTags=r["inputs"]["defaultTags"].replace(
@@ -297,7 +277,7 @@ def test_boundaries_pass(documents):
 
 
 def test_budget_is_the_stacks_and_its_edge_passes(documents):
-    document = with_gpu_alert_rules(documents[US])
+    document = documents[US]
     at_max = document["cost"]["gpuPools"]["hourlyAtMax"]        # what the plan prices (spec/cost.py)
     assert document["cost"]["budgetMaxHourlyUsd"] == 450
     assert ("hourly-cost-within-budget", "") not in found(document, {"hourly-cost-within-budget": {"maxHourlyUsd": at_max}})
@@ -308,7 +288,7 @@ def test_budget_is_the_stacks_and_its_edge_passes(documents):
 
 
 def test_config_sets_allowed_types_tags_and_advisory_levels(documents):
-    document = with_gpu_alert_rules(documents[US])
+    document = documents[US]
     allowed = [t for t in pack.allowed_instance_types_default() if t != "p5.48xlarge"]
     assert ("gpu-pool-instance-types", "train-h100-asg") in found(
         document, {"gpu-pool-instance-types": {"allowedInstanceTypes": allowed}})
@@ -325,7 +305,7 @@ def test_config_sets_allowed_types_tags_and_advisory_levels(documents):
 
 # --- one code path: the runner against direct calls ---------------------------------------------------------------
 def test_runner_and_direct_validate_calls_agree_on_a_document_with_many_violations(documents):
-    document = with_gpu_alert_rules(documents[US])
+    document = documents[US]
     names = {r["name"] for r in document["resources"]}
     for policy, _, name, change, _ in VIOLATIONS:     # each mutation the stack has a resource for
         if name in names:
@@ -406,7 +386,7 @@ def policy_check(path, *extra):
 
 
 def test_policy_check_runs_the_pack_and_refuses_malformed_documents(documents, tmp_path):
-    good = with_gpu_alert_rules(documents[DEV])
+    good = documents[DEV]
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(good))
     result = policy_check(path)

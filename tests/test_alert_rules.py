@@ -1,0 +1,543 @@
+"""The GPU alert rules (spec/alert_rules.py): valid for promtool on every shipped stack, and each alert proven with
+`promtool test rules` to fire on series that should trigger it and to stay silent on series that should not."""
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from plan.stackfile import load_stack
+from spec import alert_rules as ar, dashboards, dcgm, monitoring
+from spec.pools import node_labels
+from tests.conftest import STACKS, require_tool
+
+NODE, OTHER = "ip-10-64-0-10.ec2.internal", "ip-10-64-0-11.ec2.internal"
+SYSTEM = "ip-10-64-1-20.ec2.internal"        # a system node: no pool label
+STACK = "prod-us-east-1"                     # train-h100 (p5.48xlarge, min 4), infer-l40s (time-sliced, min 2), ...
+
+
+@pytest.fixture(scope="module")
+def specs():
+    return {stack: load_stack(stack)[1] for stack in STACKS}
+
+
+@pytest.fixture(scope="module")
+def spec(specs):
+    return specs[STACK]
+
+
+def triton_target(spec):
+    triton = spec.inference.triton
+    return triton.target_queue_ms if triton.enabled else None
+
+
+def groups_of(spec, alerts=None, target="stack"):
+    return ar.rule_groups(alerts or spec.monitoring.alerts, spec.pools, spec.catalog,
+                          triton_target(spec) if target == "stack" else target)
+
+
+def rules_of(groups):
+    return [rule for group in groups for rule in group["rules"]]
+
+
+# --- promtool ---------------------------------------------------------------------------------------------------
+
+def promtool(tmp_path, *args):
+    tool = require_tool("promtool")
+    result = subprocess.run([tool, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def run_promtool_tests(tmp_path, groups, tests):
+    (tmp_path / "rules.yaml").write_text(ar.promtool_rule_file(groups))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    promtool(tmp_path, "test", "rules", "tests.yaml")
+
+
+def node_info(node=NODE, pool="train-h100", itype="p5.48xlarge", minutes=60):
+    labels = {"node": node}
+    if pool:
+        labels[ar.POOL] = pool
+    labels[ar.INSTANCE_TYPE] = itype
+    return series("kube_node_labels", labels, f"1x{minutes}")
+
+
+def series(name, labels, values):
+    inner = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+TEMPLATE = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
+
+
+def expect(groups, alert, labels):
+    """promtool's expectation for `alert` with `labels`: the rule is the one of that name whose own labels are all
+    in `labels`; its annotations with the labels filled in."""
+    [rule] = [r for r in rules_of(groups) if r.get("alert") == alert
+              and all(labels.get(k) == v for k, v in r["labels"].items())]
+    fill = lambda text: TEMPLATE.sub(lambda m: labels[m.group(1)], text)     # noqa: E731
+    return {"exp_labels": dict(labels), "exp_annotations": {k: fill(v) for k, v in rule["annotations"].items()}}
+
+
+def on_node(labels=None, node=NODE, pool="train-h100", itype="p5.48xlarge", severity="warning", **extra):
+    """Labels an alert joined to a GPU node carries: the series' own, the node's pool and type, the rule's."""
+    return {**(labels or {}), "node": node, "pool": pool, "instance_type": itype, "severity": severity, **extra}
+
+
+def case(inputs, alert, at, expected, groups):
+    return {"interval": "1m", "input_series": inputs,
+            "alert_rule_test": [{"eval_time": at, "alertname": alert,
+                                 "exp_alerts": [expect(groups, alert, labels) for labels in expected]}]}
+
+
+# --- the rule file --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_promtool_accepts_every_stacks_rules(stack, specs, tmp_path):
+    groups = groups_of(specs[stack])
+    (tmp_path / "rules.yaml").write_text(ar.promtool_rule_file(groups))
+    out = promtool(tmp_path, "check", "rules", "rules.yaml")
+    assert f"SUCCESS: {len(rules_of(groups))} rules found" in out
+
+
+def test_every_rule_has_a_severity_a_summary_and_a_description_that_promtool_tests_can_fill(specs):
+    for stack in STACKS:
+        for rule in rules_of(groups_of(specs[stack])):
+            assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+            assert set(rule["annotations"]) == {"summary", "description"}
+            for text in rule["annotations"].values():
+                # Only {{ $labels.x }}: anything else ($value, functions) would be left unchecked by these tests.
+                assert "{{" not in TEMPLATE.sub("", text), text
+
+
+def test_triton_rules_exist_only_when_triton_is_enabled(specs):
+    names = lambda spec, target: {r["alert"] for r in rules_of(groups_of(spec, target=target))}  # noqa: E731
+    triton = {"TritonQueueTimeHigh", "TritonFailureRateHigh", "TritonP99LatencyHigh"}
+    assert triton <= names(specs["prod-us-east-1"], "stack")
+    assert not triton & names(specs["dev"], "stack")       # dev: inference.triton.enabled false
+    assert not triton & names(specs["prod-us-east-1"], None)
+
+
+# --- thresholds come from the stack ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, alerts", [
+    ("gpu_temp_c", 77, {"GpuTemperatureHigh"}),
+    ("gpu_util_high_pct", 80, {"GpuUtilizationHigh"}),
+    ("gpu_mem_high_pct", 75, {"GpuMemoryHigh"}),
+    ("network_high_pct", 55, {"GpuNodeNetworkHigh"}),
+    ("storage_latency_ms", 20, {"GpuNodeStorageLatencyHigh"}),
+    ("triton_failure_pct", 2.5, {"TritonFailureRateHigh"}),
+    ("triton_p99_latency_ms", 250, {"TritonP99LatencyHigh"}),
+])
+def test_each_threshold_changes_its_own_alerts_and_no_other(spec, field, value, alerts):
+    before = rules_of(groups_of(spec))
+    after = rules_of(groups_of(spec, spec.monitoring.alerts.model_copy(update={field: value})))
+    changed = {b["alert"] for b, a in zip(before, after) if b["expr"] != a["expr"]}
+    assert changed == alerts
+    for b, a in zip(before, after):
+        if b["alert"] in alerts:
+            assert re.search(rf"> {value}\b", a["expr"]), a["expr"]
+
+
+def test_the_triton_queue_target_comes_from_the_stack(spec):
+    queue = lambda target: next(r["expr"] for r in rules_of(groups_of(spec, target=target))   # noqa: E731
+                                if r["alert"] == "TritonQueueTimeHigh")
+    assert queue(10).endswith("> 10") and queue(2.5).endswith("> 2.5")
+
+
+def test_a_changed_utilisation_threshold_fires_where_the_default_would_not(spec, tmp_path):
+    groups = groups_of(spec, spec.monitoring.alerts.model_copy(update={"gpu_util_high_pct": 80}))
+    gpu = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}
+    run_promtool_tests(tmp_path, groups, [case([node_info(), series("DCGM_FI_DEV_GPU_UTIL", gpu, "85x10")],
+                                               "GpuUtilizationHigh", "6m", [on_node(gpu)], groups)])
+
+
+# --- GPU load and temperature -----------------------------------------------------------------------------------
+
+def test_gpu_utilisation_fires_after_5_minutes_above_the_threshold(spec, tmp_path):
+    groups = groups_of(spec)                              # gpuUtilHighPct 90
+    busy, almost = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(), series("DCGM_FI_DEV_GPU_UTIL", busy, "91x10"),
+              series("DCGM_FI_DEV_GPU_UTIL", almost, "89x10")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuUtilizationHigh", "4m", [], groups),                 # 91 % for 4 minutes: pending
+        case(inputs, "GpuUtilizationHigh", "6m", [on_node(busy)], groups),    # 91 % for 6 minutes fires
+        case(inputs, "GpuUtilizationHigh", "10m", [on_node(busy)], groups),   # 89 % for 10 minutes stays silent
+    ])
+
+
+def test_gpu_memory_fires_above_the_share_of_total(spec, tmp_path):
+    groups = groups_of(spec)                              # gpuMemHighPct 90; 81920 MiB H100
+    full, almost = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(),
+              series("DCGM_FI_DEV_FB_USED", full, "74547x10"), series("DCGM_FI_DEV_FB_FREE", full, "7373x10"),
+              series("DCGM_FI_DEV_FB_USED", almost, "72909x10"), series("DCGM_FI_DEV_FB_FREE", almost, "9011x10")]
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuMemoryHigh", "6m", [on_node(full)], groups)])
+
+
+def test_gpu_temperature_fires_one_degree_above_the_threshold_not_at_it(spec, tmp_path):
+    groups = groups_of(spec)                              # gpuTempC 85
+    hot, at = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(), series("DCGM_FI_DEV_GPU_TEMP", hot, "86x5"), series("DCGM_FI_DEV_GPU_TEMP", at, "85x5")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuTemperatureHigh", "3m", [on_node(hot, severity="critical")], groups)])
+
+
+def test_gpu_alerts_carry_the_pool_and_ignore_nodes_outside_gpu_pools(spec, tmp_path):
+    groups = groups_of(spec)
+    l40s, unpooled = {"node": OTHER, "gpu": "0", "UUID": "GPU-A"}, {"node": SYSTEM, "gpu": "0", "UUID": "GPU-B"}
+    inputs = [node_info(OTHER, "infer-l40s", "g6e.12xlarge"), node_info(SYSTEM, None, "m7i.xlarge"),
+              series("DCGM_FI_DEV_GPU_TEMP", l40s, "95x5"), series("DCGM_FI_DEV_GPU_TEMP", unpooled, "95x5")]
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuTemperatureHigh", "3m", [
+        on_node(l40s, node=OTHER, pool="infer-l40s", itype="g6e.12xlarge", severity="critical")], groups)])
+
+
+# --- GPU faults ----------------------------------------------------------------------------------------------------
+
+# ../shared/reference/gpu-facts.md: the EKS node monitoring agent's fatal XIDs, Azure NHC's additions, and the XIDs
+# the NVIDIA device plugin blames on applications.
+EKS_FATAL = {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158}
+AZURE_ADDS = {56, 57, 58, 65, 68, 69, 73, 80, 81, 92}
+APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
+
+
+def test_xid_lists_are_the_sources_lists_with_the_disputed_ones_apart():
+    assert set(ar.DISPUTED_XIDS) == (EKS_FATAL | AZURE_ADDS) & APPLICATION_XIDS == {68, 109}
+    assert set(ar.FATAL_XIDS) == (EKS_FATAL | AZURE_ADDS) - APPLICATION_XIDS
+    assert len(ar.FATAL_XIDS) == len(set(ar.FATAL_XIDS))
+
+
+def test_each_fatal_xid_pages_each_disputed_one_warns_and_others_stay_silent(spec, tmp_path):
+    groups = groups_of(spec)
+    harmless = (0, 13, 31, 43, 45, 94)        # 0: none yet; 94: contained ECC error, in no fatal list
+    fatal = sorted((EKS_FATAL | AZURE_ADDS) - APPLICATION_XIDS)      # the sources' lists, not the module's
+    disputed = sorted((EKS_FATAL | AZURE_ADDS) & APPLICATION_XIDS)
+    codes = fatal + disputed + list(harmless)
+    gpus = {code: {"node": NODE, "gpu": str(i), "UUID": f"GPU-{code}"} for i, code in enumerate(codes)}
+    inputs = [node_info()] + [series("DCGM_FI_DEV_XID_ERRORS", gpus[code], f"{code}x3") for code in codes]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuFatalXid", "1m", [on_node(gpus[c], severity="critical") for c in fatal], groups),
+        case(inputs, "GpuDisputedXid", "1m", [on_node(gpus[c]) for c in disputed], groups),
+    ])
+
+
+@pytest.mark.parametrize("alert, metric, bad, good, severity", [
+    ("GpuUncorrectableEccErrors", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "1x5", "0x5", "critical"),
+    ("GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "1x5", "0x5", "critical"),
+    ("GpuNvlinkErrors", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "0 0 3 3 3", "7x5", "warning"),
+    ("GpuNvlinkErrors", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "0 0 1 1 1", "2x5", "warning"),
+])
+def test_gpu_fault_counters(spec, tmp_path, alert, metric, bad, good, severity):
+    """Fires on the faulty GPU; a clean one (or an old, flat NVLink count) stays silent."""
+    groups = groups_of(spec)
+    faulty, clean = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(), series(metric, faulty, bad), series(metric, clean, good)]
+    run_promtool_tests(tmp_path, groups, [case(inputs, alert, "4m", [on_node(faulty, severity=severity)], groups)])
+
+
+@pytest.mark.parametrize("alert, metric", [("GpuThermalThrottling", "DCGM_FI_DEV_THERMAL_VIOLATION"),
+                                           ("GpuPowerThrottling", "DCGM_FI_DEV_POWER_VIOLATION")])
+def test_throttling_fires_after_10_minutes_of_violations(spec, tmp_path, alert, metric):
+    groups = groups_of(spec)
+    throttled, fine = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(), series(metric, throttled, "0+1000000x30"), series(metric, fine, "5000x30")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, alert, "9m", [], groups),            # violations since 1m (rate needs two samples): pending
+        case(inputs, alert, "12m", [on_node(throttled)], groups),
+    ])
+
+
+# --- GPU nodes -------------------------------------------------------------------------------------------------------
+
+def test_a_node_that_failed_verification_pages(spec, tmp_path):
+    groups = groups_of(spec)
+    failed = {"node": NODE, "job": "node-exporter"}
+    inputs = [node_info(), node_info(OTHER), series("gpu_cloud_node_verify_pass", failed, "0x3"),
+              series("gpu_cloud_node_verify_pass", {"node": OTHER, "job": "node-exporter"}, "1x3")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuNodeVerificationFailed", "1m", [on_node(failed, severity="critical")], groups)])
+
+
+def test_the_verifier_metric_name_is_the_one_it_writes():
+    from userdata.gpu_verify import render_textfile
+    text = render_textfile({"verdict": "fail", "checks": [], "durationS": 1.0}, 0.0)
+    assert "\ngpu_cloud_node_verify_pass 0\n" in "\n" + text
+
+
+def test_a_gpu_node_not_ready_for_5_minutes_pages_and_system_nodes_do_not(spec, tmp_path):
+    groups = groups_of(spec)
+    ready = lambda node, status: {"node": node, "condition": "Ready", "status": status}       # noqa: E731
+    inputs = [node_info(), node_info(OTHER), node_info(SYSTEM, None, "m7i.xlarge"),
+              series("kube_node_status_condition", ready(NODE, "true"), "0x10"),
+              series("kube_node_status_condition", ready(NODE, "unknown"), "1x10"),
+              series("kube_node_status_condition", ready(OTHER, "true"), "1x10"),
+              series("kube_node_status_condition", ready(SYSTEM, "true"), "0x10")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuNodeNotReady", "4m", [], groups),
+        case(inputs, "GpuNodeNotReady", "6m", [on_node(ready(NODE, "true"), severity="critical")], groups),
+    ])
+
+
+def pool_nodes(spec, counts, cordoned=(), not_ready=()):
+    """kube-state-metrics series for `counts` nodes per pool, each offering what the pool's nodes offer."""
+    from spec.pools import offered_gpu_resources
+    inputs = []
+    for pool in spec.pools:
+        for i in range(counts.get(pool.name, 0)):
+            node = f"{pool.name}-{i}"
+            inputs.append(node_info(node, pool.name, pool.primary_type.name))
+            for resource, count in offered_gpu_resources(pool, spec.catalog).items():
+                inputs.append(series("kube_node_status_allocatable",
+                                     {"node": node, "resource": ar.ksm_resource(resource), "unit": "integer"},
+                                     f"{count}x60"))
+            inputs.append(series("kube_node_spec_unschedulable", {"node": node}, f"{int(node in cordoned)}x60"))
+            inputs.append(series("kube_node_status_condition", {"node": node, "condition": "Ready", "status": "true"},
+                                 f"{int(node not in not_ready)}x60"))
+    return inputs
+
+
+def pool_short(groups, *pools):
+    return [{"pool": pool, "severity": "critical"} for pool in pools]
+
+
+def test_pools_at_their_minimum_are_quiet_and_short_ones_page_after_15_minutes(spec, tmp_path):
+    groups = groups_of(spec)   # train-h100: 4 x 8 GPUs; infer-l40s: 2 x 4 GPUs x 2 time-slicing replicas = 16
+    at_minimum = pool_nodes(spec, {"train-h100": 4, "infer-l40s": 2})
+    one_short = pool_nodes(spec, {"train-h100": 3, "infer-l40s": 2})
+    cordoned = pool_nodes(spec, {"train-h100": 4, "infer-l40s": 2}, cordoned={"train-h100-0"})
+    not_ready = pool_nodes(spec, {"train-h100": 4, "infer-l40s": 2}, not_ready={"infer-l40s-1"})
+    empty = [series("kube_node_labels", {"node": SYSTEM, ar.INSTANCE_TYPE: "m7i.xlarge"}, "1x60")]
+    run_promtool_tests(tmp_path, groups, [
+        case(at_minimum, "GpuPoolBelowMinimum", "20m", [], groups),
+        case(one_short, "GpuPoolBelowMinimum", "14m", [], groups),
+        case(one_short, "GpuPoolBelowMinimum", "16m", pool_short(groups, "train-h100"), groups),
+        case(cordoned, "GpuPoolBelowMinimum", "16m", pool_short(groups, "train-h100"), groups),
+        case(not_ready, "GpuPoolBelowMinimum", "16m", pool_short(groups, "infer-l40s"), groups),
+        case(empty, "GpuPoolBelowMinimum", "16m", pool_short(groups, "train-h100", "infer-l40s"), groups),
+        case([], "GpuPoolBelowMinimum", "16m", [], groups),      # kube-state-metrics not scraped: no guess
+    ])
+
+
+def test_pool_minimum_rules_follow_the_pools(specs):
+    for stack in STACKS:
+        spec = specs[stack]
+        rules = [r for r in rules_of(groups_of(spec)) if r["alert"] == "GpuPoolBelowMinimum"]
+        assert {r["labels"]["pool"] for r in rules} == {p.name for p in spec.pools if p.spec.min_nodes > 0}
+    train = next(r for r in rules_of(groups_of(specs[STACK])) if r["labels"].get("pool") == "train-h100")
+    assert train["expr"].startswith('(sum(kube_node_status_allocatable{resource="nvidia_com_gpu"}')
+    assert "< 32 " in train["expr"]
+
+
+# --- network and storage -------------------------------------------------------------------------------------------
+
+def bytes_per_minute(gbps, pct):
+    return gbps * 1e9 / 8 * pct / 100 * 60
+
+
+def test_network_fires_at_71_not_69_percent_of_a_p5_bandwidth(spec, tmp_path):
+    groups = groups_of(spec)                               # networkHighPct 70; p5.48xlarge 3200 Gbps
+    rx = lambda node, device: {"node": node, "device": device}                                   # noqa: E731
+    above, below = bytes_per_minute(3200, 71), bytes_per_minute(3200, 69)
+    inputs = [node_info(), node_info(OTHER),
+              series("node_network_receive_bytes_total", rx(NODE, "ens5"), f"0+{above / 2:.0f}x20"),
+              series("node_network_receive_bytes_total", rx(NODE, "ens6"), f"0+{above / 2:.0f}x20"),
+              series("node_network_receive_bytes_total", rx(OTHER, "ens5"), f"0+{below:.0f}x20"),
+              # pods' traffic on the VPC CNI's host veths is already counted on the ENA device
+              series("node_network_receive_bytes_total", rx(OTHER, "eni0a1b2c3d4e5"), f"0+{above:.0f}x20"),
+              series("node_network_transmit_bytes_total", rx(OTHER, "ens5"), f"0+{above:.0f}x20")]
+    run_promtool_tests(tmp_path, groups, [
+        # The 5-minute rate of counters that start at 0m reaches the traffic's level at 5m: pending until 15m.
+        case(inputs, "GpuNodeNetworkHigh", "14m", [], groups),
+        case(inputs, "GpuNodeNetworkHigh", "16m", [
+            on_node({}, direction="receive"), on_node({}, node=OTHER, direction="transmit")], groups),
+    ])
+
+
+def test_network_bandwidth_is_each_types_own(spec, tmp_path):
+    groups = groups_of(spec)
+    l40s = spec.catalog.instance_types["g6e.12xlarge"].network_gbps
+    inputs = [node_info(OTHER, "infer-l40s", "g6e.12xlarge"),
+              series("node_network_transmit_bytes_total", {"node": OTHER, "device": "ens5"},
+                     f"0+{bytes_per_minute(l40s, 71):.0f}x20")]
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuNodeNetworkHigh", "16m", [
+        on_node({}, node=OTHER, pool="infer-l40s", itype="g6e.12xlarge", direction="transmit")], groups)])
+
+
+def test_network_rules_cover_every_pool_instance_type_with_its_catalog_bandwidth(specs):
+    for stack in STACKS:
+        spec = specs[stack]
+        rules = [r for r in rules_of(groups_of(spec)) if r["alert"] == "GpuNodeNetworkHigh"]
+        types = {t.name: t for p in spec.pools for t in p.types}
+        assert {r["labels"]["instance_type"] for r in rules} == set(types)
+        for rule in rules:
+            gbps = types[rule["labels"]["instance_type"]].network_gbps
+            assert f"/ ({gbps} * 1e9)" in rule["expr"]
+            assert f'{ar.INSTANCE_TYPE}="{rule["labels"]["instance_type"]}"' in rule["expr"]
+
+
+@pytest.mark.parametrize("counter", list(ar.ENA_ALLOWANCES))
+def test_ena_allowance_counters_fire_while_increasing_for_10_minutes(spec, tmp_path, counter):
+    groups = groups_of(spec)
+    metric = f"node_ethtool_{counter}"
+    rising, flat = {"node": NODE, "device": "ens5"}, {"node": NODE, "device": "ens6"}
+    inputs = [node_info(), series(metric, rising, "0+40x20"), series(metric, flat, "1234x20")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "EnaAllowanceExceeded", "10m", [], groups),
+        case(inputs, "EnaAllowanceExceeded", "12m", [on_node(rising, allowance=counter)], groups),
+    ])
+
+
+def test_node_exporter_keeps_exactly_the_ena_counters_the_rules_read(spec):
+    [include] = [arg for arg in ar.NODE_EXPORTER_ARGS if arg.startswith("--collector.ethtool.metrics-include=")]
+    pattern = re.compile(include.split("=", 1)[1])
+    read = {m for r in rules_of(groups_of(spec)) for m in re.findall(r"node_ethtool_(\w+)", r["expr"])}
+    assert read == set(ar.ENA_ALLOWANCES)
+    assert all(pattern.fullmatch(name) for name in read)
+    assert not pattern.fullmatch("queue_0_tx_cnt")
+    assert "--collector.ethtool" in ar.NODE_EXPORTER_ARGS              # off by default in node-exporter
+
+
+@pytest.mark.parametrize("operation", ["read", "write"])
+def test_storage_latency_fires_above_the_threshold(spec, tmp_path, operation):
+    groups = groups_of(spec)                               # storageLatencyMs 50
+    plural = {"read": "reads", "write": "writes"}[operation]
+    time_metric, done_metric = f"node_disk_{operation}_time_seconds_total", f"node_disk_{plural}_completed_total"
+    disk = lambda device: {"node": NODE, "device": device}          # noqa: E731
+    inputs = [node_info()]
+    for device, ios_per_min, ms in (("nvme1n1", 600, 51), ("nvme2n1", 600, 49), ("nvme3n1", 30, 400)):
+        inputs += [series(done_metric, disk(device), f"0+{ios_per_min}x20"),
+                   series(time_metric, disk(device), f"0+{ios_per_min * ms / 1000}x20")]
+    # nvme1n1 51 ms fires, nvme2n1 49 ms does not, nvme3n1 (half an I/O a second) is not judged
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuNodeStorageLatencyHigh", "12m", [on_node(disk("nvme1n1"), operation=operation)], groups)])
+
+
+# --- NCCL acceptance ---------------------------------------------------------------------------------------------------
+
+def test_nccl_jobs_are_the_ones_the_stack_runs(spec):
+    from spec import acceptance
+    jobs = {(pool, scope): pattern for pool, scope, pattern in ar.nccl_acceptance_jobs(spec.pools, spec.catalog)}
+    assert set(jobs) == {("train-h100", "across-nodes"), ("train-h100", "within-node"),
+                         ("finetune-a100-40gb-spot", "within-node")}
+    assert re.fullmatch(jobs["train-h100", "across-nodes"], "nccl-efa-train-h100-x7k2q-launcher")
+    assert not re.fullmatch(jobs["train-h100", "across-nodes"], "nccl-efa-train-h100-x7k2q-worker-0")
+    assert re.fullmatch(jobs["train-h100", "within-node"], "nccl-nvlink-train-h100-29581440")
+    assert {p.name for p in acceptance.nvlink_check_pools(spec.pools, spec.catalog)} == {
+        pool for pool, scope in jobs if scope == "within-node"}
+
+
+def job(name, start, failed, minutes=10):
+    labels = {"namespace": "training", "job_name": name}
+    return [series("kube_job_failed", {**labels, "condition": "true"}, f"{int(failed)}x{minutes}"),
+            series("kube_job_failed", {**labels, "condition": "false"}, f"{int(not failed)}x{minutes}"),
+            series("kube_job_status_start_time", labels, f"{start}x{minutes}")]
+
+
+def nccl_failed(name, pool, scope):
+    return {"namespace": "training", "job_name": name, "condition": "true", "pool": pool, "scope": scope,
+            "severity": "critical"}
+
+
+def test_a_failed_nccl_acceptance_job_pages(spec, tmp_path):
+    groups = groups_of(spec)
+    mpijob_failed, mpijob_passed = "nccl-efa-train-h100-abcde-launcher", "nccl-efa-train-h100-vwxyz-launcher"
+    inputs = (job(mpijob_failed, 1000, True) + job(mpijob_passed, 2000, False)
+              + job("nccl-efa-train-h100-abcde-worker", 1000, True)           # not a launcher Job
+              + job("someone-elses-job", 1000, True))
+    run_promtool_tests(tmp_path, groups, [case(inputs, "NcclAcceptanceFailed", "1m", [
+        nccl_failed(mpijob_failed, "train-h100", "across-nodes")], groups)])
+
+
+def test_only_the_newest_nvlink_run_decides(spec, tmp_path):
+    groups = groups_of(spec)
+    old, new = "nccl-nvlink-train-h100-29000000", "nccl-nvlink-train-h100-29010080"
+    run_promtool_tests(tmp_path, groups, [
+        case(job(old, 1000, True) + job(new, 2000, False), "NcclAcceptanceFailed", "1m", [], groups),
+        case(job(old, 1000, False) + job(new, 2000, True), "NcclAcceptanceFailed", "1m",
+             [nccl_failed(new, "train-h100", "within-node")], groups),
+    ])
+
+
+# --- Triton ------------------------------------------------------------------------------------------------------------
+
+def model(name):
+    return {"namespace": "inference", "model": name, "version": "1"}
+
+
+def test_triton_queue_time_per_request_above_target_for_10_minutes(spec, tmp_path):
+    groups = groups_of(spec)                               # target 10 ms
+    inputs = []
+    for name, ms in (("slow", 11), ("ok", 9)):
+        inputs += [series("nv_inference_request_success", model(name), "0+600x30"),
+                   series("nv_inference_queue_duration_us", model(name), f"0+{600 * ms * 1000}x30")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "TritonQueueTimeHigh", "10m", [], groups),
+        case(inputs, "TritonQueueTimeHigh", "12m", [{**model("slow"), "severity": "warning"}], groups),
+    ])
+
+
+def test_triton_failure_ratio(spec, tmp_path):
+    groups = groups_of(spec)                               # tritonFailurePct 1
+    inputs = []
+    for name, failed_per_1000 in (("failing", 11), ("ok", 9)):
+        inputs += [series("nv_inference_request_success", model(name), f"0+{1000 - failed_per_1000}x20"),
+                   series("nv_inference_request_failure", {**model(name), "reason": "BACKEND"},
+                          f"0+{failed_per_1000}x20")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "TritonFailureRateHigh", "8m", [{**model("failing"), "severity": "critical"}], groups)])
+
+
+def test_triton_p99_latency_takes_the_slowest_replica(spec, tmp_path):
+    groups = groups_of(spec)                               # tritonP99LatencyMs 1000
+    p99 = lambda name, pod: {**model(name), "pod": pod, "quantile": "0.99"}                      # noqa: E731
+    inputs = [series("nv_inference_request_summary_us", p99("slow", "a"), "1001000x10"),
+              series("nv_inference_request_summary_us", p99("slow", "b"), "200000x10"),
+              series("nv_inference_request_summary_us", p99("ok", "a"), "1000000x10"),
+              series("nv_inference_request_summary_us", {**model("ok"), "pod": "a", "quantile": "0.5"}, "2e6x10")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "TritonP99LatencyHigh", "7m", [{**model("slow"), "severity": "warning"}], groups)])
+
+
+def test_triton_needs_summary_latencies_for_its_p99():
+    assert ar.TRITON_SERVER_ARGS == ("--metrics-config", "summary_latencies=true")
+
+
+# --- what the monitoring stack must configure ------------------------------------------------------------------------
+
+def test_every_dcgm_field_a_rule_reads_is_exported(specs):
+    default = {field for field, _, _ in dcgm.DEFAULT_COUNTERS}
+    extra = {field for field, _, _ in dcgm.EXTRA_COUNTERS}
+    assert not default & extra
+    read = {f for stack in STACKS for r in rules_of(groups_of(specs[stack])) for f in re.findall(r"DCGM_FI_\w+", r["expr"])}
+    assert read <= default | extra
+    shown = {f for _, expr in (e for model in dashboards.dashboards().values() for e in dashboards.expressions(model))
+             for f in re.findall(r"DCGM_FI_\w+", expr)}
+    assert extra <= read | shown                           # nothing exported that no rule or dashboard reads
+    # fields the default CSV of dcgm-exporter 4.5.3-4.8.2 leaves commented out
+    assert {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_POWER_VIOLATION",
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"} <= extra
+
+
+def test_dcgm_csv_lists_defaults_then_extras_in_the_exporters_format():
+    rows = [line.split(", ", 2) for line in dcgm.metrics_csv().splitlines() if line and not line.startswith("#")]
+    assert [tuple(r) for r in rows] == list(dcgm.DEFAULT_COUNTERS + dcgm.EXTRA_COUNTERS)
+    assert all(kind in ("gauge", "counter", "label") for _, kind, _ in rows)
+    assert all("," not in help_text for _, _, help_text in rows)
+
+
+def test_the_node_labels_rules_join_on_are_allowlisted_and_set_on_every_pool(specs):
+    read = {label for stack in STACKS for r in rules_of(groups_of(specs[stack]))
+            for label in re.findall(r"\blabel_(?!replace\b)\w+", r["expr"])}
+    assert read <= {monitoring.ksm_label(label) for label in monitoring.KUBE_STATE_NODE_LABELS}
+    assert monitoring.ksm_label("gpu-cloud.io/pool") == "label_gpu_cloud_io_pool"
+    assert monitoring.ksm_label("node.kubernetes.io/instance-type") == "label_node_kubernetes_io_instance_type"
+    for pool in specs[STACK].pools:
+        assert node_labels(pool)["gpu-cloud.io/pool"] == pool.name
+
+
+def test_node_level_series_get_the_node_name_at_scrape_time():
+    [relabel] = monitoring.NODE_LABEL_RELABELINGS
+    assert relabel == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
+                       "action": "replace"}
