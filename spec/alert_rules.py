@@ -28,7 +28,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 
 from spec import acceptance
-from spec.monitoring import INSTANCE_TYPE_NODE_LABEL, NODE_LABEL, POOL_NODE_LABEL, ksm_label
+from spec.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
+from spec.efa import ip_bandwidth_gbps
 from spec.pools import offered_gpu_resources
 from spec.tenancy import TRAINING_NAMESPACE
 
@@ -122,7 +123,10 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
     """Load, memory, temperature and hardware faults, per GPU, from the DCGM exporter."""
     util, mem, temp = alerts.gpu_util_high_pct, alerts.gpu_mem_high_pct, alerts.gpu_temp_c
     used = "DCGM_FI_DEV_FB_USED"
-    xids = lambda codes: " or ".join(f"DCGM_FI_DEV_XID_ERRORS == {code}" for code in codes)   # noqa: E731
+    # The last XID stays until the driver reloads, but a later harmless one (XID 45 follows fatal ones as processes
+    # are killed) replaces it: the exporter's per-XID count over its window (5 minutes) catches the fatal one too.
+    xids = lambda codes: " or ".join([f"DCGM_FI_DEV_XID_ERRORS == {code}" for code in codes] + [  # noqa: E731
+        f'DCGM_EXP_XID_ERRORS_COUNT{{xid=~"{"|".join(map(str, codes))}"}} > 0'])
     return [
         _rule("GpuUtilizationHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_UTIL > {util}"), "5m", "warning",
               f"GPU utilisation above {util} %",
@@ -131,8 +135,9 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
         _rule("GpuMemoryHigh", on_gpu_nodes(f"{used} / ({used} + DCGM_FI_DEV_FB_FREE) * 100 > {mem}"), "5m",
               "warning", f"GPU memory above {mem} % used",
               f"{_gpu()} has used more than {mem} % of its memory for 5 minutes."),
-        _rule("GpuTemperatureHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_TEMP > {temp}"), "1m", "critical",
-              f"GPU above {temp} C", f"{_gpu()} has been hotter than {temp} C for a minute."),
+        # At or above, as the boot gate refuses a GPU at this temperature (userdata/gpu_verify.py).
+        _rule("GpuTemperatureHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_TEMP >= {temp}"), "1m", "critical",
+              f"GPU at or above {temp} C", f"{_gpu()} has been at {temp} C or hotter for a minute."),
         # The field holds the last XID the GPU reported, until the driver reloads: it keeps firing until the node is
         # reset or replaced.
         _rule("GpuFatalXid", on_gpu_nodes(xids(FATAL_XIDS)), "0m", "critical", "GPU reported a fatal XID",
@@ -194,21 +199,24 @@ def node_rules(pools, catalog) -> List[Dict[str, Any]]:
 
 
 def network_rules(alerts, pools) -> List[Dict[str, Any]]:
-    """Throughput against the instance type's bandwidth, and ENA's allowance counters."""
+    """IP throughput against what the node's ENA interfaces can carry (spec/efa.py ip_bandwidth_gbps: on EFA types
+    most of networkGbps is EFA's, which the kernel never counts), and ENA's allowance counters."""
     pct = alerts.network_high_pct
     rules = []
-    types = sorted({itype.name: itype for pool in pools for itype in pool.types}.items())
-    for name, itype in types:
-        for direction in ("receive", "transmit"):
-            # EC2 bandwidth applies to each direction on its own (EC2 User Guide, "Amazon EC2 instance network
-            # bandwidth": https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html).
-            share = (f'sum by (node) (rate(node_network_{direction}_bytes_total{{device=~"{ENA_DEVICES}"}}'
-                     f"[{RATE_WINDOW}])) * 8 / ({itype.network_gbps} * 1e9) * 100 > {pct}")
-            rules.append(_rule(
-                "GpuNodeNetworkHigh", on_gpu_nodes(share, f'{INSTANCE_TYPE}="{name}"'), "10m", "warning",
-                f"Node network {direction} above {pct} % of {name} bandwidth",
-                f"{_where()} has used more than {pct} % of {itype.network_gbps} Gbps to {direction} for 10 minutes.",
-                labels={"direction": direction, "instance_type": name}))
+    # Per pool and type: the same type may carry EFA in one pool and not in another.
+    for pool in pools:
+        for itype in pool.types:
+            gbps = ip_bandwidth_gbps(itype, efa=pool.efa)
+            for direction in ("receive", "transmit"):
+                # EC2 bandwidth applies to each direction on its own (EC2 User Guide, "Amazon EC2 instance network
+                # bandwidth": https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-network-bandwidth.html).
+                share = (f'sum by (node) (rate(node_network_{direction}_bytes_total{{device=~"{ENA_DEVICES}"}}'
+                         f"[{RATE_WINDOW}])) * 8 / ({_number(gbps)} * 1e9) * 100 > {pct}")
+                rules.append(_rule(
+                    "GpuNodeNetworkHigh", on_gpu_nodes(share, f'{POOL}="{pool.name}", {INSTANCE_TYPE}="{itype.name}"'),
+                    "10m", "warning", f"Node network {direction} above {pct} % of {itype.name} IP bandwidth",
+                    f"{_where()} has used more than {pct} % of its {_number(gbps)} Gbps of IP bandwidth to {direction} "
+                    "for 10 minutes.", labels={"direction": direction, "pool": pool.name, "instance_type": itype.name}))
     for counter, what in ENA_ALLOWANCES.items():
         rules.append(_rule(
             "EnaAllowanceExceeded", on_gpu_nodes(f"rate(node_ethtool_{counter}[{RATE_WINDOW}]) > 0"), "10m",

@@ -23,6 +23,8 @@ KUEUE = "kueue"
 FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 MPI_OPERATOR = "mpi-operator"
 KUBE_PROMETHEUS_STACK = "kube-prometheus-stack"
+AWS_LOAD_BALANCER_CONTROLLER = "aws-load-balancer-controller"
+PROMETHEUS_ADAPTER = "prometheus-adapter"
 
 # Some repositories publish versions with a leading "v" (NGC's gpu-operator v26.7.0, eks-charts' EFA plugin
 # v0.5.30); a pin keeps the spelling the repository's index lists.

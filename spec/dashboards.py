@@ -35,7 +35,6 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 import yaml
 
-from spec import drain
 from spec.monitoring import CAPACITY_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from spec.tenancy import INFERENCE_NAMESPACE
 

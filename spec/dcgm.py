@@ -56,6 +56,9 @@ EXTRA_COUNTERS: Tuple[Tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "NVLink replays over all links."),
     ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "NVLink recoveries over all links."),
     ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Time held back by the power limit (ns)."),
+    # Computed by the exporter: how often each XID was reported in its window (--xid-count-window-size, 5 minutes;
+    # internal/pkg/collector/xid_collector.go labels each series with `xid`).
+    ("DCGM_EXP_XID_ERRORS_COUNT", "counter", "XIDs reported during the last window by xid."),
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Time held back by temperature (ns)."),
 )
 

@@ -52,3 +52,11 @@ def interface_layout(itype: InstanceType, *, efa: bool, max_ip_bandwidth: bool =
 
 def efa_device_count(itype: InstanceType, *, efa: bool) -> int:
     return sum(i.is_efa for i in interface_layout(itype, efa=efa)) if efa else 0
+
+
+def ip_bandwidth_gbps(itype: InstanceType, *, efa: bool) -> float:
+    """What the node's IP traffic can use: the bandwidth of the network cards its ENA interfaces sit on (an even
+    share of the type's networkGbps per card). EFA traffic bypasses the kernel, so on a p5 (3200 Gbps over 32
+    cards, one ENA interface) IP gets 100 Gbps: the rest is EFA's (../shared/reference/instances.md)."""
+    cards = {nic.network_card_index for nic in interface_layout(itype, efa=efa) if nic.interface_type == ENA}
+    return itype.network_gbps / itype.network_cards * len(cards)

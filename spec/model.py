@@ -290,8 +290,10 @@ class Storage(ConfigModel):
 class Triton(ConfigModel):
     enabled: bool = False
     pool: Optional[str] = None
-    model_repository: Optional[S3Uri] = None     # left out: s3://<the stack's models bucket>/triton
-    min_replicas: int = Field(default=1, ge=0)
+    # Left out: s3://<the stack's models bucket>/triton, which a DR primary replicates to its peer's models bucket.
+    model_repository: Optional[S3Uri] = None
+    # At least 1: the autoscaler scales on Triton's own queue metrics, which no pod reports at zero replicas.
+    min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(default=4, ge=1)
     target_queue_ms: float = Field(default=10, gt=0)
     # The load balancer in front of Triton: inside the VPC unless the stack says otherwise.
@@ -311,11 +313,11 @@ class Inference(ConfigModel):
 
 
 class Alerts(ConfigModel):
-    """Alert thresholds (spec/alerts.py). Defaults are the seeds' figures where they give one."""
+    """Alert thresholds (spec/alert_rules.py). Defaults are the seeds' figures where they give one."""
     gpu_temp_c: int = Field(alias="gpuTempC", default=85, ge=40, le=110)
     gpu_util_high_pct: int = Field(default=90, ge=1, le=100)
     gpu_mem_high_pct: int = Field(default=90, ge=1, le=100)
-    # Of the instance type's network bandwidth (spec/catalog.yaml networkGbps), sustained for 10 minutes.
+    # Of the node's IP bandwidth (spec/efa.py ip_bandwidth_gbps: its ENA interfaces' share of networkGbps), for 10 min.
     network_high_pct: int = Field(default=70, ge=1, le=100)
     storage_latency_ms: float = Field(default=50, gt=0)
     # Triton: the seeds give no figures; one failed request in a hundred, and one second at p99.

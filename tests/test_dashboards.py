@@ -166,7 +166,7 @@ def test_extra_dcgm_counters_are_exactly_the_table_s_and_each_panel_says_so():
     assert all(types[field] == kind for field, kind, _ in dcgm.EXTRA_COUNTERS if field in extra)
     # Three fields: dcgm-exporter reads the file as CSV, so a comma in the help would make a fourth.
     lines = [line for line in dcgm.metrics_csv().splitlines() if not line.startswith("#")]
-    assert all(re.fullmatch(r"DCGM_FI_\w+, (counter|gauge|label), [^,]+", line) for line in lines), lines
+    assert all(re.fullmatch(r"DCGM_(FI|EXP)_\w+, (counter|gauge|label), [^,]+", line) for line in lines), lines
     for panel in MODELS["gpu-fleet.json"]["panels"]:
         uses = {n for t in panel.get("targets", ()) for n in d.metric_names(t["expr"])}
         if uses & extra:

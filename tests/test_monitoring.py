@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as kubernetes

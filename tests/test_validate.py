@@ -1,6 +1,4 @@
 """Config validation: every mistake is reported, by full key path, with what is allowed."""
-import copy
-
 import pytest
 
 from spec.catalog import EfaSpec, load_catalog

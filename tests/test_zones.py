@@ -7,7 +7,6 @@ each refused with its key before anything is registered.
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from datetime import date
 
 import pulumi
