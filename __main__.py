@@ -5,7 +5,8 @@ own AWS provider, the only thing registered first), then composes:
 network -> EKS cluster -> buckets (logs, datasets, checkpoints, models, node artifacts; replicated to the DR peer
 from a primary) -> spot/scale-in draining -> one GPU node pool per `nodePools` entry -> cluster-autoscaler ->
 GPU operator (and EFA device plugin) -> monitoring (Prometheus, alert rules, dashboards) -> team tenancy -> FSx for
-Lustre -> training queue (Kueue, MPI Operator).
+Lustre -> training queue (Kueue, MPI Operator) -> Triton behind an NLB, scaled on its queue time -> its half of the
+two regions' DNS record.
 """
 from datetime import date
 
@@ -18,6 +19,8 @@ from components.buckets import stack_buckets
 from components.cluster import ClusterArgs, EksCluster
 from components.data_access import DataAccess, DataAccessArgs, JobBucket
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.failover import Failover, FailoverArgs
+from components.inference import Inference, InferenceArgs, ModelRepository
 from components.lustre import Lustre, LustreArgs
 from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
@@ -26,7 +29,8 @@ from components.replication import ReplicatedBucket, Replication, ReplicationArg
 from components.tenancy import Tenancy, TenancyArgs
 from components.training import TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
-from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, replication, tenancy
+from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller, replication
+from spec import tenancy, triton as triton_rules
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.errors import ConfigError, ConfigIssue, key_path
@@ -162,7 +166,7 @@ GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools), opts=with_clu
 # the GPU alert rules, Alertmanager to the stack's webhook, and Grafana with gpu-cloud's dashboards.
 triton = spec.inference.triton
 webhook_url = keys.get("alertWebhookUrl") or None
-MonitoringStack("monitoring", MonitoringArgs(
+monitoring = MonitoringStack("monitoring", MonitoringArgs(
     settings=spec.monitoring, dashboards=dashboards.dashboards(), node_exporter_args=alert_rules.NODE_EXPORTER_ARGS,
     rule_groups=alert_rules.rule_groups(spec.monitoring.alerts, spec.pools, spec.catalog,
                                         triton.target_queue_ms if triton.enabled else None),
@@ -204,6 +208,30 @@ training = TrainingQueueArgs.for_pools(
     nvlink_schedule=spec.training.nvlink_check_schedule, training_namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name)
 if training.flavors:   # none without a training or general pool (a warning says so)
     TrainingQueue("training", training, opts=with_cluster)
+
+# Inference: Triton on its pool, from the stack's models bucket unless the stack names another repository.
+if triton.enabled:
+    models = buckets[bucket_rules.MODELS]
+    repository = (ModelRepository(uri=triton.model_repository, key_arn=None,
+                                  bucket_arn=triton_rules.repository_bucket_arn(triton.model_repository, partition))
+                  if triton.model_repository else
+                  ModelRepository(uri=pulumi.Output.concat("s3://", models.bucket_name, "/", triton_rules.NAME),
+                                  bucket_arn=models.bucket_arn, key_arn=models.key_arn))
+    inference = Inference("inference", InferenceArgs(
+        cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region, partition=partition,
+        account_id=account_id, vpc_id=network.vpc_id, namespace=teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
+        namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
+        catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
+        monitoring=monitoring), opts=with_cluster)
+    pulumi.export("inferenceEndpoint", inference.endpoint)
+    # This stack's half of the two regions' record for dr.domain, with a health check on Triton's readiness.
+    if spec.dr.role in ("primary", "secondary"):
+        dns = Failover("inference-dns", FailoverArgs(
+            domain=spec.dr.domain, hosted_zone_id=spec.dr.hosted_zone_id, stack=spec.stack, region=spec.region,
+            policy=failover.record_policy(spec.dr.role, spec.dr.routing, spec.region), scheme=triton.scheme,
+            endpoint=inference.endpoint, load_balancer_tags=lb_controller.controller_load_balancer_tags(
+                cluster_name, tenancy.INFERENCE_NAMESPACE, triton_rules.NAME)), opts=with_aws)
+        pulumi.export("inferenceDns", {"fqdn": dns.record.fqdn, "routing": spec.dr.routing})
 
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)

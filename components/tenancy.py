@@ -101,7 +101,7 @@ class Tenancy(pulumi.ComponentResource):
             # Deleting a namespace deletes every Job, pod and ConfigMap in it, running training included: protected.
             namespace = kubernetes.core.v1.Namespace(
                 f"{name}-{ns}",
-                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=ns, labels={tenancy.TENANT_LABEL: ns}),
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=ns, labels=tenancy.namespace_labels(ns)),
                 opts=pulumi.ResourceOptions(parent=self, protect=True))
             self.namespaces[ns] = namespace
 

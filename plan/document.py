@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence
 
 from plan.engine import ACCOUNT_ID, ProgramRun
-from spec import acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication, scratch
+from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication,
+                  scratch, triton)
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 
@@ -118,6 +119,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "platform": platform_section(spec),
         "storage": storage_section(spec),
         "monitoring": monitoring_section(spec, run),
+        "inference": inference_section(spec, run),
         "warnings": list(warnings),
         "policy": dict(policy),
     }
@@ -140,6 +142,21 @@ def monitoring_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
                     "pool": r["labels"].get("pool")} for g in groups for r in g["rules"]],
         "dashboards": sorted(model["title"] for model in dashboards.dashboards().values()),
     }
+
+
+def inference_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
+    """Triton when the stack runs it: where it runs, how it scales, where clients reach it."""
+    settings, dr = spec.inference.triton, spec.dr
+    if not settings.enabled:
+        return {"triton": None}
+    models = run.outputs.get("buckets", {}).get(buckets.MODELS, {}).get("name")
+    return {"triton": {
+        "image": triton.IMAGE, "pool": settings.pool, "minReplicas": settings.min_replicas,
+        "maxReplicas": settings.max_replicas, "targetQueueMs": settings.target_queue_ms, "scheme": settings.scheme,
+        "modelRepository": settings.model_repository or f"s3://{models}/{triton.NAME}",
+        "endpoint": run.outputs.get("inferenceEndpoint"),
+        "dns": ({"domain": dr.domain, "routing": dr.routing, "role": dr.role}
+                if dr.role in ("primary", "secondary") else None)}}
 
 
 def node_image_section(spec: StackSpec) -> Dict[str, Any]:
@@ -238,6 +255,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _platform_lines(document["platform"]) + [""]
     lines += _storage_lines(document["storage"]) + [""]
     lines += _monitoring_lines(document["monitoring"]) + [""]
+    lines += _inference_lines(document["inference"]) + [""]
     if document.get("warnings"):
         lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
@@ -384,6 +402,17 @@ def _monitoring_lines(section: Mapping[str, Any]) -> List[str]:
     lines += _table(["group", "alert", "for", "severity", "rules"],
                     [[group, alert, wait, severity, str(n)] for (group, alert, wait, severity), n in counts.items()])
     return lines
+
+
+def _inference_lines(section: Mapping[str, Any]) -> List[str]:
+    t = section["triton"]
+    if t is None:
+        return ["Inference: no Triton (inference.triton.enabled is false)"]
+    dns = (f"; DNS {t['dns']['domain']} ({t['dns']['routing']}, this stack {t['dns']['role']})" if t["dns"] else
+           "; no DNS record (dr.role none)")
+    return [f"Inference: Triton ({t['image']}) on pool {t['pool']}, {t['minReplicas']} to {t['maxReplicas']} replicas "
+            f"holding {t['targetQueueMs']:g} ms of queue time per request; models from {t['modelRepository']}",
+            f"  {t['scheme']} NLB {t['endpoint']} (HTTP 8000, gRPC 8001){dns}"]
 
 
 def _iops(value) -> str:

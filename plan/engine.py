@@ -252,6 +252,10 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             return f"{state.get('namespace', 'default')}/{name}", state
         metadata.setdefault("name", name)
         state["metadata"] = metadata
+        if args.typ == "kubernetes:core/v1:Service" and (state.get("spec") or {}).get("type") == "LoadBalancer":
+            # The AWS Load Balancer Controller's NLB: `k8s-<ns>-<name>-<hash>`, as in its DNS name.
+            lb = f"k8s-{(namespace or 'default')[:8]}-{name[:8]}-{_hex(args.name, 10)}"
+            state["status"] = {"loadBalancer": {"ingress": [{"hostname": f"{lb}-{_hex(args.name + 'id', 16)}.elb.{self.region}.amazonaws.com"}]}}
         return f"{namespace}/{name}" if namespace else name, state
 
     # --- provider functions -----------------------------------------------------------------
@@ -309,6 +313,19 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             return {"name": r, "region": r, "id": r, "endpoint": f"ec2.{r}.amazonaws.com", "description": r}
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "reverseDnsPrefix": "com.amazonaws", "id": "aws"}
+        if token == "aws:lb/getLoadBalancer:getLoadBalancer":
+            # The load balancer a Service got from the AWS Load Balancer Controller, found by its tags.
+            stack = (inputs.get("tags") or {}).get("service.k8s.aws/stack", "default/service")
+            lb = f"k8s-{_hex(stack, 8)}"
+            arn = f"arn:aws:elasticloadbalancing:{r}:{ACCOUNT_ID}:loadbalancer/net/{lb}/{_hex(stack + 'id', 16)}"
+            return {"arn": arn, "arnSuffix": arn.split("loadbalancer/", 1)[1], "name": lb, "id": arn,
+                    "loadBalancerType": "network", "tags": dict(inputs.get("tags") or {})}
+        if token == "aws:lb/getListener:getListener":
+            lb_arn, port = inputs["loadBalancerArn"], int(inputs["port"])
+            tg = f"arn:aws:elasticloadbalancing:{r}:{ACCOUNT_ID}:targetgroup/k8s-{_hex(lb_arn, 8)}/{_hex(f'{lb_arn}{port}', 16)}"
+            return {"arn": f"{lb_arn.replace(':loadbalancer/', ':listener/')}/{_hex(str(port), 16)}", "id": lb_arn,
+                    "loadBalancerArn": lb_arn, "port": port, "protocol": "TCP",
+                    "defaultActions": [{"type": "forward", "targetGroupArn": tg, "order": 1}]}
         raise NotImplementedError(f"the plan's mocks have no answer for provider function {token}; add one in plan/engine.py")
 
 

@@ -97,8 +97,12 @@ ADMIN_POLICY_ARNS = ("arn:aws:iam::aws:policy/AdministratorAccess", "arn:aws:iam
 # Actions with no resource type in the Service Authorization Reference, so `"Resource": "*"` is the only way to
 # grant them: EC2 and Auto Scaling Describe* ("Describe actions do not support resource-level permissions"), and
 # ec2:GetInstanceTypesFromInstanceRequirements (the cluster autoscaler's). Anything else must name its resources.
-UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe")
-UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
+# Read actions that take no resource ARN (Service Authorization Reference: no resource types listed), so "*" is
+# their only Resource: EC2, Auto Scaling and Elastic Load Balancing Describe*, and the EC2 reads the AWS Load
+# Balancer Controller makes.
+UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe", "elasticloadbalancing:Describe")
+UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements", "ec2:GetCoipPoolUsage",
+                      "ec2:GetSecurityGroupsForVpc")
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
 REPLICATED_PURPOSES = ("checkpoints", "models")     # spec/buckets.py REPLICATED: what a primary prod stack copies
 DR_PEER_REFERENCE = "dr-peer"                       # __main__.py: the primary's StackReference to its DR peer
@@ -396,8 +400,9 @@ def iam_actions_name_resources(args: ResourceValidationArgs, report: ReportViola
             loose = [a for a in as_list(statement.get("Action")) if not _unscopable(a) and a not in ("*", "*:*")]
             if loose:
                 report(f"{where} statement {sid} grants {', '.join(loose)} on \"*\": these actions take resource "
-                       "ARNs; name the resources (only EC2/Auto Scaling Describe* and "
-                       "ec2:GetInstanceTypesFromInstanceRequirements need \"*\")")
+                       "ARNs; name the resources (only reads without resource types need \"*\": "
+                       "EC2, Auto Scaling and ELB Describe*, ec2:GetInstanceTypesFromInstanceRequirements, "
+                       "ec2:GetCoipPoolUsage, ec2:GetSecurityGroupsForVpc)")
 
 
 def iam_no_admin_policies(args: ResourceValidationArgs, report: ReportViolation) -> None:

@@ -29,6 +29,7 @@ from typing import Mapping, Optional, Tuple
 PURPOSES = ("datasets", "checkpoints", "models", "artifacts", "logs")
 LOGS = "logs"
 DATASETS = "datasets"     # what FSx for Lustre links to /data by default
+MODELS = "models"         # where Triton's repository is by default (s3://<models bucket>/triton)
 REPLICATED = ("checkpoints", "models")     # what a primary stack replicates to its DR peer
 JOB_DATA = ("datasets", "checkpoints", "models")   # what training jobs read and write (components/data_access.py)
 

@@ -58,7 +58,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 NAMESPACE = "kube-system"                       # where the chart README and installation guide install it
 RELEASE_NAME = "aws-load-balancer-controller"
@@ -103,6 +103,9 @@ LB_CONTROLLER_VALUE_PATHS: Mapping[str, int] = {
     "defaultTargetType": 202,
     "keepTLSSecret": 255,
     "podDisruptionBudget": 385,
+    "enableShield": 213,
+    "enableWaf": 216,
+    "enableWafv2": 219,
     "enableServiceMutatorWebhook": 485,
     "serviceMutatorWebhookConfig.namespaceSelectors": 501,
 }
@@ -198,9 +201,52 @@ def iam_policy(vpc: Optional[str] = None) -> Dict[str, Any]:
     return policy
 
 
-def iam_policy_json(vpc: Optional[str] = None) -> str:
-    """iam_policy() as compact JSON, for an inline role policy (IAM counts its characters, not its whitespace)."""
-    return json.dumps(iam_policy(vpc), separators=(",", ":"))
+# What scoped_iam_policy() does to upstream's statements on "*": the ALB add-ons go (NLBs only, and the values turn
+# Shield and WAF off); writes name this account's and region's resources instead of "*".
+ALB_ADD_ONS_SID = "AlbAddOns"
+_ELB_RESOURCES = ("loadbalancer/net/*/*", "loadbalancer/app/*/*", "targetgroup/*/*", "listener/net/*/*/*",
+                  "listener/app/*/*/*", "listener-rule/net/*/*/*", "listener-rule/app/*/*/*")
+_ELB_SLR = "role/aws-service-role/elasticloadbalancing.amazonaws.com/AWSServiceRoleForElasticLoadBalancing"
+
+
+def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str) -> Dict[str, Any]:
+    """iam_policy() limited to this stack: ingress changes only on security groups of its VPC, every write action on
+    this account's and region's load balancers, target groups, listeners, rules and security groups (upstream
+    writes "*" and relies on its tag conditions, which stay), and without the ALB add-ons. Only read actions that
+    take no resource ARN keep "*" (the Describe statement)."""
+    if partition != "aws":
+        raise ValueError(f"{POLICY_PATH.name} is written for the aws partition, not {partition!r}")
+    policy = iam_policy(vpc_arn(region, account, vpc_id))
+    elb = [f"arn:{partition}:elasticloadbalancing:{region}:{account}:{kind}" for kind in _ELB_RESOURCES]
+    groups = f"arn:{partition}:ec2:{region}:{account}:security-group/*"
+    scoped = []
+    for statement in policy["Statement"]:
+        if statement.get("Sid") == ALB_ADD_ONS_SID:
+            continue
+        if statement.get("Resource") == "*" and statement.get("Sid") != "Describe":
+            services = {action.split(":", 1)[0] for action in _as_list(statement["Action"])}
+            if services == {"elasticloadbalancing"}:
+                statement["Resource"] = elb
+            elif services == {"ec2"}:
+                create = "ec2:CreateSecurityGroup" in _as_list(statement["Action"])
+                statement["Resource"] = [groups, f"arn:{partition}:ec2:{region}:{account}:vpc/{vpc_id}"] if create \
+                    else groups
+            elif _as_list(statement["Action"]) == ["iam:CreateServiceLinkedRole"]:
+                statement["Resource"] = f"arn:{partition}:iam::{account}:{_ELB_SLR}"
+            else:
+                raise ValueError(f"statement {statement.get('Sid')} of {POLICY_PATH.name} on \"*\" has no scope rule")
+        scoped.append(statement)
+    policy["Statement"] = scoped
+    return policy
+
+
+def _as_list(value: Any) -> List[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def iam_policy_json(policy: Mapping[str, Any]) -> str:
+    """A policy as compact JSON, for an inline role policy (IAM counts its characters, not its whitespace)."""
+    return json.dumps(policy, separators=(",", ":"))
 
 
 def controller_values(cluster_name: str, region: str, vpc_id: str, service_account_name: str,
@@ -242,6 +288,9 @@ def controller_values(cluster_name: str, region: str, vpc_id: str, service_accou
         # templates/_helpers.tpl webhookCerts: reuse the existing secret instead of a new CA on every upgrade.
         "keepTLSSecret": True,
         "enableServiceMutatorWebhook": True,
+        # gpu-cloud makes NLBs only: no Shield, WAF or WAFv2 calls (they serve ALB Ingresses), so the role needs
+        # none of their permissions (scoped_iam_policy drops them).
+        "enableShield": False, "enableWaf": False, "enableWafv2": False,
     }
     if webhook_namespaces is not None:
         names = list(webhook_namespaces)
@@ -302,21 +351,29 @@ def controller_load_balancer_tags(cluster_name: str, namespace: str, service: st
             SERVICE_RESOURCE_TAG_KEY: LOAD_BALANCER_RESOURCE_ID}
 
 
+def tag_problem(key: str, value: str) -> Optional[str]:
+    """What is wrong with a tag for the additional-resource-tags annotation (`k1=v1,k2=v2` as the controller parses
+    it, pkg/annotations/parser.go: pairs split on `,`, each on its first `=`, both sides trimmed): what would not come
+    back as the same tag, or what AWS or the controller would refuse or silently drop. None when it is fine."""
+    if not isinstance(key, str) or not isinstance(value, str):
+        return "keys and values are strings"
+    if key in TRACKING_TAG_KEYS:
+        return f"{key} is the load balancer controller's own tracking tag; it would be ignored"
+    if not 1 <= len(key) <= 128 or len(value) > 256 or key.lower().startswith("aws:"):
+        return "AWS allows keys of 1-128 characters (not aws:), values up to 256"
+    if any(c in key for c in ",=\\") or any(c in value for c in ",\\") or key != key.strip() \
+            or value != value.strip():
+        return ("the load balancer's tag annotation is k=v,k=v: no ',', '\\', '=' in keys, no ',' or '\\' in "
+                "values, no surrounding spaces")
+    return None
+
+
 def _tags_annotation(tags: Mapping[str, str]) -> str:
-    """`k1=v1,k2=v2` as the controller parses it (pkg/annotations/parser.go: pairs split on `,`, each on its first
-    `=`, both sides trimmed). Refuses what would not come back as the same tags, or what AWS or the controller
-    would refuse or silently drop."""
+    """`k1=v1,k2=v2`, refusing a tag tag_problem() finds wrong."""
     for key, value in tags.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise ValueError(f"tag {key!r}: keys and values are strings")
-        if key in TRACKING_TAG_KEYS:
-            raise ValueError(f"tag {key} is the controller's own tracking tag; it would be ignored")
-        if not 1 <= len(key) <= 128 or len(value) > 256 or key.lower().startswith("aws:"):
-            raise ValueError(f"tag {key!r}: AWS allows keys of 1-128 characters (not aws:), values up to 256")
-        if any(c in key for c in ",=\\") or any(c in value for c in ",\\") or key != key.strip() \
-                or value != value.strip():
-            raise ValueError(f"tag {key}={value!r}: no ',', '\\\\', '=' in keys, no ',' or '\\\\' in values, "
-                             "no surrounding spaces (the annotation is k=v,k=v)")
+        problem = tag_problem(key, value)
+        if problem:
+            raise ValueError(f"tag {key}={value!r}: {problem}")
     return ",".join(f"{key}={tags[key]}" for key in sorted(tags))
 
 

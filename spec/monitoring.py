@@ -22,6 +22,12 @@ RELEASE_NAME = "kube-prometheus-stack"
 # What Prometheus selects (see the module docstring).
 SELECTOR_LABELS: Mapping[str, str] = {"release": RELEASE_NAME}
 
+# Where Prometheus answers inside the cluster (templates/prometheus/service.yaml: <fullname>-prometheus, fullname =
+# the release name when it contains the chart's name, _helpers.tpl; port: prometheus.service.port, 9090 by default,
+# values.yaml line 3780). prometheus-adapter queries it.
+PROMETHEUS_URL = f"http://{RELEASE_NAME}-prometheus.{NAMESPACE}.svc"
+PROMETHEUS_PORT = 9090
+
 # Prometheus and Alertmanager volumes: gp3, encrypted with the account's EBS key, through the EBS CSI add-on
 # (components/cluster.py installs it). WaitForFirstConsumer: the volume is made in the zone the pod lands in.
 STORAGE_CLASS = "gp3-encrypted"

@@ -45,6 +45,17 @@ MONITORING_NAMESPACE = "monitoring"
 
 # On each team namespace, value = the namespace: one key selects every team namespace (Exists), or one of them.
 TENANT_LABEL = "gpu-cloud.io/tenant"
+# The AWS Load Balancer Controller adds a readiness gate to pods behind an IP-target load balancer in namespaces with
+# this label (aws-load-balancer-controller v3.5.0 docs/deploy/pod_readiness_gate.md): a rolling update of Triton then
+# waits until each new pod is a healthy target, instead of dropping requests while the NLB registers it.
+READINESS_GATE_LABEL = ("elbv2.k8s.aws/pod-readiness-gate-inject", "enabled")
+
+
+def namespace_labels(namespace: str) -> Dict[str, str]:
+    labels = {TENANT_LABEL: namespace}
+    if namespace == INFERENCE_NAMESPACE:
+        labels[READINESS_GATE_LABEL[0]] = READINESS_GATE_LABEL[1]
+    return labels
 # Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace that gpu-cloud does not label.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 

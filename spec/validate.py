@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost, kueue, lustre, zones
+from spec import addons, charts, cost, kueue, lb_controller, lustre, zones
 from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
@@ -333,6 +333,10 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
         if target is None or target.workload != "inference":
             issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} is not an inference pool of this "
                                  f"stack; inference pools: {', '.join(inference_pools) or 'none'}"))
+        # The stack's tags go onto the NLB through an annotation of the Service: what it cannot carry is refused here.
+        tags = parsed.get("tags") or {}
+        issues += [_issue(("tags", key), f"cannot be tagged on Triton's load balancer: {problem}")
+                   for key, problem in ((k, lb_controller.tag_problem(k, v)) for k, v in tags.items()) if problem]
     return issues
 
 

@@ -2,8 +2,8 @@
 
 `crd_schema("mpijobs.kubeflow.org")` (or "kubeflow.org/mpijobs") returns the openAPIV3Schema of the served
 storage version (or `version`). It reads the CRDs from the directory GPU_CLOUD_CRD_DIR (any *.yaml there), else
-from the pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org and
-Kueue v0.19.2's chart for kueue.x-k8s.io. With neither it skips the test: CI has no mirror.
+from the pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org,
+Kueue v0.19.2's chart for kueue.x-k8s.io and kube-prometheus-stack 88.5.3's for monitoring.coreos.com. With neither it skips the test: CI has no mirror.
 
 `validate_against_crd(obj, schema)` checks types, enums, required fields and the like with jsonschema, and flags
 every field the schema does not name. The API server prunes unknown fields of a structural schema silently, so a
@@ -26,6 +26,9 @@ SOURCES = {
     "kubeflow.org": ("kubeflow+mpi-operator/repo", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
     "kueue.x-k8s.io": ("kubernetes-sigs+kueue/repo", "v0.19.2",
                        lambda plural: f"charts/kueue/templates/crd/kueue.x-k8s.io_{plural}.yaml"),
+    # prometheus-operator's CRDs as kube-prometheus-stack 88.5.3 installs them (its crds subchart).
+    "monitoring.coreos.com": ("prometheus-community+helm-charts/repo", "kube-prometheus-stack-88.5.3",
+                              lambda plural: f"charts/kube-prometheus-stack/charts/crds/crds/crd-{plural}.yaml"),
 }
 
 

@@ -265,7 +265,7 @@ def test_the_vpc_scope_touches_only_the_any_group_ingress_statement():
     assert before["Sid"] == lbc.ANY_GROUP_INGRESS_SID and "Condition" not in before
     assert set(before["Action"]) == {"ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"}
     assert after["Condition"] == {"ArnEquals": {"ec2:Vpc": arn}}
-    assert json.loads(lbc.iam_policy_json(arn)) == scoped
+    assert json.loads(lbc.iam_policy_json(scoped)) == scoped
     assert lbc.upstream_digest(lbc.IAM_POLICY) == lbc.UPSTREAM_POLICY_SHA256, "IAM_POLICY must not be mutated"
 
 
@@ -357,3 +357,30 @@ def test_the_tags_failover_finds_the_nlb_by_are_tags_the_controller_puts_on_it()
     assert controller == {"elbv2.k8s.aws/cluster": CLUSTER, "service.k8s.aws/stack": "inference/triton",
                           "service.k8s.aws/resource": "LoadBalancer"}
     assert set(controller) <= lbc.TRACKING_TAG_KEYS
+
+
+def test_the_stacks_policy_names_its_own_resources_for_every_write():
+    policy = lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC)
+    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    assert lbc.ALB_ADD_ONS_SID not in by_sid                       # NLBs only: no Shield, WAF, Cognito, ACM
+    assert [sid for sid, s in by_sid.items() if s["Resource"] == "*"] == ["Describe"]
+    assert all(a.split(":")[1].startswith(("Describe", "Get")) for a in by_sid["Describe"]["Action"])
+    elb = by_sid["CreateTaggedLoadBalancersAndTargetGroups"]["Resource"]
+    assert f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:loadbalancer/net/*/*" in elb
+    assert all(r.startswith(f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:") for r in elb)
+    assert by_sid["ManageOwnSecurityGroups"]["Resource"] == f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/*"
+    assert by_sid["CreateSecurityGroup"]["Resource"] == [f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/*",
+                                                         f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{VPC}"]
+    assert by_sid["CreateElbServiceLinkedRole"]["Resource"] == (
+        f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/elasticloadbalancing.amazonaws.com/"
+        "AWSServiceRoleForElasticLoadBalancing")
+    # Upstream's conditions stay: the tag checks still decide which of those resources are the controller's.
+    plain = {s["Sid"]: s for s in lbc.iam_policy()["Statement"]}
+    assert all(s.get("Condition") == plain[sid].get("Condition") for sid, s in by_sid.items()
+               if sid != lbc.ANY_GROUP_INGRESS_SID)
+    assert by_sid[lbc.ANY_GROUP_INGRESS_SID]["Condition"] == {"ArnEquals": {"ec2:Vpc": lbc.vpc_arn(REGION, ACCOUNT, VPC)}}
+
+
+def test_the_values_turn_off_what_the_dropped_permissions_served():
+    values = _values()
+    assert (values["enableShield"], values["enableWaf"], values["enableWafv2"]) == (False, False, False)

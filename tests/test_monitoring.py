@@ -223,3 +223,25 @@ def test_the_termination_handlers_metrics_are_scraped(run):
                                                "app.kubernetes.io/component": "deployment"}
     assert spec["endpoints"][0]["port"] == "http-metrics"
     assert run.one(RELEASE).urn in monitor.dependencies
+
+
+def test_prometheus_is_where_the_chart_puts_its_service():
+    chart = yaml.safe_load(_values_text(charts.chart(charts.KUBE_PROMETHEUS_STACK)))
+    assert chart["prometheus"]["service"]["port"] == monitoring.PROMETHEUS_PORT
+    # <release>-prometheus: the release name contains the chart's name, so it is the chart's fullname.
+    assert "kube-prometheus-stack" in monitoring.RELEASE_NAME and len(monitoring.RELEASE_NAME) <= 26
+    assert monitoring.PROMETHEUS_URL == "http://kube-prometheus-stack-prometheus.monitoring.svc"
+
+
+@pytest.mark.parametrize("kind, plural", [("PrometheusRule", "prometheusrules"), ("ServiceMonitor", "servicemonitors")])
+def test_custom_resources_match_the_pinned_crds(stack_runs, kind, plural):
+    """Every PrometheusRule and ServiceMonitor of every shipped stack against prometheus-operator's CRD as the pinned
+    chart installs it (unknown fields fail: the API server would drop them silently)."""
+    from tests.crds import crd_schema, validate_against_crd
+    schema = crd_schema(f"monitoring.coreos.com/{plural}")
+    checked = 0
+    for run in stack_runs.values():
+        for resource in run.of_type(f"kubernetes:monitoring.coreos.com/v1:{kind}"):
+            validate_against_crd({k: v for k, v in resource.inputs.items() if not k.startswith("__")}, schema)
+            checked += 1
+    assert checked >= 3

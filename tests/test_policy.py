@@ -22,6 +22,7 @@ from policy import policies as pack
 from pulumi_policy import (PolicyResource, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
                            StackValidationPolicy)
 from tests.conftest import ROOT, STACKS
+from tests.test_validate import setter as _set     # sets a nested key: of a resource here, of a config there
 
 class _Documents(dict):
     """Each test gets its own copy of a document: tests mutate them."""
@@ -85,15 +86,6 @@ def test_policies_are_written_against_resources_the_stacks_really_have(documents
 
 
 # --- one compliant and one violating case per policy --------------------------------------------------------------
-def _set(path, value):
-    def change(resource):
-        target = resource
-        for key in path[:-1]:
-            target = target[key]
-        target[path[-1]] = value
-    return change
-
-
 def _deny_gone(resource):
     policy = json.loads(resource["inputs"]["policy"])
     policy["Statement"] = [s for s in policy["Statement"] if s["Effect"] != "Deny"]

@@ -199,7 +199,9 @@ def test_team_namespaces_are_labelled_for_selection_and_protected(run):
     namespaces = {r.inputs["metadata"]["name"]: r for r in run.of_type(NAMESPACE)}
     assert set(namespaces) == {"training", "inference"} == set(tenancy.TEAM_NAMESPACES)
     for name, namespace in namespaces.items():
-        assert namespace.inputs["metadata"]["labels"] == {"gpu-cloud.io/tenant": name}
+        # Triton's namespace also gets the load balancer controller's readiness gates (IP targets).
+        gate = {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"} if name == "inference" else {}
+        assert namespace.inputs["metadata"]["labels"] == {"gpu-cloud.io/tenant": name, **gate}
         assert namespace.protect, "deleting a team namespace deletes every job in it"
 
 

@@ -388,3 +388,25 @@ def test_a_misspelt_secret_key_is_unknown_and_the_real_one_is_offered():
     config["alertWebhookURL"] = SECRET_URL
     with pytest.raises(ConfigError, match="alertWebhookURL: unknown key.*alertWebhookUrl"):
         load(config)
+
+
+@pytest.mark.parametrize("tags, problem", [
+    ({"team": "ml,infra"}, "tags.team"),                 # the annotation splits pairs on ','
+    ({"owner ": "x"}, "tags.owner "),                    # trimmed by the controller: another key
+    ({"elbv2.k8s.aws/cluster": "x"}, "tags.elbv2.k8s.aws/cluster"),   # the controller's own tag wins
+    ({"project": "a=b"}, None),                          # split on the first '=': comes back the same
+])
+def test_tags_the_triton_load_balancer_cannot_carry_are_config_errors(tags, problem):
+    mutate = lambda c: c["tags"].update(tags)            # noqa: E731
+    if problem is None:
+        config = valid_config()
+        mutate(config)
+        assert load(config).tags["project"] == "a=b"
+        return
+    issues = issues_of(mutate)
+    assert [i.path for i in issues] == [f"gpu-cloud:{problem}"]
+    assert "cannot be tagged on Triton's load balancer" in issues[0].message
+    without_triton = valid_config()
+    mutate(without_triton)
+    without_triton["inference"]["triton"]["enabled"] = False
+    load(without_triton)                                 # no load balancer, nothing to refuse

@@ -1,0 +1,201 @@
+"""Inference: Triton Inference Server on the stack's inference pool, behind an NLB from the AWS Load Balancer
+Controller, scaled on its own queue time through prometheus-adapter.
+
+Decisions come from spec/triton.py (server, pod, autoscaling metric) and spec/lb_controller.py (controller values,
+IAM, Service annotations); this file only turns them into resources.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.cluster import SYSTEM_NODE_LABELS
+from components.helm import pinned_release
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
+from components.monitoring import service_monitor
+from spec import charts, failover, lb_controller, monitoring, tenancy, triton
+from spec.catalog import Catalog
+from spec.model import Triton
+from spec.pools import node_labels, node_taints, offered_gpu_resources, toleration
+from spec.validate import ResolvedPool
+
+APP_LABELS = {"app.kubernetes.io/name": "triton", "app.kubernetes.io/part-of": "gpu-cloud"}
+
+
+@dataclass(frozen=True)
+class ModelRepository:
+    uri: pulumi.Input[str]                    # s3://bucket/prefix
+    bucket_arn: pulumi.Input[str]
+    key_arn: Optional[pulumi.Input[str]]      # the stack's models key; None for a repository outside the stack
+
+
+@dataclass(frozen=True)
+class InferenceArgs:
+    cluster_name: pulumi.Input[str]
+    cluster_name_plain: str
+    region: str
+    partition: str
+    account_id: str
+    vpc_id: pulumi.Input[str]
+    namespace: pulumi.Input[str]              # the inference namespace (Tenancy), so objects wait for it
+    namespace_name: str
+    pool: ResolvedPool                        # the inference pool Triton runs on
+    catalog: Catalog
+    settings: Triton
+    repository: ModelRepository
+    load_balancer_tags: Mapping[str, str]     # the stack's tags, for the NLB the controller creates
+    monitoring: pulumi.Resource               # the monitoring stack: Prometheus and the ServiceMonitor CRD
+
+
+class Inference(pulumi.ComponentResource):
+    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+    service: kubernetes.core.v1.Service
+    endpoint: pulumi.Output[str]
+
+    def __init__(self, name: str, args: InferenceArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        # Plain decisions first: a bad argument fails before anything is registered.
+        settings, pool = args.settings, args.pool
+        pod_resources = triton.pod_resources(pool.primary_type, offered_gpu_resources(pool, args.catalog))
+        controller_pin = charts.chart(charts.AWS_LOAD_BALANCER_CONTROLLER)
+        adapter_pin = charts.chart(charts.PROMETHEUS_ADAPTER)
+        annotations = lb_controller.nlb_service_annotations(
+            settings.scheme, health_path=failover.HEALTH_PATH, health_port=triton.HTTP_PORT,
+            interval_s=failover.TARGET_CHECK_INTERVAL_S, unhealthy_threshold=failover.TARGET_UNHEALTHY_THRESHOLD,
+            extra_tags=args.load_balancer_tags)
+
+        super().__init__("gpu-cloud:inference:Inference", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        # The AWS Load Balancer Controller (kube-system, system nodes) and its least-privilege Pod Identity role.
+        controller_identity = ServiceAccountRole(f"{name}-lb-controller-identity", ServiceAccountRoleArgs(
+            cluster_name=args.cluster_name, namespace=lb_controller.NAMESPACE,
+            service_account=lb_controller.SERVICE_ACCOUNT,
+            policy=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.iam_policy_json(
+                lb_controller.scoped_iam_policy(args.partition, args.region, args.account_id, vpc_id)))), opts=child)
+        self.lb_controller = pinned_release(
+            f"{name}-lb-controller", controller_pin, release_name=lb_controller.RELEASE_NAME,
+            namespace=lb_controller.NAMESPACE,
+            # The Service webhook only where Services may need it: elsewhere no Service creation waits on it.
+            values=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.controller_values(
+                args.cluster_name_plain, args.region, vpc_id, lb_controller.SERVICE_ACCOUNT, SYSTEM_NODE_LABELS,
+                webhook_namespaces=list(tenancy.TEAM_NAMESPACES))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[controller_identity]))
+
+        # Triton reads its model repository and nothing else.
+        statements = [
+            {"Sid": "ListModels", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": args.repository.bucket_arn},
+            {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": pulumi.Output.concat(args.repository.bucket_arn, "/*")}]
+        if args.repository.key_arn is not None:
+            statements.append({"Sid": "DecryptModelsThroughS3", "Effect": "Allow", "Action": "kms:Decrypt",
+                               "Resource": args.repository.key_arn,
+                               "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}})
+        service_account = kubernetes.core.v1.ServiceAccount(
+            f"{name}-service-account", metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=triton.SERVICE_ACCOUNT, namespace=args.namespace, labels=APP_LABELS), opts=child)
+        identity = ServiceAccountRole(f"{name}-identity", ServiceAccountRoleArgs(
+            cluster_name=args.cluster_name, namespace=args.namespace_name, service_account=triton.SERVICE_ACCOUNT,
+            policy=policy_document(*statements)), opts=child)
+
+        in_namespace = lambda object_name, labels=APP_LABELS: kubernetes.meta.v1.ObjectMetaArgs(  # noqa: E731
+            name=object_name, namespace=args.namespace, labels=dict(labels))
+        selector = kubernetes.meta.v1.LabelSelectorArgs(match_labels=APP_LABELS)
+        probe = lambda path, **timing: kubernetes.core.v1.ProbeArgs(  # noqa: E731
+            http_get=kubernetes.core.v1.HTTPGetActionArgs(path=path, port="http"), **timing)
+        container = kubernetes.core.v1.ContainerArgs(
+            name="triton", image=triton.IMAGE,
+            command=["tritonserver"],
+            args=pulumi.Output.from_input(args.repository.uri).apply(triton.server_args),
+            env=[kubernetes.core.v1.EnvVarArgs(name=key, value=value) for key, value in
+                 sorted(triton.server_env(args.region).items())],
+            ports=[kubernetes.core.v1.ContainerPortArgs(name=port_name, container_port=port)
+                   for port_name, port in triton.PORTS.items()],
+            # Loading models from S3 can take minutes: the startup probe waits for it, then readiness takes over.
+            startup_probe=probe(triton.READY_PATH, period_seconds=10, failure_threshold=triton.STARTUP_PROBES),
+            readiness_probe=probe(triton.READY_PATH, period_seconds=5, failure_threshold=3),
+            liveness_probe=probe(triton.LIVE_PATH, period_seconds=10, failure_threshold=3),
+            resources=kubernetes.core.v1.ResourceRequirementsArgs(
+                requests=pod_resources, limits={k: v for k, v in pod_resources.items() if k != "cpu"}),
+            security_context=kubernetes.core.v1.SecurityContextArgs(
+                run_as_non_root=True, run_as_user=triton.RUN_AS_USER, run_as_group=triton.RUN_AS_USER,
+                allow_privilege_escalation=False,
+                capabilities=kubernetes.core.v1.CapabilitiesArgs(drop=["ALL"]),
+                seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"),
+                           kubernetes.core.v1.VolumeMountArgs(name="scratch", mount_path="/tmp")])
+        self.deployment = kubernetes.apps.v1.Deployment(
+            f"{name}-deployment", metadata=in_namespace(triton.NAME),
+            spec=kubernetes.apps.v1.DeploymentSpecArgs(
+                replicas=settings.min_replicas, selector=selector,
+                template=kubernetes.core.v1.PodTemplateSpecArgs(
+                    metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=APP_LABELS),
+                    spec=kubernetes.core.v1.PodSpecArgs(
+                        service_account_name=triton.SERVICE_ACCOUNT, containers=[container],
+                        node_selector={"gpu-cloud.io/pool": node_labels(pool)["gpu-cloud.io/pool"]},
+                        tolerations=[kubernetes.core.v1.TolerationArgs(**toleration(t)) for t in node_taints(pool)],
+                        # Spread replicas over nodes so one node's loss takes one replica.
+                        topology_spread_constraints=[kubernetes.core.v1.TopologySpreadConstraintArgs(
+                            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="ScheduleAnyway",
+                            label_selector=selector)],
+                        termination_grace_period_seconds=triton.TERMINATION_GRACE_S,
+                        volumes=[kubernetes.core.v1.VolumeArgs(name="shm", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs(
+                                     medium="Memory", size_limit=triton.SHM_SIZE)),
+                                 kubernetes.core.v1.VolumeArgs(name="scratch", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs())]))),
+            # The autoscaler owns the replica count once it runs (a second `pulumi up` must not reset it).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account],
+                                        ignore_changes=["spec.replicas"]))
+        # Drains (scale-in, spot, refresh) take one replica at a time; never blocks a drain outright.
+        kubernetes.policy.v1.PodDisruptionBudget(
+            f"{name}-disruption-budget", metadata=in_namespace(triton.NAME),
+            spec=kubernetes.policy.v1.PodDisruptionBudgetSpecArgs(max_unavailable=1, selector=selector), opts=child)
+
+        # Clients: HTTP and gRPC through the NLB. After the controller: its webhook and its cleanup of the NLB on
+        # delete both need it running.
+        self.service = kubernetes.core.v1.Service(
+            f"{name}-service", metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=triton.NAME, namespace=args.namespace, labels=APP_LABELS, annotations=annotations),
+            spec=kubernetes.core.v1.ServiceSpecArgs(
+                type="LoadBalancer", load_balancer_class=lb_controller.LOAD_BALANCER_CLASS, selector=APP_LABELS,
+                ports=[kubernetes.core.v1.ServicePortArgs(name=port_name, port=triton.PORTS[port_name],
+                                                          target_port=port_name, protocol="TCP")
+                       for port_name in ("http", "grpc")]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lb_controller]))
+        self.endpoint = self.service.status.load_balancer.ingress[0].hostname
+
+        # Metrics stay inside the cluster: their own Service, scraped by the stack's Prometheus.
+        metrics_labels = {**APP_LABELS, "app.kubernetes.io/component": "metrics"}
+        metrics_service = kubernetes.core.v1.Service(
+            f"{name}-metrics", metadata=in_namespace(f"{triton.NAME}-metrics", metrics_labels),
+            spec=kubernetes.core.v1.ServiceSpecArgs(
+                selector=APP_LABELS, ports=[kubernetes.core.v1.ServicePortArgs(
+                    name="metrics", port=triton.PORTS["metrics"], target_port="metrics", protocol="TCP")]),
+            opts=child)
+        service_monitor(f"{name}-service-monitor", triton.NAME, args.namespace,
+                        monitoring.service_monitor_spec(args.namespace_name, metrics_labels, "metrics"),
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring, metrics_service]))
+
+        # Queue time per request as a custom metric, and the autoscaler on it.
+        adapter = pinned_release(
+            f"{name}-prometheus-adapter", adapter_pin, release_name=triton.ADAPTER_RELEASE_NAME,
+            namespace=monitoring.NAMESPACE,
+            values=triton.prometheus_adapter_values(monitoring.PROMETHEUS_URL, monitoring.PROMETHEUS_PORT,
+                                                    SYSTEM_NODE_LABELS),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring]))
+        self.autoscaler = kubernetes.autoscaling.v2.HorizontalPodAutoscaler(
+            f"{name}-autoscaler", metadata=in_namespace(triton.NAME),
+            spec=kubernetes.autoscaling.v2.HorizontalPodAutoscalerSpecArgs(
+                scale_target_ref=kubernetes.autoscaling.v2.CrossVersionObjectReferenceArgs(
+                    api_version="apps/v1", kind="Deployment", name=self.deployment.metadata.name),
+                min_replicas=settings.min_replicas, max_replicas=settings.max_replicas,
+                metrics=[kubernetes.autoscaling.v2.MetricSpecArgs(
+                    type="Pods", pods=kubernetes.autoscaling.v2.PodsMetricSourceArgs(
+                        metric=kubernetes.autoscaling.v2.MetricIdentifierArgs(name=triton.QUEUE_METRIC),
+                        target=kubernetes.autoscaling.v2.MetricTargetArgs(
+                            type="AverageValue", average_value=triton.hpa_target(settings.target_queue_ms))))]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[adapter]))
+
+        self.register_outputs({"endpoint": self.endpoint, "image": triton.IMAGE,
+                               "replicas": {"min": settings.min_replicas, "max": settings.max_replicas}})

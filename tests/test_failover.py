@@ -1,0 +1,81 @@
+"""DNS across the two regions: each stack's half of the record set, its health check, and the recovery time."""
+import pytest
+
+from spec import failover
+from spec.failover import RecordPolicy
+
+
+@pytest.mark.parametrize("role, routing, expected", [
+    ("primary", "failover", RecordPolicy("failover", failover="PRIMARY")),
+    ("secondary", "failover", RecordPolicy("failover", failover="SECONDARY")),
+    ("primary", "weighted", RecordPolicy("weighted", weight=100)),
+    ("secondary", "weighted", RecordPolicy("weighted", weight=100)),
+    ("secondary", "latency", RecordPolicy("latency", region="eu-west-1")),
+])
+def test_each_role_and_routing_makes_its_half_of_the_record_set(role, routing, expected):
+    assert failover.record_policy(role, routing, "eu-west-1") == expected
+
+
+@pytest.mark.parametrize("role, routing, message", [
+    ("none", "failover", "dr.role 'none' makes no DNS record"), ("primary", "geo", "dr.routing 'geo'")])
+def test_no_record_without_a_role_or_with_an_unknown_routing(role, routing, message):
+    with pytest.raises(ValueError, match=message):
+        failover.record_policy(role, routing, "us-east-1")
+
+
+def test_recovery_time_is_detection_plus_ttl():
+    # internet-facing: Route 53 every 10 s, 3 failures -> 30 s; plus the 60 s TTL
+    assert (failover.detection_seconds("internet-facing"), failover.recovery_seconds("internet-facing")) == (30, 90)
+    # internal: target checks 10 s x 3, then the alarm's 2 one-minute periods -> 150 s; plus 60 s TTL
+    assert (failover.detection_seconds("internal"), failover.recovery_seconds("internal")) == (150, 210)
+
+
+@pytest.mark.parametrize("arn, suffix", [
+    ("arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/k8s-inferenc-triton-0a1b2c/0123456789abcdef",
+     "net/k8s-inferenc-triton-0a1b2c/0123456789abcdef"),
+    ("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/k8s-inferenc-triton-5d6e7f/89abcdef01234567",
+     "targetgroup/k8s-inferenc-triton-5d6e7f/89abcdef01234567"),
+])
+def test_cloudwatch_dimensions_are_the_arns_resource_part(arn, suffix):
+    assert failover.arn_suffix(arn) == suffix
+
+
+def test_a_non_elb_arn_is_refused():
+    with pytest.raises(ValueError, match="is not an ELB ARN"):
+        failover.arn_suffix("not-an-arn")
+
+
+# --- components/failover.py in the shipped stacks -------------------------------------------------------------------
+RECORD, CHECK, ALARM = "aws:route53/record:Record", "aws:route53/healthCheck:HealthCheck", "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+@pytest.mark.parametrize("stack, role", [("prod-us-east-1", "PRIMARY"), ("prod-eu-west-1", "SECONDARY")])
+def test_each_region_owns_its_half_of_the_record_pointing_at_its_own_nlb(stack_runs, stack, role):
+    run = stack_runs[stack]
+    record = run.one(RECORD).inputs
+    assert (record["name"], record["zoneId"], record["type"], record["ttl"]) == (
+        "infer.ml.example.com", "Z0123456789ABCDEFGHIJ", "CNAME", 60)
+    assert record["failoverRoutingPolicies"] == [{"type": role}]
+    assert record["setIdentifier"] == failover.set_identifier(stack)
+    assert record["records"] == [run.outputs["inferenceEndpoint"]]
+    assert record["healthCheckId"] == run.one(CHECK).state["id"]
+
+
+def test_an_internal_nlb_is_judged_by_an_alarm_on_its_healthy_targets(stack_runs):
+    run = stack_runs["prod-us-east-1"]
+    (lookup,) = [args for token, args in run.invokes if token == "aws:lb/getLoadBalancer:getLoadBalancer"]
+    # The tags the AWS Load Balancer Controller puts on the Service's NLB (spec/lb_controller.py).
+    assert lookup["tags"] == {"elbv2.k8s.aws/cluster": "gpu-cloud-prod-us-east-1",
+                              "service.k8s.aws/stack": "inference/triton", "service.k8s.aws/resource": "LoadBalancer"}
+    alarm = run.one(ALARM).inputs
+    assert (alarm["namespace"], alarm["metricName"], alarm["statistic"]) == ("AWS/NetworkELB", "HealthyHostCount", "Minimum")
+    assert alarm["dimensions"]["LoadBalancer"].startswith("net/") and alarm["dimensions"]["TargetGroup"].startswith("targetgroup/")
+    assert (alarm["threshold"], alarm["treatMissingData"]) == (1, "breaching")
+    check = run.one(CHECK).inputs
+    assert check["type"] == "CLOUDWATCH_METRIC"
+    assert check["cloudwatchAlarmName"] == alarm["name"] == "gpu-cloud-prod-us-east-1-triton-no-healthy-targets"
+    assert check["insufficientDataHealthStatus"] == "Unhealthy"
+
+
+def test_a_stack_without_a_dr_role_makes_no_record(stack_runs):
+    assert stack_runs["dev"].of_type(RECORD) == []
