@@ -236,6 +236,9 @@ if triton.enabled:
 pulumi.export("region", spec.region)
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("clusterEndpoint", cluster.endpoint)
+# For operators: `pulumi stack output kubeconfig > kubeconfig.json`. It holds no credential (it runs `aws eks get-token`
+# as the caller), so it is exported in the clear.
+pulumi.export("kubeconfig", pulumi.Output.unsecret(cluster.kubeconfig))
 pulumi.export("vpcId", network.vpc_id)
 pulumi.export("zones", zone_table(spec, layout))
 pulumi.export("nodePools", {p.asg_name: p.asg.arn for p in node_pools})

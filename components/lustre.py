@@ -124,18 +124,23 @@ class Lustre(pulumi.ComponentResource):
             tags={"Name": f"{args.cluster_name}-lustre"}, opts=child)
         fs_sg = self.security_group.id
         peers = [("self", fs_sg)] + [(f"client-{i}", sg) for i, sg in enumerate(args.client_security_group_ids)]
-        rules: List[pulumi.Resource] = []
+        # What FSx checks when it creates the file system: Lustre traffic within its own group (port 988), and for
+        # EFA all traffic with the clients' groups too. Waiting for more would make it wait for the EKS cluster (the
+        # clients' group is the cluster's), about 12 minutes, for nothing.
+        checked_at_create: List[pulumi.Resource] = []
         for low, high in lustre.LUSTRE_PORTS:
             ports = f"{low}-{high}" if low != high else str(low)
             for label, peer in peers:
-                rules.append(aws.vpc.SecurityGroupIngressRule(
+                pair = [aws.vpc.SecurityGroupIngressRule(
                     f"{name}-in-{ports}-{label}", security_group_id=fs_sg, referenced_security_group_id=peer,
                     ip_protocol="tcp", from_port=low, to_port=high, description=f"Lustre TCP {ports} from {label}",
-                    opts=child))
-                rules.append(aws.vpc.SecurityGroupEgressRule(
+                    opts=child),
+                    aws.vpc.SecurityGroupEgressRule(
                     f"{name}-out-{ports}-{label}", security_group_id=fs_sg, referenced_security_group_id=peer,
                     ip_protocol="tcp", from_port=low, to_port=high, description=f"Lustre TCP {ports} to {label}",
-                    opts=child))
+                    opts=child)]
+                if label == "self" or args.efa:
+                    checked_at_create += pair
             for label, client in peers[1:]:
                 aws.vpc.SecurityGroupIngressRule(
                     f"{name}-{label}-in-{ports}", security_group_id=client, referenced_security_group_id=fs_sg,
@@ -149,10 +154,10 @@ class Lustre(pulumi.ComponentResource):
             # FSx refuses an EFA-enabled file system unless its group allows all traffic to and from itself and the
             # clients' groups, by ID ("Insufficient security group permissions to create an EFA-enabled file system").
             for label, peer in peers:
-                rules.append(aws.vpc.SecurityGroupIngressRule(
+                checked_at_create.append(aws.vpc.SecurityGroupIngressRule(
                     f"{name}-efa-in-{label}", security_group_id=fs_sg, referenced_security_group_id=peer,
                     ip_protocol="-1", description=f"EFA from {label}", opts=child))
-                rules.append(aws.vpc.SecurityGroupEgressRule(
+                checked_at_create.append(aws.vpc.SecurityGroupEgressRule(
                     f"{name}-efa-out-{label}", security_group_id=fs_sg, referenced_security_group_id=peer,
                     ip_protocol="-1", description=f"EFA to {label}", opts=child))
             for label, client in peers[1:]:
@@ -188,7 +193,7 @@ class Lustre(pulumi.ComponentResource):
             final_backup_tags={"Name": f"{args.cluster_name}-lustre-final", "gpu-cloud:backup": "final"},
             tags={"Name": f"{args.cluster_name}-lustre"},
             # FSx checks the group's rules when it creates the file system (port 988, and all traffic for EFA).
-            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=rules))
+            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=checked_at_create))
 
         self.association = aws.fsx.DataRepositoryAssociation(
             f"{name}-data",

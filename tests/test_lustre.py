@@ -401,3 +401,16 @@ def test_nodes_of_pools_that_mount_lustre_get_the_client_and_the_gate_check(stac
         seen[lt.name.removesuffix("-lt")] = "export GPU_CLOUD_LUSTRE=true\n" in user_data
         assert ("export GPU_CLOUD_LUSTRE=true\n" in user_data) != ("export GPU_CLOUD_LUSTRE=false\n" in user_data)
     assert seen == (expected if expected is not None else {name: False for name in seen})
+
+
+def test_without_efa_the_file_system_waits_only_for_the_rules_fsx_checks(run):
+    """FSx checks Lustre traffic within its own group at creation; the rules naming the clients' group (the EKS
+    cluster's) need the cluster, about 12 minutes, and the file system does not wait for them."""
+    fs_sg = run.one(SG).state["id"]
+    fs = run.one(FS)
+    own = {r.urn for r in run.of_type(INGRESS) + run.of_type(EGRESS)
+           if r.inputs["securityGroupId"] == fs_sg and r.inputs["referencedSecurityGroupId"] == fs_sg}
+    clients = {r.urn for r in run.of_type(INGRESS) + run.of_type(EGRESS)
+               if fs_sg in (r.inputs["securityGroupId"], r.inputs["referencedSecurityGroupId"])} - own
+    assert own and own <= set(fs.dependencies)
+    assert clients and not clients & set(fs.dependencies)

@@ -2,6 +2,7 @@
 import base64
 import json
 import os
+import re
 
 import pulumi
 import pytest
@@ -312,3 +313,15 @@ def test_the_role_running_pulumi_cannot_also_be_a_teams_role():
         run_stack("dev", config, account=account)
     assert "gpu-cloud:tenancy.teams.training.roleArns: arn:aws:iam::123456789012:role/gpu-cloud-ci runs Pulumi" \
         in str(raised.value)
+
+
+def test_operators_get_a_kubeconfig_without_credentials(stack_runs):
+    """Exported in the clear: it names the cluster and runs `aws eks get-token` as whoever uses it, and holds no
+    token, key or password."""
+    for stack, run in stack_runs.items():
+        config = json.loads(run.outputs["kubeconfig"])
+        (user,) = config["users"]
+        assert set(user["user"]) == {"exec"}, stack
+        assert user["user"]["exec"]["command"] == "aws" and "get-token" in user["user"]["exec"]["args"]
+        assert config["clusters"][0]["name"] == run.outputs["clusterName"] == f"gpu-cloud-{stack}"
+        assert not re.search(r'"(token|client-key-data|password)"', run.outputs["kubeconfig"]), stack

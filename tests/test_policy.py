@@ -5,6 +5,7 @@ Cases are the shipped stacks' plan documents with one compliant resource mutated
 """
 import copy
 import json
+import re
 import os
 import py_compile
 import runpy
@@ -408,3 +409,15 @@ def test_policy_check_runs_the_pack_and_refuses_malformed_documents(documents, t
     config.write_text(json.dumps({"launch-template-imdsv2": "sometimes"}))
     result = policy_check(path, "--policy-config", config)
     assert result.returncode == 2 and "sometimes" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_readme_lists_every_policy_and_its_example_config_is_one_the_runner_takes(documents):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Policy pack"):readme.index("## Security")]
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.M))
+    assert listed == {p.name for p in pack.POLICIES}
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    verdict = run_pack(documents["dev"], example)
+    # The example allows p5 and g6e only: dev's g6.12xlarge pool is named, as a mandatory violation.
+    assert [(v["policyName"], v["enforcementLevel"]) for v in verdict["violations"]] == [
+        ("gpu-pool-instance-types", "mandatory")]
