@@ -158,10 +158,6 @@ ClusterAutoscaler("autoscaler", AutoscalerArgs(
     nodegroup_arns=autoscaling.nodegroup_arn_pattern(partition, spec.region, account_id, cluster_name)),
     opts=with_cluster)
 
-# The GPU platform: NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG manager, DCGM exporter,
-# validator) and, when some pool has EFA, the EFA device plugin.
-GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools), opts=with_cluster)
-
 # Prometheus (scraping the DCGM exporter, node-exporter with the verifier's textfile, the termination handler),
 # the GPU alert rules, Alertmanager to the stack's webhook, and Grafana with gpu-cloud's dashboards.
 triton = spec.inference.triton
@@ -172,6 +168,11 @@ monitoring = MonitoringStack("monitoring", MonitoringArgs(
                                         triton.target_queue_ms if triton.enabled else None),
     webhook_url=pulumi.Output.secret(webhook_url) if webhook_url else None,
     depends_on=[cluster.addons["aws-ebs-csi-driver"]]), opts=with_cluster)
+
+# The GPU platform: NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG manager, DCGM exporter,
+# validator) and, when some pool has EFA, the EFA device plugin. After monitoring: the operator makes the DCGM
+# exporter's ServiceMonitor only once that CRD exists.
+GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools, after=[monitoring.release]), opts=with_cluster)
 
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
 teams = Tenancy("tenancy", TenancyArgs(

@@ -25,12 +25,16 @@ class GpuOperatorArgs:
     time_slicing_replicas: Tuple[int, ...]   # distinct replica counts of the time-slicing pools (may be empty)
     node_taints: Tuple[Taint, ...]           # every taint GPU nodes carry, the GPU taint first
     efa: bool                                # some pool has EFA: install the EFA device plugin
+    # What the operator needs in place first: the monitoring stack, whose ServiceMonitor CRD the operator looks for
+    # when it makes the DCGM exporter's ServiceMonitor.
+    after: Tuple[pulumi.Resource, ...] = ()
 
     @classmethod
-    def for_pools(cls, pools: Sequence[ResolvedPool]) -> "GpuOperatorArgs":
+    def for_pools(cls, pools: Sequence[ResolvedPool], after: Sequence[pulumi.Resource] = ()) -> "GpuOperatorArgs":
         """From the stack's pools."""
         return cls(time_slicing_replicas=gpu_operator.time_slicing_replicas(pools),
-                   node_taints=gpu_operator.gpu_node_taints(pools), efa=any(pool.efa for pool in pools))
+                   node_taints=gpu_operator.gpu_node_taints(pools), efa=any(pool.efa for pool in pools),
+                   after=tuple(after))
 
 
 class GpuOperator(pulumi.ComponentResource):
@@ -70,7 +74,7 @@ class GpuOperator(pulumi.ComponentResource):
         self.release = pinned_release(
             f"{name}-release", pin, release_name=gpu_operator.RELEASE_NAME, namespace=gpu_operator.NAMESPACE,
             values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                self.namespace, self.device_plugin_config, self.dcgm_metrics]))
+                self.namespace, self.device_plugin_config, self.dcgm_metrics, *args.after]))
 
         self.efa_plugin = None
         if efa:

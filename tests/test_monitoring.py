@@ -245,3 +245,10 @@ def test_custom_resources_match_the_pinned_crds(stack_runs, kind, plural):
             validate_against_crd({k: v for k, v in resource.inputs.items() if not k.startswith("__")}, schema)
             checked += 1
     assert checked >= 3
+
+
+def test_the_gpu_operator_comes_after_the_crd_its_dcgm_service_monitor_needs(stack_runs):
+    for run in stack_runs.values():
+        operator = next(r for r in run.of_type(RELEASE) if r.inputs["chart"] == "gpu-operator")
+        monitoring_release = run.one(RELEASE, "monitoring-release")
+        assert monitoring_release.urn in operator.dependencies
