@@ -1,10 +1,21 @@
-# The two commands of a fresh machine: `make plan` and `make test`.
+# The two commands of a fresh machine: `make plan` and `make test`. `make` alone lists the targets.
 STACK ?= prod-us-east-1
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Passed to `python -m plan`: JSON=plan.json writes the plan document, DIAGRAM=docs/x.svg draws the picture,
+# ARGS= anything else (for example ARGS="--against old.json").
+PLAN_ARGS = $(if $(JSON),--json $(JSON)) $(if $(DIAGRAM),--diagram $(DIAGRAM)) $(ARGS)
+PLAN ?= plan.json
 
-.PHONY: plan test clean
+.PHONY: help plan check test clean
+
+help:
+	@echo "make plan   [STACK=$(STACK)] [JSON=plan.json] [DIAGRAM=arch.svg] [ARGS=...]  offline plan of a stack (no AWS account)"
+	@echo "make check  [PLAN=$(PLAN)]  run the policy pack on a plan document written with JSON="
+	@echo "make test   install the test tools into $(VENV) and run the tests"
+	@echo "make clean  remove $(VENV)"
+	@echo "The first run of plan or test creates $(VENV) and installs requirements (1 to 2 minutes)."
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +28,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 	touch $@
 
 plan: $(VENV)/.installed
-	$(PY) -m plan $(STACK)
+	$(PY) -m plan $(STACK) $(PLAN_ARGS)
+
+check: $(VENV)/.installed
+	$(PY) -m plan --policy-check $(PLAN)
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto tests

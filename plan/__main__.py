@@ -4,7 +4,7 @@
     python -m plan --policy-check PLAN.json [--policy-config FILE]
 
 Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document, 3 anything
-else (one line).
+else (one line), 4 a usage error (arguments).
 """
 from __future__ import annotations
 
@@ -14,14 +14,42 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-EXIT_OK, EXIT_POLICY, EXIT_CONFIG, EXIT_OTHER = 0, 1, 2, 3
+EXIT_OK, EXIT_POLICY, EXIT_CONFIG, EXIT_OTHER, EXIT_USAGE = 0, 1, 2, 3, 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit with their own code, apart from a config error's."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _epilog() -> str:
+    from plan.stackfile import known_stacks
+
+    return (f"stacks: {', '.join(known_stacks())}\n"
+            "exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document,\n"
+            "            3 anything else (one line), 4 a usage error\n"
+            "example: python -m plan prod-us-east-1 --json plan.json --diagram docs/prod.svg")
+
+
+def _writable_file(text: str) -> Path:
+    """argparse type of `--json`: a file in a folder that exists, checked before the plan runs."""
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{path.parent} does not exist")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder")
+    return path
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plan", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m plan", description=__doc__.split("\n\n")[0], epilog=_epilog(),
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stack", nargs="?", help="stack name, e.g. prod-us-east-1")
     parser.add_argument("--stack-file", type=Path, help="stack file to use instead of stacks/Pulumi.STACK.yaml")
-    parser.add_argument("--json", type=Path, dest="json_path", help="write the plan document here")
+    parser.add_argument("--json", type=_writable_file, dest="json_path", help="write the plan document here")
     from plan.diagram import diagram_argument   # standard library only: checks the path before the plan runs
     parser.add_argument("--diagram", type=diagram_argument, metavar="PATH.svg|PATH.dot",
                         help="draw the architecture picture (Graphviz; SVG needs its `dot` program)")

@@ -24,6 +24,12 @@ def stack_file_path(stack: str) -> Path:
     return ROOT / project().get("stackConfigDir", ".") / f"Pulumi.{stack}.yaml"
 
 
+def known_stacks() -> list:
+    """The stacks with a file in the project's stack directory."""
+    directory = ROOT / project().get("stackConfigDir", ".")
+    return sorted(path.name[len("Pulumi."):-len(".yaml")] for path in directory.glob("Pulumi.*.yaml"))
+
+
 def project_keys(config: Dict[str, Any], namespace: str = "gpu-cloud") -> Dict[str, Any]:
     """The `<namespace>:` keys of a stack config, without their namespace (what spec.validate takes)."""
     return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{namespace}:")}
@@ -49,7 +55,8 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]
         with open(path, encoding="utf-8") as handle:
             document = yaml.safe_load(handle)
     except FileNotFoundError:
-        raise StackFileError(f"no stack file at {path}") from None
+        known = ", ".join(known_stacks()) or "none"
+        raise StackFileError(f"no stack file at {path} (stacks: {known})") from None
     except yaml.YAMLError as err:
         raise StackFileError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):

@@ -75,7 +75,7 @@ def test_bad_paths_fail_before_the_plan_runs(tmp_path, monkeypatch, capsys):
                       (tmp_path / "no-such-folder" / "picture.dot", "does not exist")):
         with pytest.raises(SystemExit) as exited:
             main(["dev", "--diagram", str(path)])
-        assert exited.value.code == 2 and why in capsys.readouterr().err
+        assert exited.value.code == 4 and why in capsys.readouterr().err      # a usage error
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(SystemExit):
         main(["dev", "--diagram", str(tmp_path / "picture.svg")])

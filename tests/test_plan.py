@@ -164,9 +164,28 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
     assert result.stdout == ""          # nothing was planned
 
 
-def test_missing_stack_file_is_a_config_error(tmp_path):
+def test_missing_stack_file_is_a_config_error_that_lists_the_stacks(tmp_path):
     result = plan("nope")
     assert result.returncode == 2 and "no stack file" in result.stderr and "Traceback" not in result.stderr
+    assert "(stacks: dev, prod-eu-west-1, prod-us-east-1)" in result.stderr
+
+
+def test_help_lists_the_stacks_the_exit_codes_and_an_example():
+    result = plan("--help")
+    assert result.returncode == 0
+    assert "stacks: dev, prod-eu-west-1, prod-us-east-1" in result.stdout
+    assert "4 a usage error" in result.stdout and "example: python -m plan prod-us-east-1" in result.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), "give a STACK, or --policy-check PLAN.json"),
+    (("dev", "--json", "/no-such-folder/plan.json"), "argument --json: /no-such-folder does not exist"),
+    (("dev", "--frobnicate"), "unrecognized arguments: --frobnicate"),
+])
+def test_usage_errors_have_their_own_exit_code_and_come_before_the_plan(args, words):
+    result = plan(*args)
+    assert result.returncode == 4 and words in result.stderr, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
 
 
 def test_policy_check_validates_a_written_document(documents, tmp_path):
@@ -254,3 +273,16 @@ def test_a_plaintext_webhook_in_config_reaches_only_the_secret():
     run = run_stack("dev", {"gpu-cloud:alertWebhookUrl": url})
     assert not [r.urn for r in run.resources if "PLAINTEXTTOKEN123" in json.dumps(r.inputs, default=str)]
     assert "PLAINTEXTTOKEN123" not in json.dumps(run.outputs, default=str)
+
+
+def test_make_alone_lists_the_targets_and_plan_passes_its_options_through():
+    listed = subprocess.run(["make", "-s", "-C", str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0
+    assert [line.split()[1] for line in listed.stdout.splitlines() if line.startswith("make ")] == [
+        "plan", "check", "test", "clean"]
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "plan", "STACK=dev", "JSON=p.json", "DIAGRAM=d.svg",
+                          "ARGS=--no-policy"], capture_output=True, text=True, timeout=60)
+    assert ".venv/bin/python -m plan dev --json p.json --diagram d.svg --no-policy" in dry.stdout
+    check = subprocess.run(["make", "-n", "-C", str(ROOT), "check", "PLAN=p.json"], capture_output=True, text=True,
+                           timeout=60)
+    assert ".venv/bin/python -m plan --policy-check p.json" in check.stdout
