@@ -28,7 +28,7 @@ from components.node_drain import NodeDrain, NodeDrainArgs
 from components.replication import ReplicatedBucket, Replication, ReplicationArgs
 from components.tenancy import Tenancy, TenancyArgs
 from components.training import TrainingQueue, TrainingQueueArgs
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
 from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller, replication
 from spec import tenancy, triton as triton_rules
 from spec import lustre as lustre_rules
@@ -133,6 +133,7 @@ node_drain = NodeDrain("node-drain", NodeDrainArgs(
     cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names, asg_arn_patterns=asg_arn_patterns),
     opts=with_cluster)
 
+ami_id = read_ami_id(spec.node_image, reads)
 node_pools = [GpuNodePool(pool.name, NodePoolArgs(
     pool=pool, cluster_name=cluster_name,
     cluster=ClusterConnection(name=cluster.cluster_name, endpoint=cluster.endpoint,
@@ -140,7 +141,7 @@ node_pools = [GpuNodePool(pool.name, NodePoolArgs(
                               service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id),
     region=spec.region, account_id=account_id, partition=partition,
     vpc_id=network.vpc_id, subnet_ids=network.private_subnet_ids, zones=layout.pool_zones[pool.name],
-    image=spec.node_image,
+    image=spec.node_image, ami_id=ami_id,
     nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
     artifact_bucket=buckets["artifacts"].bucket_name, artifact_key_arn=buckets["artifacts"].key_arn,
     lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None),

@@ -104,6 +104,7 @@ class NodePoolArgs:
     subnet_ids: Mapping[str, pulumi.Input[str]]       # zone ID -> private subnet
     zones: Sequence[str]                               # zone IDs the pool's nodes launch in (spec.zones.ZoneLayout)
     image: NodeImage                                   # the AMI release every node boots, and its driver
+    ami_id: pulumi.Input[str]                          # that release's AMI in the region (read_ami_id, once a stack)
     nvme_scratch: bool
     max_temp_c: int
     catalog: Catalog
@@ -155,13 +156,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 service_cidr=values[2], artifact_uri=f"s3://{values[3]}/{artifact_key}",
                 artifact_sha256=artifact_sha256, lustre_client=args.lustre_client)).encode()).decode())
 
-        # The release's own parameter, not `recommended`: the same AMI on every run until spec/amis.yaml or the
-        # stack file moves the release.
-        ami = aws.ssm.get_parameter(name=args.image.ssm_parameter, opts=pulumi.InvokeOptions(parent=self))
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             description=f"gpu-cloud {args.cluster_name} pool {pool.name}",
-            image_id=ami.value,
+            image_id=args.ami_id,
             instance_type=pool.primary_type.name if len(pool.types) == 1 else None,
             user_data=user_data,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
@@ -308,3 +306,9 @@ class GpuNodePool(pulumi.ComponentResource):
                     launch_template_id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
                 overrides=[aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=t.name)
                            for t in pool.types]))
+
+
+def read_ami_id(image: NodeImage, opts: pulumi.InvokeOptions) -> str:
+    """The AMI of the image's release in the stack's region: its own SSM parameter, not `recommended`, so the same
+    AMI on every run until spec/amis.yaml or the stack file moves the release. Read once for every pool."""
+    return aws.ssm.get_parameter(name=image.ssm_parameter, opts=opts).value

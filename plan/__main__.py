@@ -95,6 +95,8 @@ def plan(args) -> int:
     except (ConfigError, StackFileError, PolicyConfigError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    if sys.stderr.isatty():     # the run takes seconds: say so where someone watches, stay quiet in pipes and CI
+        print(f"planning {args.stack}: running the program under the offline mocks ...", file=sys.stderr)
     try:
         run = run_program(config, stack=args.stack)
     except RunError as error:   # the program's own clean config error (checks that need the provider)

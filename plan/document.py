@@ -292,8 +292,8 @@ def _resource_tree(resources: List[Mapping[str, Any]]) -> List[str]:
 def _table(header: List[str], rows: List[List[str]]) -> List[str]:
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     fmt = "  ".join("{:<%d}" % w for w in widths)
-    return ["  " + fmt.format(*header), "  " + fmt.format(*("-" * w for w in widths))] + \
-           ["  " + fmt.format(*map(str, row)) for row in rows]
+    lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, row)) for row in rows]
+    return [("  " + line).rstrip() for line in lines]
 
 
 def _capacity_table(rows: List[Mapping[str, Any]]) -> List[str]:

@@ -59,6 +59,10 @@ def load_stack_config(stack: str, path: Optional[Path] = None) -> Dict[str, Any]
         raise StackFileError(f"no stack file at {path} (stacks: {known})") from None
     except yaml.YAMLError as err:
         raise StackFileError(f"{path} is not valid YAML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise StackFileError(f"{path} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
+    except OSError as err:
+        raise StackFileError(f"{path} cannot be read: {err.strerror}") from None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         raise StackFileError(f"{path}: a stack file is a mapping with a `config:` mapping of keys such as "
                              "aws:region and gpu-cloud:environment; this one has none")

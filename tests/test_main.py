@@ -91,9 +91,11 @@ def test_spot_pools_span_every_zone_and_efa_pools_one(stack_runs):
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_stack_boots_its_pinned_release_and_the_autoscaler_waits_out_the_gate(stack_runs, stack):
     run = stack_runs[stack]
-    parameters = {args["name"] for token, args in run.invokes if token == "aws:ssm/getParameter:getParameter"}
-    assert parameters == {"/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
-                          "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id"}
+    # Read once for every pool (the same release in the same region), and every launch template boots it.
+    parameters = [args["name"] for token, args in run.invokes if token == "aws:ssm/getParameter:getParameter"]
+    assert parameters == ["/aws/service/eks/optimized-ami/1.35/amazon-linux-2023/x86_64/nvidia/"
+                          "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id"]
+    assert len({lt.inputs["imageId"] for lt in run.of_type("aws:ec2/launchTemplate:LaunchTemplate")}) == 1
     release = run.one("kubernetes:helm.sh/v3:Release", "autoscaler-release")
     hooks = [h["heartbeatTimeout"] for asg in run.of_type(ASG) for h in asg.inputs["initialLifecycleHooks"]
              if h["lifecycleTransition"].endswith("LAUNCHING")]

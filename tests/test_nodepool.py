@@ -5,10 +5,11 @@ import email
 import hashlib
 import json
 
+import pulumi
 import pytest
 import yaml
 
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, read_ami_id
 from spec import boot
 from spec import pools as pool_rules
 from tests.conftest import run_component
@@ -39,6 +40,7 @@ def pool_run(pool_fields=None, index=0, mutate=None):
             region="us-east-1", account_id="123456789012", partition="aws",
             vpc_id="vpc-0123",
             subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
+            ami_id=read_ami_id(spec.node_image, pulumi.InvokeOptions()),
             zones=ZONES[:1] if pool.spec.availability_zone else ZONES,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
             artifact_key_arn="arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-artifacts", lustre_client=False,

@@ -286,3 +286,11 @@ def test_make_alone_lists_the_targets_and_plan_passes_its_options_through():
     check = subprocess.run(["make", "-n", "-C", str(ROOT), "check", "PLAN=p.json"], capture_output=True, text=True,
                            timeout=60)
     assert ".venv/bin/python -m plan --policy-check p.json" in check.stdout
+
+
+def test_the_text_has_no_trailing_spaces_and_a_tree_of_components(documents):
+    for stack, (text, document) in documents.items():
+        assert [line for line in text.splitlines() if line != line.rstrip()] == [], stack
+    text, _ = documents["prod-us-east-1"]
+    # A component, then its resources by type and count, indented under it.
+    assert re.search(r"\n  inference \(gpu-cloud:inference:Inference\): \d+\n(        \d+ x \S+\n)+", text)

@@ -66,3 +66,14 @@ def test_a_stack_file_without_its_config_map_says_so(tmp_path):
 def test_the_shipped_stacks_satisfy_the_project_declarations():
     for stack in ("prod-us-east-1", "prod-eu-west-1", "dev"):
         assert load_stack_config(stack)["gpu-cloud:environment"] in ("prod", "dev")
+
+
+def test_a_stack_file_that_is_not_utf8_or_not_readable_is_named(tmp_path):
+    latin = tmp_path / "Pulumi.latin.yaml"
+    latin.write_bytes("config:\n  gpu-cloud:environment: d\xe9v\n".encode("latin-1"))
+    with pytest.raises(StackFileError, match=r"Pulumi\.latin\.yaml is not UTF-8 text"):
+        load_stack_config("latin", latin)
+    folder = tmp_path / "Pulumi.folder.yaml"
+    folder.mkdir()
+    with pytest.raises(StackFileError, match=r"Pulumi\.folder\.yaml cannot be read"):
+        load_stack_config("folder", folder)
