@@ -218,13 +218,14 @@ if triton.enabled:
                                   bucket_arn=triton_rules.repository_bucket_arn(triton.model_repository, partition))
                   if triton.model_repository else
                   ModelRepository(uri=pulumi.Output.concat("s3://", models.bucket_name, "/", triton_rules.NAME),
-                                  bucket_arn=models.bucket_arn, key_arn=models.key_arn))
+                                  bucket_arn=models.bucket_arn, key_arn=models.key_arn,
+                                  own_bucket=models.bucket.id, own_prefix=triton_rules.NAME))
     inference = Inference("inference", InferenceArgs(
         cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region, partition=partition,
         account_id=account_id, vpc_id=network.vpc_id, namespace=teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
         namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
         catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
-        monitoring=monitoring), opts=with_cluster)
+        monitoring=monitoring, rollout_timeout=triton_rules.rollout_timeout(spec.node_image.source)), opts=with_cluster)
     pulumi.export("inferenceEndpoint", inference.endpoint)
     # This stack's half of the two regions' record for dr.domain, with a health check on Triton's readiness.
     if spec.dr.role in ("primary", "secondary"):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
 from components.cluster import SYSTEM_NODE_LABELS
@@ -30,6 +31,9 @@ class ModelRepository:
     uri: pulumi.Input[str]                    # s3://bucket/prefix
     bucket_arn: pulumi.Input[str]
     key_arn: Optional[pulumi.Input[str]]      # the stack's models key; None for a repository outside the stack
+    # The stack's own bucket and prefix: the program makes the prefix exist (None for a repository outside the stack).
+    own_bucket: Optional[pulumi.Input[str]] = None
+    own_prefix: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class InferenceArgs:
     repository: ModelRepository
     load_balancer_tags: Mapping[str, str]     # the stack's tags, for the NLB the controller creates
     monitoring: pulumi.Resource               # the monitoring stack: Prometheus and the ServiceMonitor CRD
+    rollout_timeout: str                      # spec.triton.rollout_timeout: how long the first pods may take
 
 
 class Inference(pulumi.ComponentResource):
@@ -126,6 +131,14 @@ class Inference(pulumi.ComponentResource):
                 seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
             volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"),
                            kubernetes.core.v1.VolumeMountArgs(name="scratch", mount_path="/tmp")])
+        # Triton refuses to start on a repository path that does not exist, and on S3 a "directory" exists only
+        # while some key starts with it (its S3 filesystem: HeadBucket, then ListObjects on the prefix). A new stack's
+        # models bucket is empty: the prefix's own marker object lets Triton start with no models.
+        repository_ready: list = []
+        if args.repository.own_bucket is not None:
+            repository_ready.append(aws.s3.BucketObjectv2(
+                f"{name}-repository", bucket=args.repository.own_bucket, key=f"{args.repository.own_prefix}/",
+                content="", opts=child))
         self.deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment", metadata=in_namespace(triton.NAME),
             spec=kubernetes.apps.v1.DeploymentSpecArgs(
@@ -145,8 +158,11 @@ class Inference(pulumi.ComponentResource):
                                      medium="Memory", size_limit=triton.SHM_SIZE)),
                                  kubernetes.core.v1.VolumeArgs(name="scratch", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs())]))),
             # The autoscaler owns the replica count once it runs (a second `pulumi up` must not reset it).
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account],
-                                        ignore_changes=["spec.replicas"]))
+            # Ready pods may need the pool's nodes booted and verified and the models loaded (spec/triton.py).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account, *repository_ready],
+                                        ignore_changes=["spec.replicas"],
+                                        custom_timeouts=pulumi.CustomTimeouts(create=args.rollout_timeout,
+                                                                              update=args.rollout_timeout)))
         # Drains (scale-in, spot, refresh) take one replica at a time; never blocks a drain outright.
         kubernetes.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget", metadata=in_namespace(triton.NAME),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from spec import alert_rules, failover, tenancy
+from spec import alert_rules, boot, failover, tenancy
 from spec.catalog import InstanceType
 
 NAME = "triton"
@@ -72,6 +72,14 @@ def repository_bucket_arn(model_repository: str, partition: str) -> str:
     if not model_repository.startswith("s3://") or not model_repository[5:].split("/", 1)[0]:
         raise ValueError(f"model repository {model_repository!r} is not an s3://bucket/prefix URI")
     return f"arn:{partition}:s3:::{model_repository[5:].split('/', 1)[0]}"
+
+
+def rollout_timeout(driver_source: str) -> str:
+    """How long `pulumi up` waits for the Deployment's pods to be ready: the pool's nodes may have to boot, pass the
+    gate and register (spec/boot.py, 25 minutes with the AMI's driver, 55 installing it), then load their models
+    (the startup probe's 15 minutes): more than the Kubernetes provider's 10-minute default."""
+    seconds = boot.max_node_provision_seconds(driver_source) + STARTUP_PROBES * 10
+    return f"{math.ceil(seconds / 60)}m"
 
 
 def server_env(region: str) -> Dict[str, str]:

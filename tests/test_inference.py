@@ -146,3 +146,25 @@ def test_every_object_inference_creates_directly_is_valid_kubernetes(run):
     subset = ProgramRun(run.project, run.stack, run.region, inference, {})
     # service account, Deployment, PodDisruptionBudget, two Services, HPA (the ServiceMonitor: tests/test_monitoring.py)
     assert validate_kubernetes(subset, "1.35") == 6
+
+
+def test_an_empty_models_bucket_still_starts_triton(run):
+    """Triton refuses a repository path that does not exist, and on S3 a prefix exists only while a key starts with
+    it: the stack makes the prefix's marker before the Deployment."""
+    marker = named(run, "aws:s3/bucketObjectv2:BucketObjectv2", "inference-repository")
+    models = run.outputs["buckets"]["models"]["name"]
+    assert (marker.inputs["bucket"], marker.inputs["key"], marker.inputs["content"]) == (models, "triton/", "")
+    (container,) = pod_spec(run)["containers"]
+    assert container["args"][0] == f"--model-repository=s3://{models}/{marker.inputs['key'].rstrip('/')}"
+    assert marker.urn in named(run, DEPLOYMENT, "inference-deployment").dependencies
+
+
+@pytest.mark.parametrize("source, timeout", [("ami", "40m"), ("install", "70m")])
+def test_pulumi_waits_long_enough_for_the_first_pods(source, timeout):
+    # The node's boot, gate and registration (1500 s or 3300 s, spec/boot.py) plus 15 minutes of model loading.
+    assert triton.rollout_timeout(source) == timeout
+
+
+def test_the_deployment_uses_the_rollout_timeout(run):
+    deployment = named(run, DEPLOYMENT, "inference-deployment")
+    assert deployment.custom_timeouts == {"create": "40m", "update": "40m"}
