@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
@@ -44,7 +45,15 @@ def _writable_file(text: str) -> Path:
     return path
 
 
+def _quiet_library_noise() -> None:
+    """A user's PYTHONWARNINGS (or -W) must not bury the plan under the SDKs' own deprecation notices and the event
+    loops the Pulumi runtime leaves open at exit: neither is the user's to fix, and `error` would make them fatal."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module="pulumi")   # pulumi, pulumi_aws, ...
+    warnings.filterwarnings("ignore", message="unclosed event loop", category=ResourceWarning)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    _quiet_library_noise()
     parser = _Parser(prog="python -m plan", description=__doc__.split("\n\n")[0], epilog=_epilog(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stack", nargs="?", help="stack name, e.g. prod-us-east-1")

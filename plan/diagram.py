@@ -12,19 +12,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+from plan.document import LAYER_ORDER, POOL_TYPE, layer, reading_order
+
 SUFFIXES = (".svg", ".dot")
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
 
-# Layer of each component type (its box's group); a type not listed joins "platform".
-LAYERS = {
-    "gpu-cloud:network:Network": "network",
-    "gpu-cloud:cluster:EksCluster": "cluster",
-    "gpu-cloud:nodepool:GpuNodePool": "GPU node pools",
-    "gpu-cloud:buckets:SecureBucket": "storage",
-    "gpu-cloud:lustre:Lustre": "storage",
-    "gpu-cloud:replication:Replication": "storage",
-}
-LAYER_ORDER = ("network", "cluster", "GPU node pools", "storage", "platform")
 
 
 class DiagramError(Exception):
@@ -214,17 +206,14 @@ def diagram_dot(document: Mapping[str, Any]) -> str:
 
     ids = {b["urn"]: f"n{i}" for i, b in enumerate(sorted(boxes, key=lambda b: b["urn"]))}
     layers: Dict[str, List[str]] = {}
-    peers = []
-    for box in sorted(boxes, key=lambda b: b["name"]):
-        if box["type"] == STACK_REFERENCE:
-            peers.append(box)
-            continue
-        if box["type"] == "gpu-cloud:nodepool:GpuNodePool":
+    peers = sorted((b for b in boxes if b["type"] == STACK_REFERENCE), key=lambda b: b["name"])
+    for box in sorted((b for b in boxes if b["type"] != STACK_REFERENCE), key=reading_order(document)):
+        if box["type"] == POOL_TYPE:
             facts_lines = _pool(box["name"], document)
         else:
             facts_lines = LABELS.get(box["type"], _generic)(_Facts(members.get(box["urn"], [])), document)
         label = "\n".join([box["name"], f"({_kind(box['type'])})"] + facts_lines)
-        layers.setdefault(LAYERS.get(box["type"], "platform"), []).append(
+        layers.setdefault(layer(box["type"]), []).append(
             f"    {ids[box['urn']]} [label={_quote(label)}];")
 
     lines = ["digraph gpu_cloud {",
@@ -232,9 +221,9 @@ def diagram_dot(document: Mapping[str, Any]) -> str:
              "  labelloc=t; rankdir=LR; newrank=true; compound=true; fontname=Helvetica;",
              "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=Helvetica, fontsize=10];",
              "  edge [color=gray40, arrowsize=0.7];"]
-    for i, layer in enumerate(sorted(layers, key=lambda name: LAYER_ORDER.index(name))):
-        lines += [f"  subgraph cluster_{i} {{", f"    label={_quote(layer)}; style=\"rounded,filled\"; "
-                  "fillcolor=gray95; color=gray70;"] + layers[layer] + ["  }"]
+    for i, group in enumerate(sorted(layers, key=lambda name: LAYER_ORDER.index(name))):
+        lines += [f"  subgraph cluster_{i} {{", f"    label={_quote(group)}; style=\"rounded,filled\"; "
+                  "fillcolor=gray95; color=gray70;"] + layers[group] + ["  }"]
     for peer in peers:
         consumers = [by_urn[v] for u, v in edges if u == peer["urn"]] + \
                     [r for r in resources if peer["urn"] in (r.get("dependencies") or [])]

@@ -6,7 +6,7 @@ capacity, cost, warnings, policy. Fields may be added, never renamed.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from plan.engine import ACCOUNT_ID, ProgramRun
 from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication,
@@ -44,19 +44,13 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
     estimate = cost.estimate(spec)
     committed = estimate.committed_hourly
 
-    def _rounded(value, digits=4):
-        return None if value is None else round(value, digits)
-
     def both(hourly_desired, hourly_max):
-        return {"hourlyAtDesired": hourly_desired, "hourlyAtMax": hourly_max,
+        return {"hourlyAtDesired": cost.per_hour(hourly_desired), "hourlyAtMax": cost.per_hour(hourly_max),
                 "monthlyAtDesired": cost.monthly(hourly_desired), "monthlyAtMax": cost.monthly(hourly_max)}
 
     return {
         "currency": estimate.currency,
-        "hourlyAtDesired": estimate.hourly_at_desired,
-        "hourlyAtMax": estimate.hourly_at_max,
-        "monthlyAtDesired": cost.monthly(estimate.hourly_at_desired),
-        "monthlyAtMax": cost.monthly(estimate.hourly_at_max),
+        **both(estimate.hourly_at_desired, estimate.hourly_at_max),
         "threeYearsAtDesired": cost.three_years(estimate.hourly_at_desired),
         "hoursPerMonth": cost.HOURS_PER_MONTH,
         "complete": estimate.complete,
@@ -71,27 +65,27 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
         "budgetCovers": "GPU pools at maxNodes",
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
-        "committed": {"hourly": committed, "monthly": cost.monthly(committed),
-                      "upfrontHourly": estimate.upfront_hourly, "threeYears": cost.three_years(committed)},
-        "payAsYouGo": both(round(estimate.hourly_at_desired - committed, 4), round(estimate.hourly_at_max - committed, 4)),
+        "committed": {"hourly": cost.per_hour(committed), "monthly": cost.monthly(committed),
+                      "upfrontHourly": cost.per_hour(estimate.upfront_hourly), "threeYears": cost.three_years(committed)},
+        "payAsYouGo": both(estimate.hourly_at_desired - committed, estimate.hourly_at_max - committed),
         "savingVsOnDemand": both(estimate.saving_hourly("desired"), estimate.saving_hourly("max")),
         "pools": [{
             "pool": p.pool, "capacity": p.capacity, "instanceType": p.instance_type,
-            "nodeHourly": _rounded(p.node_hourly), "onDemandNodeHourly": p.on_demand_node_hourly,
-            "committedNodeHourly": _rounded(p.committed_node_hourly),
+            "nodeHourly": cost.per_hour(p.node_hourly), "onDemandNodeHourly": p.on_demand_node_hourly,
+            "committedNodeHourly": cost.per_hour(p.committed_node_hourly),
             "billedNodesAtDesired": p.nodes_at_desired, "billedNodesAtMax": p.nodes_at_max,
             "committedNodes": p.committed_nodes, "upfront": p.upfront, "commitment": p.commitment,
-            "committedHourly": p.committed_hourly,
-            "commitmentTermTotal": (round(p.committed_hourly * cost.HOURS_PER_MONTH * p.commitment_months, 2)
+            "committedHourly": cost.per_hour(p.committed_hourly),
+            "commitmentTermTotal": (cost.cents(p.committed_hourly * cost.HOURS_PER_MONTH * p.commitment_months)
                                     if p.commitment and p.committed_hourly is not None else None),
             **both(p.hourly_at_desired, p.hourly_at_max),
-            "onDemandHourlyAtDesired": p.on_demand_hourly(p.nodes_at_desired),
-            "onDemandHourlyAtMax": p.on_demand_hourly(p.nodes_at_max),
+            "onDemandHourlyAtDesired": cost.per_hour(p.on_demand_hourly(p.nodes_at_desired)),
+            "onDemandHourlyAtMax": cost.per_hour(p.on_demand_hourly(p.nodes_at_max)),
             "basis": p.basis, "gap": p.gap,
         } for p in estimate.pools],
         "fixed": [{
             "item": f.item, "unit": f.unit, "quantityAtDesired": f.quantity_at_desired, "quantityAtMax": f.quantity_at_max,
-            "unitHourly": _rounded(f.unit_hourly, 6),
+            "unitHourly": None if f.unit_hourly is None else round(f.unit_hourly, 6),
             **both(f.hourly_at_desired, f.hourly_at_max), "source": f.source, "asOf": f.as_of, "gap": f.gap,
         } for f in estimate.fixed],
     }
@@ -99,7 +93,7 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
 
 def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
                    warnings: Sequence[str] = ()) -> Dict[str, Any]:
-    return {
+    return _whole_numbers_as_integers({
         "version": DOCUMENT_VERSION,
         "project": run.project,
         "stack": run.stack,
@@ -122,7 +116,19 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "inference": inference_section(spec, run),
         "warnings": list(warnings),
         "policy": dict(policy),
-    }
+    })
+
+
+def _whole_numbers_as_integers(value: Any) -> Any:
+    """30, not 30.0: the engine's wire and the config model carry every number as a double, but a reader (and
+    `pulumi stack export`) sees the integer the stack file gave."""
+    if isinstance(value, dict):
+        return {key: _whole_numbers_as_integers(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_whole_numbers_as_integers(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def monitoring_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
@@ -247,7 +253,7 @@ def document_problems(document: Any) -> List[str]:
 
 def render_text(document: Mapping[str, Any]) -> str:
     lines = [f"gpu-cloud plan: stack {document['stack']} (project {document['project']}, region {document['region']})", ""]
-    lines += _resource_tree(document["resources"]) + [""]
+    lines += _resource_tree(document) + [""]
     lines += _capacity_table(document["capacity"]) + [""]
     lines += _network_table(document["outputs"].get("zones") or []) + [""]
     lines += _cost_table(document["cost"]) + [""]
@@ -262,30 +268,69 @@ def render_text(document: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _resource_tree(resources: List[Mapping[str, Any]]) -> List[str]:
-    by_urn = {r["urn"]: r for r in resources}
+# The architecture's layers in the order a reader meets them (the tree and the picture both follow it);
+# a component type not listed is "platform".
+LAYERS = {
+    "gpu-cloud:network:Network": "network",
+    "gpu-cloud:cluster:EksCluster": "cluster",
+    "gpu-cloud:nodepool:GpuNodePool": "GPU node pools",
+    "gpu-cloud:buckets:SecureBucket": "storage",
+    "gpu-cloud:lustre:Lustre": "storage",
+    "gpu-cloud:replication:Replication": "storage",
+}
+LAYER_ORDER = ("network", "cluster", "GPU node pools", "storage", "platform")
+POOL_TYPE = "gpu-cloud:nodepool:GpuNodePool"
 
-    def top(resource):
-        while resource.get("parent") in by_urn:
-            resource = by_urn[resource["parent"]]
-        return resource
 
-    groups: Dict[str, Counter] = {}
-    for r in sorted(resources, key=lambda r: r["custom"]):   # components first, then their children
-        root = top(r)
-        if r is root and not r["custom"]:
-            groups.setdefault(root["urn"], Counter())
-        elif r is not root:
-            groups.setdefault(root["urn"], Counter())[r["type"]] += 1
-    standalone = Counter(r["type"] for r in resources if top(r) is r and r["custom"])
-    lines = [f"Resources: {len(resources)} ({sum(1 for r in resources if r['custom'])} cloud resources)"]
-    for urn, counts in groups.items():
-        component = by_urn[urn]
-        lines.append(f"  {component['name']} ({component['type']}): {sum(counts.values())}")
-        lines += [f"      {count:>3} x {kind}" for kind, count in sorted(counts.items())]
-    if standalone:
-        lines.append(f"  (stack level): {sum(standalone.values())}")
-        lines += [f"      {count:>3} x {kind}" for kind, count in sorted(standalone.items())]
+def layer(type_token: str) -> str:
+    return LAYERS.get(type_token, "platform")
+
+
+def reading_order(document: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], tuple]:
+    """Sort key for components: by layer, GPU pools in the stack file's order, the rest by name (registration
+    order varies run to run, so it cannot be the order)."""
+    pools = [row["pool"] for row in document["capacity"]]
+
+    def key(resource: Mapping[str, Any]) -> tuple:
+        name = resource["name"]
+        position = pools.index(name) if resource["type"] == POOL_TYPE and name in pools else len(pools)
+        return LAYER_ORDER.index(layer(resource["type"])), position, name
+    return key
+
+
+def _resource_tree(document: Mapping[str, Any]) -> List[str]:
+    """Each top-level component, its resources counted by type, then its child components the same way, indented;
+    a component's figure counts everything beneath it."""
+    resources = document["resources"]
+    children: Dict[Any, List[Mapping[str, Any]]] = {}
+    urns = {r["urn"] for r in resources}
+    for r in resources:
+        children.setdefault(r["parent"] if r.get("parent") in urns else None, []).append(r)
+    order = reading_order(document)
+
+    def size(urn: str) -> int:
+        return sum(1 + size(child["urn"]) for child in children.get(urn, []))
+
+    def is_branch(r: Mapping[str, Any]) -> bool:   # a provider's own component (yaml/v2 ConfigFile) is a leaf here
+        return not r["custom"] and (r["urn"] in children or r["type"].startswith("gpu-cloud:"))
+
+    def branch(members: List[Mapping[str, Any]], depth: int) -> List[str]:
+        indent = "  " * depth
+        counts = Counter(r["type"] for r in members if not is_branch(r))
+        lines = [f"{indent}{count:>3} x {kind}" for kind, count in sorted(counts.items())]
+        for component in sorted(filter(is_branch, members), key=order):
+            lines.append(f"{indent}{component['name']} ({component['type']}): {size(component['urn'])}")
+            lines += branch(children.get(component["urn"], []), depth + 1)
+        return lines
+
+    top = children.get(None, [])
+    lines = [f"Resources: {len(resources)} ({sum(1 for r in resources if r['custom'])} cloud resources); each "
+             "component with its resources by type, then its own components, and how many resources it holds:"]
+    lines += branch(list(filter(is_branch, top)), 1)
+    stack_level = [r for r in top if not is_branch(r)]
+    if stack_level:
+        lines.append(f"  (stack level): {len(stack_level)}")
+        lines += branch(stack_level, 2)
     return lines
 
 

@@ -256,6 +256,17 @@ def test_monthly_and_three_year_figures_use_730_hour_months():
     assert cost.monthly(1.0) == 730 and cost.three_years(1.0) == 730 * 36
 
 
+def test_monthly_figures_come_from_the_unrounded_hourly_price():
+    # 18 root volumes at $70.00 a month each (500 GiB x $0.08 + 3,000 IOPS x $0.005 + 375 MB/s x $0.04) are
+    # $1,260.00 a month; from the hourly figure rounded first ($1.7260) they would be $1,259.98.
+    item = fixed(cost.estimate(stack_spec("prod-us-east-1"), TODAY))["GPU nodes' root volumes"]
+    assert item.quantity_at_max == 18
+    assert cost.monthly(item.hourly_at_max) == 1260.00
+    assert cost.per_hour(item.hourly_at_max) == 1.726
+    assert cost.three_years(item.hourly_at_max) == 45360.00          # 36 x $1,260
+    assert cost.cents(-0.001) == 0.0 and str(cost.cents(-0.001)) == "0.0"   # never "-0.0"
+
+
 def test_every_rate_names_its_source_and_date():
     rates = list(PRICES.eks_control_plane_hourly.values())
     for region in PRICES.regions.values():

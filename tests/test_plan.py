@@ -1,8 +1,10 @@
 """The offline plan CLI: tables, the JSON document, exit codes, config errors without tracebacks."""
 import json
+import os
 import re
 import subprocess
 import sys
+from typing import List
 
 import pytest
 import yaml
@@ -10,9 +12,9 @@ import yaml
 from plan.document import document_problems
 from tests.conftest import ROOT, STACKS, PlanProcess, run_stack
 
-def plan(*args, cwd=ROOT):
+def plan(*args, cwd=ROOT, env=None):
     return subprocess.run([sys.executable, "-m", "plan", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +212,23 @@ def test_unexpected_failure_is_one_line_exit_3(tmp_path):
     assert result.returncode == 3 and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("setting", ["always", "error"])
+def test_a_users_python_warnings_setting_adds_no_library_noise(setting, tmp_path):
+    # The SDKs' deprecation notices and the runtime's unclosed event loops are not the user's to fix: a clean plan
+    # prints nothing on stderr, a config error only its own lines, whether warnings are shown or made errors.
+    env = dict(os.environ, PYTHONWARNINGS=setting)
+    clean = plan("dev", "--no-policy", env=env)
+    assert clean.returncode == 0 and clean.stderr == "", clean.stderr[-2000:]
+    stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
+    stack["config"]["gpu-cloud:nodePools"][0]["desiredNodes"] = 9
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text(yaml.safe_dump(stack))
+    broken = plan("dev", "--stack-file", path, env=env)
+    assert broken.returncode == 2 and broken.stderr.splitlines() == [
+        "config error in stack dev: invalid stack config (1 mistake):",
+        "  - gpu-cloud:nodePools[0]: needs minNodes <= desiredNodes <= maxNodes; got 0, 9, 3"], broken.stderr
+
+
 def test_an_aws_key_the_provider_would_not_get_is_a_config_error(tmp_path):
     stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
     stack["config"]["aws:skipMetadataApiCheck"] = True
@@ -291,6 +310,62 @@ def test_make_alone_lists_the_targets_and_plan_passes_its_options_through():
 def test_the_text_has_no_trailing_spaces_and_a_tree_of_components(documents):
     for stack, (text, document) in documents.items():
         assert [line for line in text.splitlines() if line != line.rstrip()] == [], stack
-    text, _ = documents["prod-us-east-1"]
-    # A component, then its resources by type and count, indented under it.
-    assert re.search(r"\n  inference \(gpu-cloud:inference:Inference\): \d+\n(        \d+ x \S+\n)+", text)
+
+
+def _tree(text: str) -> List[str]:
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Resources: "))
+    return lines[start + 1:lines.index("", start)]
+
+
+def test_the_resource_tree_nests_components_and_its_counts_add_up(documents):
+    text, document = documents["dev"]
+    tree = _tree(text)
+    # A component, its resources by type and count one level in, then its own components one level in.
+    at = tree.index("  autoscaler (gpu-cloud:autoscaler:ClusterAutoscaler): 5")
+    assert tree[at + 1:at + 6] == [
+        "      1 x kubernetes:helm.sh/v3:Release",
+        "    autoscaler-identity (gpu-cloud:iam:ServiceAccountRole): 3",
+        "        1 x aws:eks/podIdentityAssociation:PodIdentityAssociation",
+        "        1 x aws:iam/role:Role",
+        "        1 x aws:iam/rolePolicy:RolePolicy"]
+    # Each component's figure is everything beneath it; the top level adds up to the whole plan.
+    for i, line in enumerate(tree):
+        heading = re.fullmatch(r"( *)(?:\S+ \(gpu-cloud:\S+\)|\(stack level\)): (\d+)", line)
+        if not heading:
+            continue
+        indent, figure = heading.groups()
+        below, j = 0, i + 1
+        while j < len(tree) and len(tree[j]) - len(tree[j].lstrip()) > len(indent):
+            counted = re.fullmatch(r" *(\d+) x \S+", tree[j])
+            below += int(counted.group(1)) if counted else 1
+            j += 1
+        assert below == int(figure), line
+    top = [line for line in tree if re.match(r"  \S", line)]
+    assert sum(int(line.rsplit(": ", 1)[1]) + (0 if line.startswith("  (stack level)") else 1) for line in top) == \
+        len(document["resources"])
+
+
+def test_pools_keep_the_stack_file_order_in_every_section(documents):
+    text, document = documents["prod-us-east-1"]
+    in_file = ["train-h100", "finetune-a100-80gb-spot", "finetune-a100-40gb-spot", "infer-l40s"]  # the stack file's order
+    assert [row["pool"] for row in document["capacity"]] == in_file
+    assert [p["pool"] for p in document["cost"]["pools"]] == in_file
+    assert [p["pool"] for p in document["platform"]["pools"]] == in_file
+    tree_pools = [line.split()[0] for line in _tree(text) if "(gpu-cloud:nodepool:GpuNodePool)" in line]
+    assert tree_pools == in_file
+    # The tree reads like the architecture: network, cluster, pools, storage, then the platform.
+    top = [line.split()[0] for line in _tree(text) if re.match(r"  [a-z]", line)]
+    assert top[:2] == ["network", "cluster"] and top[2:6] == in_file and top[6] in ("artifacts", "checkpoints")
+
+
+def test_whole_numbers_stay_integers_in_the_document(documents):
+    _, document = documents["prod-us-east-1"]
+    assert isinstance(document["cost"]["budgetMaxHourlyUsd"], int)     # maxHourlyUsd: 450 in the stack file
+    keys = [r for r in document["resources"] if r["type"] == "aws:kms/key:Key"]
+    assert keys and all(k["inputs"]["deletionWindowInDays"] == 30 and type(k["inputs"]["deletionWindowInDays"]) is int
+                        for k in keys)
+    group = next(r for r in document["resources"] if r["type"] == "aws:autoscaling/group:Group")
+    assert type(group["inputs"]["maxSize"]) is int
+    # A fraction stays a fraction.
+    assert document["cost"]["hourlyAtDesired"] != int(document["cost"]["hourlyAtDesired"])
