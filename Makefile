@@ -18,12 +18,16 @@ help:
 	@echo "The first run of plan or test creates $(VENV) and installs requirements (1 to 2 minutes)."
 
 $(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+	  { echo "gpu-cloud needs Python 3.11 or newer; '$(PYTHON)' is not. Use: make $(MAKECMDGOALS) PYTHON=python3.11" >&2; exit 1; }
+	@echo "installing requirements.txt into $(VENV) (first run only, 1 to 2 minutes)" >&2
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	@echo "installing requirements-dev.txt into $(VENV) (first run only, about a minute)" >&2
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 

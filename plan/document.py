@@ -324,8 +324,8 @@ def _resource_tree(document: Mapping[str, Any]) -> List[str]:
         return lines
 
     top = children.get(None, [])
-    lines = [f"Resources: {len(resources)} ({sum(1 for r in resources if r['custom'])} cloud resources); each "
-             "component with its resources by type, then its own components, and how many resources it holds:"]
+    lines = [f"Resources: {len(resources)} ({sum(1 for r in resources if r['custom'])} cloud resources), per component "
+             "(its figure counts all beneath it):"]
     lines += branch(list(filter(is_branch, top)), 1)
     stack_level = [r for r in top if not is_branch(r)]
     if stack_level:

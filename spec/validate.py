@@ -417,8 +417,8 @@ def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalo
     A pool without a price is a gap the plan reports, not a reason to refuse the stack."""
     rows = [p for p in cost.pool_costs(pools, catalog, region) if not p.gap]
     total = round(sum(p.hourly_at_max for p in rows), 4)
-    # In cents, as the message shows them: the estimate is a sum of rounded prices, so a budget written as the
-    # exact cost must pass, and "$131.07 above the budget $131.07" must never be said.
+    # In cents, as the message shows them: a budget written as the exact cost must pass, and "$131.07 above the
+    # budget $131.07" must never be said.
     if round(total, 2) <= round(budget.max_hourly_usd, 2):
         return []
     message = (f"GPU pools at maxNodes cost ${total:,.2f}/hour, above the budget ${budget.max_hourly_usd:,.2f}/hour; "

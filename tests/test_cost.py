@@ -21,7 +21,7 @@ STACKS = Path(__file__).resolve().parent.parent / "stacks"
 
 
 def approx(expected, abs=1e-4):
-    """Costs are rounded to 1/100 of a cent per hour."""
+    """Hand calculations agree with the estimate to 1/100 of a cent per hour."""
     return pytest.approx(expected, abs=abs)
 
 

@@ -95,3 +95,19 @@ def test_svg_through_graphviz(stack_runs, tmp_path: Path):
     diagram.write_diagram(document(stack_runs, "prod-us-east-1"), path)
     svg = html.unescape(path.read_text())   # dot writes "-" as &#45;
     assert "<svg" in svg and "train-h100" in svg and "DR peer region eu-west-1" in svg
+
+
+def test_the_committed_picture_shows_the_current_plan(stack_runs, tmp_path: Path):
+    # The README shows docs/architecture-prod-us-east-1.svg: its words must be what the plan draws today (the
+    # layout may differ between Graphviz versions; the boxes, their facts and the arrows' labels may not).
+    if shutil.which("dot") is None:
+        missing("Graphviz's dot is not installed (.ci/run installs the Debian package graphviz)")
+    fresh = tmp_path / "prod.svg"
+    diagram.write_diagram(document(stack_runs, "prod-us-east-1"), fresh)
+
+    def words(path: Path) -> list:
+        return sorted(html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", path.read_text()))
+
+    committed = Path(__file__).resolve().parent.parent / "docs/architecture-prod-us-east-1.svg"
+    assert words(committed) == words(fresh), "redraw it: python -m plan prod-us-east-1 --no-policy " \
+                                             "--diagram docs/architecture-prod-us-east-1.svg"

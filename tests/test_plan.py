@@ -307,6 +307,21 @@ def test_make_alone_lists_the_targets_and_plan_passes_its_options_through():
     assert ".venv/bin/python -m plan --policy-check p.json" in check.stdout
 
 
+def test_make_refuses_a_python_older_than_3_11_before_creating_anything(tmp_path):
+    # A copy of the Makefile and requirements in a folder without .venv; PYTHON is a real interpreter pretending
+    # to be 3.10 (sys.version_info is what the check reads).
+    for name in ("Makefile", "requirements.txt"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    old = tmp_path / "python3.10"
+    old.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.version_info = (3, 10, 14)\n"
+                   "exec(compile(sys.argv[1], \"-c\", \"exec\"))' \"$2\"\n")
+    old.chmod(0o755)
+    result = subprocess.run(["make", "-C", str(tmp_path), "plan", f"PYTHON={old}"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0 and "gpu-cloud needs Python 3.11 or newer" in result.stderr, result.stderr
+    assert "PYTHON=python3.11" in result.stderr and not (tmp_path / ".venv").exists()
+
+
 def test_the_text_has_no_trailing_spaces_and_a_tree_of_components(documents):
     for stack, (text, document) in documents.items():
         assert [line for line in text.splitlines() if line != line.rstrip()] == [], stack

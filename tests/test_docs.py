@@ -1,0 +1,161 @@
+"""The README and docs/ cannot drift: their shell blocks run, their printed output is the program's, their links
+resolve, and the README stays a five-minute read whose timings are the measured ones.
+
+Fenced shell blocks (sh, bash) carry one word after the language:
+- `run`: runs offline here, in a fresh copy of the checkout, each file's blocks in order under `bash -euo pipefail`;
+- `cluster`: needs an AWS account, the Pulumi CLI or the deployed cluster; shown, not run;
+- `ci`: what CI itself runs (`make test` is the suite that runs this file).
+A ```text output``` block right after a `run` block lists lines its output must hold, in order; a line `...`
+stands for any lines.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List, NamedTuple
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, missing
+
+DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+SHELLS = {"sh", "bash"}
+KINDS = {"run", "cluster", "ci"}
+README_WORDS = 1200          # five minutes at 240 words a minute
+
+
+class Block(NamedTuple):
+    path: Path
+    line: int                # of the opening fence, 1-based
+    language: str
+    kind: str
+    text: str
+
+
+def blocks(path: Path) -> List[Block]:
+    found, lines, i = [], path.read_text(encoding="utf-8").splitlines(), 0
+    while i < len(lines):
+        opening = re.fullmatch(r"```(\S*)\s*(\S*)\s*", lines[i])
+        if not opening:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+        found.append(Block(path, i + 1, opening.group(1), opening.group(2), "\n".join(lines[i + 1:end]) + "\n"))
+        i = end + 1
+    return found
+
+
+def where(block: Block) -> str:
+    return f"{block.path.relative_to(ROOT)}:{block.line}"
+
+
+def test_every_shell_block_says_whether_it_runs_offline():
+    unmarked = [where(b) for path in DOCS for b in blocks(path) if b.language in SHELLS and b.kind not in KINDS]
+    assert unmarked == [], f"mark each shell block `run`, `cluster` or `ci`: {unmarked}"
+    stray = [where(b) for path in DOCS for b in blocks(path) if b.kind == "output" and b.language != "text"]
+    assert stray == []
+
+
+def test_ci_runs_what_the_readme_calls_the_test_command():
+    (test_block,) = [b for b in blocks(ROOT / "README.md") if b.kind == "ci"]
+    assert test_block.text.split("#")[0].strip() == "make test"
+    assert re.search(r"^make test$", (ROOT / ".ci/run").read_text(), re.M)
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    """The working tree as a fresh clone has it, sharing this checkout's .venv (already installed)."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", ".pytest_cache"))
+    (copy / ".venv").symlink_to(ROOT / ".venv")
+    return copy
+
+
+def _expect_lines(expected: str, output: str, block: Block) -> None:
+    actual = [line.rstrip() for line in output.splitlines()]
+    at = 0
+    for wanted in expected.splitlines():
+        if wanted.strip() == "...":
+            continue
+        try:
+            at = actual.index(wanted.rstrip(), at) + 1
+        except ValueError:
+            pytest.fail(f"{where(block)}: the output has no line {wanted!r} (in order); it printed:\n{output}")
+
+
+@pytest.mark.parametrize("path", [p for p in DOCS if any(b.kind == "run" for b in blocks(p))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_runnable_blocks_run_offline_and_print_what_the_page_shows(path, tmp_path):
+    if shutil.which("dot") is None and any(".svg" in b.text for b in blocks(path) if b.kind == "run"):
+        missing(f"{path.name} draws an SVG and Graphviz's dot is not installed (.ci/run installs graphviz)")
+    copy = _checkout_copy(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
+    found = blocks(path)
+    for i, block in enumerate(found):
+        if block.kind != "run":
+            continue
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=copy, env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, f"{where(block)} failed ({result.returncode}):\n{block.text}\n" \
+                                       f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        assert "Traceback" not in result.stderr, where(block)
+        if i + 1 < len(found) and found[i + 1].kind == "output":
+            _expect_lines(found[i + 1].text, result.stdout, found[i + 1])
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_and_anchor_resolves():
+    broken = []
+    for path in DOCS:
+        text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue        # https:, mailto:
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+            elif anchor and linked.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", linked.read_text(), flags=re.S), re.M)
+                if anchor not in {_slug(h) for h in headings}:
+                    broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
+
+
+def test_the_readme_is_a_five_minute_read_that_links_every_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    words = len(re.sub(r"```.*?```", "", readme, flags=re.S).split())
+    assert words <= README_WORDS, f"README.md has {words} words outside code blocks; move detail to docs/"
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", readme))
+    assert linked == {p.name for p in DOCS if p.parent.name == "docs"}
+
+
+def test_the_readme_pool_example_is_a_valid_pool(tmp_path):
+    from spec.validate import load_stack_spec
+    from tests.conftest import stack_config
+
+    (example,) = [b for b in blocks(ROOT / "README.md") if b.language == "yaml"]
+    pool = yaml.safe_load(example.text)[0]
+    config = stack_config("dev")
+    config["gpu-cloud:nodePools"] = config["gpu-cloud:nodePools"] + [pool]
+    keys = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-cloud:")}
+    spec = load_stack_spec(keys, stack="dev", region=config["aws:region"])
+    assert [p.spec.name for p in spec.pools] == ["dev-gpu-spot", pool["name"]]
+
+
+def test_the_readme_timings_are_the_measured_ones():
+    """Each wait the README states is the one bench/RESULTS.md records for the reference machine."""
+    row = re.compile(r"^\| `(make [a-z]+)` \| (first run|again) \| (\d+ s) \|", re.M)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    results = (ROOT / "bench/RESULTS.md").read_text(encoding="utf-8")
+    claimed, measured = set(row.findall(readme)), set(row.findall(results[results.index("## First run"):]))
+    assert {command for command, _, _ in claimed} == {"make plan", "make test"}
+    assert claimed <= measured, claimed - measured
