@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from plan.document import LAYER_ORDER, POOL_TYPE, layer, reading_order
+from plan.document import LAYER_ORDER, POOL_TYPE, layer, reading_order, top_level
 
 SUFFIXES = (".svg", ".dot")
 STACK_REFERENCE = "pulumi:pulumi:StackReference"
@@ -183,9 +183,7 @@ def diagram_dot(document: Mapping[str, Any]) -> str:
     by_urn = {r["urn"]: r for r in resources}
 
     def top(resource: Mapping[str, Any]) -> Mapping[str, Any]:
-        while resource.get("parent") in by_urn:
-            resource = by_urn[resource["parent"]]
-        return resource
+        return top_level(resource, by_urn)
 
     # Boxes: every top-level component, and each stack reference (the peer); providers draw nothing.
     boxes = [r for r in resources if top(r) is r and (not r["custom"] or r["type"] == STACK_REFERENCE)]

@@ -289,13 +289,32 @@ def layer(type_token: str) -> str:
 def reading_order(document: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], tuple]:
     """Sort key for components: by layer, GPU pools in the stack file's order, the rest by name (registration
     order varies run to run, so it cannot be the order)."""
-    pools = [row["pool"] for row in document["capacity"]]
+    pools = [row["pool"] for row in document.get("capacity") or []]
 
     def key(resource: Mapping[str, Any]) -> tuple:
         name = resource["name"]
         position = pools.index(name) if resource["type"] == POOL_TYPE and name in pools else len(pools)
         return LAYER_ORDER.index(layer(resource["type"])), position, name
     return key
+
+
+def top_level(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The resource's outermost ancestor below the stack (itself when it has none)."""
+    while resource.get("parent") in by_urn:
+        resource = by_urn[resource["parent"]]
+    return resource
+
+
+def resources_in_reading_order(document: Mapping[str, Any]) -> List[Mapping[str, Any]]:
+    """Every resource, grouped under its top-level component in reading order (stack-level ones last), by URN within
+    a component: the order in which a report about resources (the policy verdict) names them."""
+    by_urn = {r["urn"]: r for r in document["resources"]}
+    order = reading_order(document)
+
+    def key(resource: Mapping[str, Any]) -> tuple:
+        root = top_level(resource, by_urn)
+        return (root["custom"], order(root) if not root["custom"] else (), resource["urn"])
+    return sorted(document["resources"], key=key)
 
 
 def _resource_tree(document: Mapping[str, Any]) -> List[str]:

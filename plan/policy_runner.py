@@ -24,6 +24,7 @@ from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
+from plan.document import resources_in_reading_order
 from policy.policies import PACK_ENFORCEMENT, PACK_NAME, POLICIES, initial_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,8 +101,9 @@ def _options(resource: Mapping[str, Any]) -> PolicyResourceOptions:
 
 
 def engine_arguments(document: Mapping[str, Any]):
-    """(one ResourceValidationArgs factory per resource, the stack's PolicyResource list), as the engine builds them."""
-    resources = document["resources"]
+    """(one ResourceValidationArgs factory per resource, the stack's PolicyResource list), as the engine builds them,
+    in reading order, so that violations name pools in the stack file's order."""
+    resources = resources_in_reading_order(document)
     providers = {r["urn"]: PolicyProviderResource(r["type"], _props(r["inputs"]), r["urn"], r["name"])
                  for r in resources if r["type"].startswith("pulumi:providers:")}
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import pulumi_policy
-from plan.document import build_document
+from plan.document import build_document, resources_in_reading_order
 from plan.policy_runner import PolicyConfigError, engine_arguments, resolve_config, run_pack
 from plan.stackfile import load_stack
 from policy import policies as pack
@@ -316,10 +316,12 @@ def test_runner_and_direct_validate_calls_agree_on_a_document_with_many_violatio
                                                    r["aliases"], pulumi_policy.PolicyCustomTimeouts(0, 0, 0), [],
                                                    r["parent"])
 
+    # The engine hands a stack policy its resources in registration order: the pools as the stack file lists them.
+    registered = resources_in_reading_order(document)
     stack = [PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], options(r), providers.get(r["provider"]),
-                            None, [], {}) for r in document["resources"]]
+                            None, [], {}) for r in registered]
     by_urn = {r.urn: r for r in stack}
-    for raw, resource in zip(document["resources"], stack):
+    for raw, resource in zip(registered, stack):
         resource.parent = by_urn.get(raw["parent"])
         resource.dependencies.extend(by_urn[d] for d in raw["dependencies"] if d in by_urn)
     budget = {"maxHourlyUsd": document["cost"]["budgetMaxHourlyUsd"]}
@@ -420,3 +422,10 @@ def test_the_policy_page_lists_every_policy_and_its_example_config_is_one_the_ru
     # The example allows p5 and g6e only: dev's g6.12xlarge pool is named, as a mandatory violation.
     assert [(v["policyName"], v["enforcementLevel"]) for v in verdict["violations"]] == [
         ("gpu-pool-instance-types", "mandatory")]
+
+
+def test_violations_name_pools_in_the_stack_files_order(documents):
+    verdict = run_pack(documents["prod-us-east-1"],
+                       {"gpu-pool-instance-types": {"allowedInstanceTypes": ["p5.48xlarge", "g6e.12xlarge"]}})
+    named = [v["urn"].rsplit("::", 1)[1] for v in verdict["violations"]]
+    assert named == ["finetune-a100-80gb-spot-asg", "finetune-a100-40gb-spot-asg"]   # as the stack file lists them
