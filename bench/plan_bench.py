@@ -1,7 +1,8 @@
 """Benchmark the offline plan: config validation and the full mock run, per shipped stack, against the floor (the
-time the SDK itself needs to register as many bare resources under the same mocks, in the same process and run),
-then synthetic stacks of 1 to 64 pools to show the cost per pool and whether it grows linearly. Prints Markdown
-tables; results are kept in bench/RESULTS.md.
+time the SDK itself needs to register as many bare resources under the same mocks, in the same process and run)
+and a second floor (the plan's resources with the same types and inputs, untyped), then synthetic stacks of 1 to
+64 pools to show the cost per pool and whether it grows linearly. Prints Markdown tables; results are kept in
+bench/RESULTS.md.
 
     .venv/bin/python -m bench.plan_bench [--repeat 5] [--pools 1 2 4 8 16 64]
 """
@@ -43,6 +44,18 @@ def floor_run(region: str, count: int):
     return run_program({"aws:region": region}, stack="bench", program=program)
 
 
+def same_inputs_run(region: str, resources):
+    """A second floor: the plan's own cloud resources, same types, names and resolved inputs, registered as plain
+    `pulumi.CustomResource`s: the SDK's cost of those inputs without the typed provider classes (an Output per
+    property) and without the program's Output graph."""
+    custom = [r for r in resources if r.custom and not r.type.startswith("pulumi:")]
+
+    def program():
+        for r in custom:
+            pulumi.CustomResource(r.type, r.name, dict(r.inputs))
+    return run_program({"aws:region": region}, stack="bench", program=program)
+
+
 def timed(fn, repeat):
     samples = []
     for _ in range(repeat):
@@ -54,21 +67,22 @@ def timed(fn, repeat):
 
 def stacks_table(repeat: int) -> None:
     print("| stack | pools | resources | validate median ms | plan run median s | plan run max s | floor median s "
-          "| ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| ratio | same inputs untyped median s | ratio to it |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for stack in STACKS:
         config = load_stack_config(stack)
         keys = project_keys(config, NAMESPACE)
         v_med, _, spec = timed(lambda: load_stack_spec(keys, stack=stack, region=config["aws:region"]), repeat)
         run = run_program(config, stack=stack)   # once before timing: the first run in a process pays imports
         count = len(run.resources)
-        runs, floors = [], []
-        for _ in range(repeat):   # interleaved, so that machine load hits both alike
+        runs, floors, untyped = [], [], []
+        for _ in range(repeat):   # interleaved, so that machine load hits all alike
             runs.append(timed(lambda: run_program(config, stack=stack), 1)[0])
             floors.append(timed(lambda: floor_run(config["aws:region"], count), 1)[0])
-        r_med, f_med = statistics.median(runs), statistics.median(floors)
+            untyped.append(timed(lambda: same_inputs_run(config["aws:region"], run.resources), 1)[0])
+        r_med, f_med, u_med = statistics.median(runs), statistics.median(floors), statistics.median(untyped)
         print(f"| {stack} | {len(spec.pools)} | {count} | {v_med * 1000:.1f} | {r_med:.2f} | {max(runs):.2f} | "
-              f"{f_med:.2f} | {r_med / f_med:.2f} |")
+              f"{f_med:.2f} | {r_med / f_med:.2f} | {u_med:.2f} | {r_med / u_med:.2f} |")
 
 
 def scale_table(repeat: int, sizes) -> None:
