@@ -3,9 +3,9 @@ every metric name they use is documented by its source (spec/dashboards/metrics.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -21,6 +21,9 @@ from spec.validate import ResolvedPool
 from tests.chart_values import values_file
 from tests.conftest import require_tool
 from userdata import gpu_verify
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import metric_sources  # noqa: E402
 
 MODELS = d.dashboards()
 UIDS = {
@@ -223,48 +226,43 @@ def test_sidecar_label_is_the_one_kube_prometheus_stack_watches():
         assert line.startswith(dotted.split(".")[-1] + ":"), f"{path.name}:{d.KPS_SIDECAR_VALUE_PATHS[dotted]}"
 
 
-def _clone(repo: str) -> Path:
-    """A local clone of a public repository (DASHBOARD_SOURCES_DIR/<owner>+<name>/repo or the workspace's
-    mirror), or skip: the sources are public, but this suite downloads nothing."""
-    roots = [Path(os.environ["DASHBOARD_SOURCES_DIR"])] if os.environ.get("DASHBOARD_SOURCES_DIR") else []
-    roots.append(Path("/work/.mirror"))
-    for root in roots:
-        git_dir = root / repo.replace("/", "+") / "repo"
-        if git_dir.is_dir():
-            return git_dir
-    pytest.skip(f"no local clone of {repo} (set DASHBOARD_SOURCES_DIR)")
-
-
-def _source_text(key: str) -> str:
-    source = d.metric_table()["sources"][key]
-    git_dir = _clone(source["repo"])
-    blob = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", f"{source['commit']}:{source['path']}"],
-                          capture_output=True, text=True)
-    if blob.returncode:
-        pytest.skip(f"{source['repo']} clone lacks {source['commit']}")
-    assert blob.stdout.strip() == source["blob"], f"{key}: {source['path']} at {source['ref']} is another file"
-    if source.get("ref"):
-        tag = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", f"{source['ref']}^{{commit}}"],
-                             capture_output=True, text=True)
-        assert tag.returncode == 0 and tag.stdout.strip() == source["commit"], f"{key}: {source['ref']} moved"
-    return subprocess.run(["git", f"--git-dir={git_dir}", "cat-file", "-p", source["blob"]],
-                          capture_output=True, text=True, check=True).stdout
+SOURCE_NAMES = yaml.safe_load((Path(metric_sources.SNAPSHOT)).read_text())
 
 
 def _stated(key: str) -> Dict[str, str]:
-    """Metric name -> type as the source states it (an empty type where it states none)."""
-    text, fmt = _source_text(key), d.metric_table()["sources"][key]["format"]
-    if fmt in ("dcgm-csv", "dcgm-csv-commented"):
-        pattern = r"^\s*(DCGM_\w+)\s*,\s*(\w+)\s*," if fmt == "dcgm-csv" else r"^#\s*(DCGM_\w+)\s*,\s*(\w+)\s*,"
-        return dict(re.findall(pattern, text, re.M))
-    if fmt == "markdown-backticks":
-        return {name: "" for name in re.findall(r"`(nv_\w+)`", text)}
-    if fmt == "markdown-table":
-        return {name: kind.lower() for name, kind in re.findall(r"^\|\s*(kube_\w+)\s*\|\s*(\w+)\s*\|", text, re.M)}
-    if fmt == "go-quoted":
-        return {name: "" for name in re.findall(r"\b([a-z][a-z_]*(?:_total)?)\{", text)
-                + re.findall(r'"(nth_\w+)"', text)}
-    raise AssertionError(f"{key}: unknown format {fmt}")
+    """Metric name -> type as the source states it ("" where it states none), as scripts/metric_sources.py read it
+    from the source's recorded blob."""
+    recorded = SOURCE_NAMES[key]
+    assert recorded["blob"] == d.metric_table()["sources"][key]["blob"], \
+        f"{key}: the table names another file than was read; run scripts/metric_sources.py"
+    return recorded["names"]
+
+
+def test_every_public_source_is_recorded():
+    public = {key for key, s in d.metric_table()["sources"].items() if s["repo"] != metric_sources.OWN}
+    assert set(SOURCE_NAMES) == public
+
+
+@pytest.mark.parametrize("fmt, text, names", [
+    ("dcgm-csv", "# Format\n# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total double-bit errors.\n"
+                 "DCGM_FI_DEV_GPU_UTIL,      gauge, GPU utilization (in %).\n",
+     {"DCGM_FI_DEV_GPU_UTIL": "gauge"}),
+    ("dcgm-csv-commented", "# DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total double-bit errors.\n"
+                           "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n",
+     {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "counter"}),
+    ("markdown-backticks", "|Count |Success Count |`nv_inference_request_success` |Number of successful requests |",
+     {"nv_inference_request_success": ""}),
+    ("markdown-table", "| Metric name | Metric type | Description |\n| ---- | ---- | ---- |\n"
+                       "| kube_node_labels | Gauge | `node`=&lt;node-address&gt; | STABLE |\n",
+     {"kube_node_labels": "gauge"}),
+    ("go-quoted", 'runtimeMetrics := []string{\n\tkey := fmt.Sprintf("actions_total{node_action=\\"%v\\"}", a)\n'
+                  '\tvalidateGauge(t, metricsMap, 2, "nth_tagged_nodes")\n\tname := fmt.Sprintf("%v{x}", n)\n',
+     {"actions_total": "", "nth_tagged_nodes": ""}),
+])
+def test_the_source_parser_reads_each_format(fmt, text, names):
+    # Lines shaped as each source writes them (the counters CSV, Triton's metrics guide, kube-state-metrics'
+    # tables, NTH's Go tests), including what must not be taken: a header, a commented counter, a Go type.
+    assert metric_sources.stated(text, fmt) == names
 
 
 @pytest.mark.parametrize("key", ["dcgm-default", "dcgm-extra", "triton", "nth", "ksm-node", "ksm-pod"])

@@ -364,7 +364,7 @@ def test_a_dr_peer_that_is_this_very_stack_is_a_config_error(peer, is_self):
                                    "one up")]
 
 
-SECRET_URL = "https://hooks.example.com/services/T000/B000/XXXXsecretXXXX"
+SECRET_URL = "https://hooks.example.com/services/T04ALERTS/B07GPUCLOUD/q9Zk3LmW8vRt2YpHc6"
 
 
 @pytest.mark.parametrize("value, accepted", [
