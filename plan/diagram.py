@@ -182,12 +182,9 @@ def diagram_dot(document: Mapping[str, Any]) -> str:
     resources = document["resources"]
     by_urn = {r["urn"]: r for r in resources}
 
-    def top(resource: Mapping[str, Any]) -> Mapping[str, Any]:
-        return top_level(resource, by_urn)
-
     # Boxes: every top-level component, and each stack reference (the peer); providers draw nothing.
-    boxes = [r for r in resources if top(r) is r and (not r["custom"] or r["type"] == STACK_REFERENCE)]
-    box_of = {r["urn"]: top(r)["urn"] for r in resources}
+    boxes = [r for r in resources if top_level(r, by_urn) is r and (not r["custom"] or r["type"] == STACK_REFERENCE)]
+    box_of = {r["urn"]: top_level(r, by_urn)["urn"] for r in resources}
     members: Dict[str, List[Mapping[str, Any]]] = {}
     for r in resources:
         if r["custom"]:

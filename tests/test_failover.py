@@ -79,3 +79,17 @@ def test_an_internal_nlb_is_judged_by_an_alarm_on_its_healthy_targets(stack_runs
 
 def test_a_stack_without_a_dr_role_makes_no_record(stack_runs):
     assert stack_runs["dev"].of_type(RECORD) == []
+
+
+def test_an_internet_facing_nlb_is_checked_by_route53_on_tritons_readiness():
+    from tests.conftest import run_stack, stack_config
+
+    inference = stack_config("prod-us-east-1")["gpu-cloud:inference"]
+    run = run_stack("prod-us-east-1", {"gpu-cloud:inference": {
+        "triton": {**inference["triton"], "scheme": "internet-facing"}}})
+    check = run.one(CHECK).inputs
+    assert (check["type"], check["port"], check["resourcePath"]) == ("HTTP", 8000, "/v2/health/ready")
+    assert (check["requestInterval"], check["failureThreshold"]) == (10, 3)     # 30 s to detect (above)
+    assert check["fqdn"] == run.outputs["inferenceEndpoint"]                  # the NLB itself, not the shared name
+    assert run.of_type(ALARM) == [] and not [t for t, _ in run.invokes if t == "aws:lb/getLoadBalancer:getLoadBalancer"]
+    assert run.one(RECORD).inputs["healthCheckId"] == run.one(CHECK).state["id"]
