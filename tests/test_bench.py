@@ -1,0 +1,69 @@
+"""bench/plan_bench.py: its floors must register what they claim to, or its ratios mean nothing. Nothing here is timed
+(speed is measured by the bench itself)."""
+import json
+
+import pytest
+
+from bench.plan_bench import (fit_line, floor_run, large_stack, record_constructions,
+                              same_inputs_run, typed_floor_run)
+from conftest import stack_config
+from plan.stackfile import project_keys
+from spec.validate import NAMESPACE, load_stack_spec
+
+
+@pytest.fixture(scope="module")
+def dev_constructions():
+    return record_constructions(stack_config("dev"), "dev")
+
+
+def test_typed_floor_rebuilds_every_resource_of_the_plan_with_its_own_class_and_the_same_inputs(dev_constructions):
+    run, constructions = dev_constructions
+    floor = typed_floor_run("us-east-1", constructions)
+    assert sorted((r.type, r.name) for r in floor.resources) == sorted((r.type, r.name) for r in run.resources)
+    planned = {(r.type, r.name): r.inputs for r in run.resources}
+    differing = [(r.type, r.name) for r in floor.resources if r.custom and r.inputs != planned[(r.type, r.name)]]
+    assert differing == []
+    # ... but none of the program's options or links between resources: that is what the floor leaves out.
+    assert all(r.parent is None or "::pulumi:pulumi:Stack::" in r.parent for r in floor.resources)
+    assert not any(r.dependencies for r in floor.resources)
+
+
+def test_typed_floor_builds_provider_classes_not_plain_resources(dev_constructions):
+    run, constructions = dev_constructions
+    by_type = {c.type: c for c in constructions}
+    import pulumi_aws
+    import pulumi_kubernetes
+    assert by_type["aws:ec2/launchTemplate:LaunchTemplate"].cls is pulumi_aws.ec2.LaunchTemplate
+    assert by_type["kubernetes:helm.sh/v3:Release"].cls is pulumi_kubernetes.helm.v3.Release
+    # A provider's inputs reach the engine JSON-encoded; the constructor gets them decoded.
+    assert by_type["pulumi:providers:aws"].kwargs["skip_region_validation"] is True
+    # Components (gpu-cloud's own, a manifest file) carry no provider class: they are built as plain components.
+    assert sorted((c.type, c.name) for c in constructions if c.cls is None) == sorted(
+        (r.type, r.name) for r in run.resources if not r.custom)
+
+
+def test_the_other_floors_register_the_plans_count_and_its_inputs_untyped(dev_constructions):
+    run, _ = dev_constructions
+    assert len(floor_run("us-east-1", 7).resources) == 7
+    custom = [r for r in run.resources if r.custom and not r.type.startswith("pulumi:")]
+    untyped = same_inputs_run("us-east-1", run.resources)
+    # Registration order follows the event loop, so compare by name.
+    assert sorted((r.type, r.name, json.dumps(r.inputs, sort_keys=True)) for r in untyped.resources) == sorted(
+        (r.type, r.name, json.dumps(r.inputs, sort_keys=True)) for r in custom)
+
+
+@pytest.mark.parametrize("pools", [1, 5, 64])
+def test_synthetic_stacks_have_the_pools_asked_for_and_pass_validation(pools):
+    config = large_stack(pools)
+    spec = load_stack_spec(project_keys(config, NAMESPACE), stack="prod-us-east-1", region=config["aws:region"])
+    assert [p.name for p in spec.pools] == [f"pool-{i:03d}" for i in range(pools)]
+    assert all(p.spec.max_nodes == 1 for p in spec.pools)
+
+
+def test_fit_line_recovers_a_line_and_scores_scatter():
+    intercept, slope, r2 = fit_line([(1, 5.0), (2, 8.0), (4, 14.0), (8, 26.0)])   # y = 2 + 3x
+    assert (round(intercept, 9), round(slope, 9), round(r2, 9)) == (2.0, 3.0, 1.0)
+    intercept, slope, r2 = fit_line([(0, 0.0), (1, 2.0), (2, 1.0)])
+    # By hand: means (1, 1); sum dx*dy 1, sum dx^2 2; fitted 0.5, 1, 1.5; squared residuals 1.5 of a total 2.
+    assert (round(intercept, 9), round(slope, 9), round(r2, 9)) == (0.5, 0.5, 0.25)
+
