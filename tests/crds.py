@@ -1,9 +1,12 @@
 """CRD schemas for tests, and a validator that, unlike the API server, reports unknown fields.
 
-`crd_schema("mpijobs.kubeflow.org")` (or "kubeflow.org/mpijobs") returns the openAPIV3Schema of the served
-storage version (or `version`). It reads the CRDs from the directory GPU_CLOUD_CRD_DIR (any *.yaml there), else
-from the pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org,
-Kueue v0.19.2's chart for kueue.x-k8s.io and kube-prometheus-stack 88.5.3's for monitoring.coreos.com. With neither it skips the test: CI has no mirror.
+`crd_schema("mpijobs.kubeflow.org")` (or "kubeflow.org/mpijobs") returns the openAPIV3Schema of the storage
+version (or `version`). It reads the CRDs from the directory GPU_CLOUD_CRD_DIR (any *.yaml there), else from the
+pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org, Kueue v0.19.2's
+chart for kueue.x-k8s.io and kube-prometheus-stack 88.5.3's for monitoring.coreos.com; else (CI has no mirror)
+from the record tests/upstream/crd-schemas.json (see tests/upstream_records.py), pruned to the fields the tests
+use. Run with GPU_CLOUD_CRD_USES=FILE, `validate_against_crd` appends each object it checks against a mirrored
+schema to FILE: that is how scripts/upstream_records.py learns which fields to keep.
 
 `validate_against_crd(obj, schema)` checks types, enums, required fields and the like with jsonschema, and flags
 every field the schema does not name. The API server prunes unknown fields of a structural schema silently, so a
@@ -11,25 +14,35 @@ misspelt field would otherwise vanish without an error.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-import pytest
 import yaml
 
-MIRROR = Path("/work/.mirror")
-# group -> (repository in the mirror, tag, path of the CRD file for a plural)
+from tests import upstream_records
+from tests.conftest import missing
+
+RECORD = "crd-schemas.json"
+# group -> (repository, tag, path of the CRD file for a plural)
 SOURCES = {
-    "kubeflow.org": ("kubeflow+mpi-operator/repo", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
-    "kueue.x-k8s.io": ("kubernetes-sigs+kueue/repo", "v0.19.2",
+    "kubeflow.org": ("kubeflow/mpi-operator", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
+    "kueue.x-k8s.io": ("kubernetes-sigs/kueue", "v0.19.2",
                        lambda plural: f"charts/kueue/templates/crd/kueue.x-k8s.io_{plural}.yaml"),
     # prometheus-operator's CRDs as kube-prometheus-stack 88.5.3 installs them (its crds subchart).
-    "monitoring.coreos.com": ("prometheus-community+helm-charts/repo", "kube-prometheus-stack-88.5.3",
+    "monitoring.coreos.com": ("prometheus-community/helm-charts", "kube-prometheus-stack-88.5.3",
                               lambda plural: f"charts/kube-prometheus-stack/charts/crds/crds/crd-{plural}.yaml"),
 }
+
+
+class CrdSchema(dict):
+    """An openAPIV3Schema that knows its CRD, version and where it was read: "dir", "mirror" or "record"."""
+
+    def __init__(self, schema: dict, crd: str, version: str, origin: str):
+        super().__init__(schema)
+        self.crd, self.version, self.origin = crd, version, origin
 
 
 def _crd_name(group_plural: str) -> str:
@@ -65,33 +78,45 @@ def _from_dir(name: str) -> Optional[dict]:
     return None
 
 
-def _from_mirror(name: str) -> Optional[dict]:
+def source(name: str):
+    """(repository, tag, path) of a CRD's pinned file, or None for a group not pinned here."""
     plural, group = name.split(".", 1)
     if group not in SOURCES:
         return None
     repo, tag, path = SOURCES[group]
-    shown = subprocess.run(["git", "--git-dir", str(MIRROR / repo), "show", f"{tag}:{path(plural)}"],
-                           capture_output=True, text=True)
-    if shown.returncode:
+    return repo, tag, path(plural)
+
+
+def from_mirror(name: str, mirror: Optional[Path] = None) -> Optional[dict]:
+    pinned = source(name)
+    text = upstream_records.show(*pinned, mirror=mirror) if pinned else None
+    if text is None:
         return None
-    return next((crd for crd in _documents(shown.stdout) if crd["metadata"]["name"] == name), None)
+    return next((crd for crd in _documents(text) if crd["metadata"]["name"] == name), None)
 
 
-def crd(group_plural: str) -> dict:
-    name = _crd_name(group_plural)
-    found = _from_dir(name) or _from_mirror(name)
-    if found is None:
-        pytest.skip(f"CRD {name} not found: set GPU_CLOUD_CRD_DIR to a directory of CRD YAML files, or fetch the "
-                    f"pinned release into {MIRROR} (CI has neither; the schema check runs where they are)")
-    return found
+def _chosen(versions: dict, group_plural: str, version: Optional[str]) -> str:
+    chosen = [name for name, v in versions.items() if (name == version if version else v.get("storage"))]
+    assert chosen, f"{group_plural}: no version {version or '(storage)'} among {sorted(versions)}"
+    return chosen[0]
 
 
-def crd_schema(group_plural: str, version: Optional[str] = None) -> dict:
+def crd_schema(group_plural: str, version: Optional[str] = None) -> CrdSchema:
     """The openAPIV3Schema of `version`, by default the storage version."""
-    versions = crd(group_plural)["spec"]["versions"]
-    chosen = [v for v in versions if (v["name"] == version if version else v.get("storage"))]
-    assert chosen, f"{group_plural}: no version {version or '(storage)'} among {[v['name'] for v in versions]}"
-    return chosen[0]["schema"]["openAPIV3Schema"]
+    name = _crd_name(group_plural)
+    for origin, found in (("dir", _from_dir(name)), ("mirror", from_mirror(name))):
+        if found is not None:
+            versions = {v["name"]: {"storage": v.get("storage", False), "schema": v["schema"]["openAPIV3Schema"]}
+                        for v in found["spec"]["versions"]}
+            chosen = _chosen(versions, group_plural, version)
+            return CrdSchema(versions[chosen]["schema"], name, chosen, origin)
+    recorded = upstream_records.record(RECORD)["crds"].get(name)
+    if recorded is None:
+        missing(f"CRD {name} is not in tests/upstream/{RECORD}, and neither GPU_CLOUD_CRD_DIR nor a mirror of its "
+                f"source is here ({upstream_records.MIRROR}): set GPU_CLOUD_CRD_DIR to a directory of CRD YAML "
+                f"files, or {upstream_records.RERECORD}")
+    chosen = _chosen(recorded["versions"], group_plural, version)
+    return CrdSchema(recorded["versions"][chosen]["schema"], name, chosen, "record")
 
 
 def _as_json_schema(schema):
@@ -122,7 +147,14 @@ def validate_against_crd(obj: dict, schema: dict) -> None:
     """Raise AssertionError listing every violation (by path) of `obj` against a CRD's openAPIV3Schema."""
     import jsonschema
 
+    origin = getattr(schema, "origin", None)
+    uses = os.environ.get("GPU_CLOUD_CRD_USES")
+    if uses and origin == "mirror":
+        with open(uses, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"crd": schema.crd, "version": schema.version, "object": obj}) + "\n")
     validator = jsonschema.Draft7Validator(_as_json_schema(schema))
     errors: List[str] = [f"{'.'.join(str(p) for p in error.absolute_path) or '<root>'}: {error.message}"
                          for error in validator.iter_errors(obj)]
-    assert not errors, "\n".join(sorted(errors))
+    hint = (f"\n(checked against tests/upstream/{RECORD}, which names only the fields the tests used when it was "
+            f"made: if a field above is real, {upstream_records.RERECORD})" if origin == "record" else "")
+    assert not errors, "\n".join(sorted(errors)) + hint

@@ -549,7 +549,18 @@ def test_crd_loader_and_validator(tmp_path, monkeypatch):
     for bad, error in (({"sise": 1}, "'sise' was unexpected"), ({"size": 1.5}, "size: 1.5 is not valid")):
         with pytest.raises(AssertionError, match=re.escape(error)):
             validate_against_crd(bad, schema)
+    assert schema.origin == "dir"
+    # Without the directory or a mirror (as on CI): a pinned CRD comes from the record, any other is missing.
     monkeypatch.setenv("GPU_CLOUD_CRD_DIR", str(tmp_path / "absent"))
-    monkeypatch.setattr(crds, "MIRROR", tmp_path / "no-mirror")
+    monkeypatch.setattr(crds.upstream_records, "MIRROR", tmp_path / "no-mirror")
+    recorded = crds.crd_schema("kubeflow.org/mpijobs")
+    assert (recorded.origin, recorded.crd, recorded.version) == ("record", "mpijobs.kubeflow.org", "v2beta1")
+    with pytest.raises(AssertionError, match="'slotPerWorker' was unexpected(.|\n)*upstream_records.py"):
+        validate_against_crd({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                              "spec": {"slotPerWorker": 8, "mpiReplicaSpecs": {}}}, recorded)
+    monkeypatch.delenv("CI", raising=False)
     with pytest.raises(pytest.skip.Exception, match="GPU_CLOUD_CRD_DIR"):
-        crds.crd_schema("kubeflow.org/mpijobs")
+        crds.crd_schema("example.com/gadgets")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="not in tests/upstream/crd-schemas.json"):
+        crds.crd_schema("example.com/gadgets")

@@ -3,8 +3,6 @@ pools, spot only for interruptible jobs, Kueue's configuration and chart values.
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 from typing import Any, Dict, Set
 
 import pytest
@@ -17,11 +15,11 @@ from spec.model import NodePool
 from spec.pools import DEFAULT_PRIORITY, GPU_TAINT, INTERRUPTIBLE_TAINT, QUEUE_FLAVOR_LABEL, Taint, node_labels, \
     node_taints
 from spec.validate import ResolvedPool
+from tests import upstream_records
 from tests.chart_values import assert_values_confirmed
 from tests.conftest import STACKS
 
 catalog = load_catalog()
-KUEUE_MIRROR = Path("/work/.mirror/kubernetes-sigs+kueue/repo")
 GPU, EFA = "nvidia.com/gpu", kueue.EFA_RESOURCE
 RELEASE, CONFIG_FILE = "kubernetes:helm.sh/v3:Release", "kubernetes:yaml/v2:ConfigFile"
 KUEUE_TYPE = "kubernetes:kueue.x-k8s.io/v1beta2:"
@@ -168,13 +166,12 @@ def test_kueue_manages_jobs_and_mpijobs_and_only_quotas_gpus_and_efa():
     assert config["manageJobsWithoutQueueName"] is False
 
 
-def _go_json_fields(path: str) -> Set[str]:
-    if not KUEUE_MIRROR.is_dir():
-        pytest.skip(f"kubernetes-sigs/kueue is not mirrored at {KUEUE_MIRROR}: the Configuration's Go types are "
-                    "read from its source at v0.19.2, which CI cannot fetch")
-    source = subprocess.run(["git", "-C", str(KUEUE_MIRROR), "show", f"v0.19.2:{path}"], check=True,
-                            capture_output=True, text=True).stdout
-    return set(re.findall(r'json:"([A-Za-z]+)[,"]', source))
+def _configuration_fields() -> Set[str]:
+    """The JSON fields of Kueue v0.19.2's config API: from its source where it is mirrored, else from the record
+    (tests/upstream/, checked against the source by test_upstream_records.py)."""
+    recorded = upstream_records.record("kueue-configuration-fields.json")
+    source = upstream_records.show(recorded["repo"], recorded["tag"], recorded["path"])
+    return upstream_records.go_json_fields(source) if source is not None else set(recorded["fields"])
 
 
 def _keys(node: Any, skip_values_of=("frameworks",)) -> Set[str]:
@@ -187,7 +184,7 @@ def test_every_configuration_key_is_a_field_of_kueues_v1beta2_api():
     # leaderElection is k8s.io/component-base's LeaderElectionConfiguration, not defined in Kueue's file.
     leader_election = {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock",
                        "resourceName", "resourceNamespace"}
-    fields = _go_json_fields("apis/config/v1beta2/configuration_types.go") | {"apiVersion", "kind"} | leader_election
+    fields = _configuration_fields() | {"apiVersion", "kind"} | leader_election
     unknown = sorted(_keys(kueue.manager_configuration("install")) - fields)
     assert not unknown, f"not in config.kueue.x-k8s.io/v1beta2: {unknown}"
 

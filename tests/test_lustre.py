@@ -358,16 +358,11 @@ def test_bad_arguments_fail_before_anything_is_registered(change, message):
         run_component(build(**change))
 
 
-FSX_MIRROR = "/work/.mirror/kubernetes-sigs+aws-fsx-csi-driver/repo"
-
-
 def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_before_the_claim(run):
-    import subprocess
-
-    import yaml
-
     from components.cluster import SYSTEM_NODE_LABELS
     from spec import charts
+    from tests import upstream_records
+    from tests.chart_values import set_paths
 
     release = run.one("kubernetes:helm.sh/v3:Release")
     pin = charts.chart(charts.FSX_CSI_DRIVER)
@@ -376,15 +371,12 @@ def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_
     assert release.inputs["repositoryOpts"] == {"repo": pin.repository}
     assert release.inputs["values"] == {"controller": {"nodeSelector": SYSTEM_NODE_LABELS}}
     assert release.urn in run.one("kubernetes:core/v1:PersistentVolumeClaim").dependencies
-    shown = subprocess.run(["git", "--git-dir", FSX_MIRROR, "show",
-                            "helm-chart-aws-fsx-csi-driver-1.17.0:charts/aws-fsx-csi-driver/values.yaml"],
-                           capture_output=True, text=True)
-    if shown.returncode:
-        pytest.skip(f"the chart's values.yaml at its tag is read from {FSX_MIRROR}, absent here (CI cannot fetch it)")
-    lines = shown.stdout.splitlines()
-    for path, line in lustre.CSI_VALUE_PATHS.items():
-        assert lines[line - 1].strip().startswith(path.split(".")[-1] + ":")
-        assert path.split(".")[0] in yaml.safe_load(shown.stdout)
+    # Every value set is a key of the chart's values.yaml at its tag, at the line the code cites (the record of
+    # that file's keys: tests/upstream/, held against the chart's source by test_upstream_records.py).
+    recorded = upstream_records.record("fsx-csi-driver-values.json")
+    assert recorded["tag"] == f"helm-chart-aws-fsx-csi-driver-{pin.version}"
+    assert sorted(set_paths(release.inputs["values"], lustre.CSI_VALUE_PATHS)) == sorted(lustre.CSI_VALUE_PATHS)
+    assert {path: recorded["keys"].get(path) for path in lustre.CSI_VALUE_PATHS} == lustre.CSI_VALUE_PATHS
 
 
 @pytest.mark.parametrize("stack, expected", [

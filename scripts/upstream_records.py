@@ -1,0 +1,119 @@
+"""Write tests/upstream/: the facts the tests take from pinned upstream sources (tests/upstream_records.py says
+which), read from local mirrors, so that CI, which cannot fetch them, checks against the same facts.
+
+    .venv/bin/python scripts/upstream_records.py [--mirror DIR] [--check]
+
+DIR holds the mirrors as <owner>+<name>/repo git directories (default: $GPU_CLOUD_MIRROR or /work/.mirror). The CRD
+schemas are pruned to the fields the tests' objects use: the script runs the tests that validate custom resources
+(about a minute) with GPU_CLOUD_CRD_USES set, and keeps each used field's whole schema and nothing else. With
+--check it writes nothing and exits 1 when a record is not what the sources and the tests give now. Needs git and
+the mirrors; not run by the tests, which check the records against the mirrors where those are present.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests import crds, upstream_records  # noqa: E402
+
+KUEUE = ("kubernetes-sigs/kueue", "v0.19.2", "apis/config/v1beta2/configuration_types.go")
+FSX_CSI = ("kubernetes-sigs/aws-fsx-csi-driver", "helm-chart-aws-fsx-csi-driver-1.17.0",
+           "charts/aws-fsx-csi-driver/values.yaml")
+# The tests that validate custom resources against their CRDs (tests/crds.py validate_against_crd), less the one
+# that tests the loader on the record itself.
+CRD_TESTS = ("tests/test_acceptance.py", "tests/test_jobs.py", "tests/test_mpijob.py", "tests/test_monitoring.py",
+             "tests/test_training.py", "--deselect", "tests/test_acceptance.py::test_crd_loader_and_validator")
+
+
+class RecordError(Exception):
+    pass
+
+
+def _source(repo: str, tag: str, path: str, mirror: Path) -> Tuple[Dict[str, str], str]:
+    text = upstream_records.show(repo, tag, path, mirror=mirror)
+    if text is None:
+        raise RecordError(f"{repo} {tag}:{path} is not in {upstream_records.git_dir(repo, mirror)}")
+    return {"repo": repo, "tag": tag, "path": path, "blob": upstream_records.blob(repo, tag, path, mirror)}, text
+
+
+def kueue_fields(mirror: Path) -> Dict[str, Any]:
+    where, text = _source(*KUEUE, mirror)
+    return {**where, "fields": sorted(upstream_records.go_json_fields(text))}
+
+
+def fsx_csi_values(mirror: Path) -> Dict[str, Any]:
+    where, text = _source(*FSX_CSI, mirror)
+    return {**where, "keys": upstream_records.yaml_key_lines(text)}
+
+
+def crd_uses(mirror: Path) -> List[Dict[str, Any]]:
+    """Every object the CRD tests validate against a mirrored schema: {crd, version, object}."""
+    with tempfile.TemporaryDirectory() as scratch:
+        uses = Path(scratch) / "uses.jsonl"
+        env = {**os.environ, "GPU_CLOUD_CRD_USES": str(uses), "GPU_CLOUD_MIRROR": str(mirror)}
+        env.pop("GPU_CLOUD_CRD_DIR", None)
+        ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *CRD_TESTS],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+        if ran.returncode:
+            raise RecordError(f"the CRD tests failed against the mirrored schemas:\n{ran.stdout[-3000:]}")
+        return [json.loads(line) for line in uses.read_text(encoding="utf-8").splitlines()] if uses.exists() else []
+
+
+def crd_schemas(mirror: Path) -> Dict[str, Any]:
+    objects: Dict[Tuple[str, str], list] = {}
+    for use in crd_uses(mirror):
+        objects.setdefault((use["crd"], use["version"]), []).append(use["object"])
+    out: Dict[str, Any] = {}
+    for crd_name in sorted({name for name, _ in objects}):
+        where, _ = _source(*crds.source(crd_name), mirror)
+        full = crds.from_mirror(crd_name, mirror)
+        versions = {v["name"]: v for v in full["spec"]["versions"]}
+        out[crd_name] = {**where, "versions": {
+            version: {"storage": bool(versions[version].get("storage")),
+                      "schema": upstream_records.prune(versions[version]["schema"]["openAPIV3Schema"], used)}
+            for (name, version), used in sorted(objects.items()) if name == crd_name}}
+    return {"crds": out}
+
+
+RECORDS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
+           crds.RECORD: crd_schemas}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mirror", type=Path, default=upstream_records.MIRROR)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a record is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, make in RECORDS.items():
+        try:
+            fresh = make(args.mirror)
+        except RecordError as err:
+            print(f"{name}: {err}", file=sys.stderr)
+            return 2
+        path = upstream_records.RECORDS / name
+        text = json.dumps(fresh, indent=1, sort_keys=True) + "\n"
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)} ({len(text):,} bytes)")
+    if stale:
+        print(f"stale: {', '.join(stale)}; run without --check to write them", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
