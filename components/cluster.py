@@ -360,8 +360,9 @@ class EksCluster(pulumi.ComponentResource):
                 min_size=args.system_min_nodes, desired_size=args.system_desired_nodes,
                 max_size=args.system_max_nodes),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            # The cluster autoscaler may move the desired size (EKS tags managed groups for
-            # auto-discovery); min and max stay owned here.
+            # Sized here, not by the cluster autoscaler: EKS tags the group for its discovery, but the
+            # autoscaler may scale only the GPU pools (its priorities and IAM name them alone). The desired
+            # size is left to whoever changed it since (an operator making room), min and max stay owned here.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_policies, vpc_cni, kube_proxy,
                                                                  pod_identity_agent],
                                         ignore_changes=["scalingConfig.desiredSize"]))

@@ -31,7 +31,7 @@ class Failover(pulumi.ComponentResource):
             self.health_check = aws.route53.HealthCheck(
                 f"{name}-health", type="HTTP", fqdn=args.endpoint, port=failover.HTTP_PORT,
                 resource_path=failover.HEALTH_PATH, request_interval=failover.REQUEST_INTERVAL_S,
-                failure_threshold=failover.FAILURE_THRESHOLD, reference_name=f"{args.stack}"[:64],
+                failure_threshold=failover.FAILURE_THRESHOLD, reference_name=failover.reference_name(args.stack),
                 tags={"Name": f"{args.domain} {args.stack}"}, opts=child)
         else:
             self.health_check = self._alarm_health_check(name, args)
@@ -71,4 +71,4 @@ class Failover(pulumi.ComponentResource):
         return aws.route53.HealthCheck(
             f"{name}-health", type="CLOUDWATCH_METRIC", cloudwatch_alarm_name=alarm.name,
             cloudwatch_alarm_region=args.region, insufficient_data_health_status="Unhealthy",
-            reference_name=f"{args.stack}"[:64], tags={"Name": f"{args.domain} {args.stack}"}, opts=child)
+            reference_name=failover.reference_name(args.stack), tags={"Name": f"{args.domain} {args.stack}"}, opts=child)

@@ -181,14 +181,15 @@ class Inference(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lb_controller]))
         self.endpoint = self.service.status.load_balancer.ingress[0].hostname
 
-        # Metrics stay inside the cluster: their own Service, scraped by the stack's Prometheus.
+        # Metrics stay inside the cluster: their own Service, scraped by the stack's Prometheus. After the
+        # controller too: its Service webhook covers this namespace and refuses creates while it is not answering.
         metrics_labels = {**APP_LABELS, "app.kubernetes.io/component": "metrics"}
         metrics_service = kubernetes.core.v1.Service(
             f"{name}-metrics", metadata=in_namespace(f"{triton.NAME}-metrics", metrics_labels),
             spec=kubernetes.core.v1.ServiceSpecArgs(
                 selector=APP_LABELS, ports=[kubernetes.core.v1.ServicePortArgs(
                     name="metrics", port=triton.PORTS["metrics"], target_port="metrics", protocol="TCP")]),
-            opts=child)
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lb_controller]))
         service_monitor(f"{name}-service-monitor", triton.NAME, args.namespace,
                         monitoring.service_monitor_spec(args.namespace_name, metrics_labels, "metrics"),
                         opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring, metrics_service]))

@@ -142,9 +142,11 @@ class GpuNodePool(pulumi.ComponentResource):
         if pool.efa:
             efa_sg = self._efa_security_group(name, args.vpc_id)
             security_groups.append(efa_sg.id)
-        if pool.efa and not placement_group_name and pool.spec.capacity != "capacity-block":
-            # Cluster placement: EFA traffic between nodes in one spine keeps NCCL latency low. A reservation
-            # made in a placement group names it (placementGroup) and launches there; capacity blocks need none.
+        if pool.efa and not placement_group_name and not pool.spec.reserved_capacity:
+            # Cluster placement: EFA traffic between nodes in one spine keeps NCCL latency low. Reserved capacity
+            # gets no new group: a reservation made in a placement group names it (placementGroup) and launches
+            # there; one made outside any group (or a capacity block, which AWS places) would fail to launch part
+            # of its instances under a group it was not made in (eksctl #7949, terraform-aws-eks #3730).
             self.placement_group = aws.ec2.PlacementGroup(f"{name}-placement", strategy="cluster", opts=child)
             placement_group_name = self.placement_group.name
 

@@ -557,10 +557,13 @@ def pools(resources: Sequence[PolicyResource]) -> List[Pool]:
 def efa_placement_and_zone(args: StackValidationArgs, report: ReportViolation) -> None:
     for pool in filter(lambda p: p.efa, pools(args.resources)):
         template = pool.template
-        market = get(template.props, "instanceMarketOptions", "marketType")
         group_name = get(template.props, "placement", "groupName")
         groups = _deps(template, PLACEMENT_GROUP)
-        if market != "capacity-block":    # capacity blocks are placed together by AWS and take no group
+        # Reserved capacity is placed where it was reserved: a capacity block by AWS, a capacity reservation in the
+        # group it was made in, if any (the config check holds placementGroup to the reservation's own).
+        reserved = get(template.props, "capacityReservationSpecification", "capacityReservationTarget",
+                       "capacityReservationId")
+        if not reserved:
             if not group_name:
                 report(f"EFA pool {pool.name}: launch template {template.name} names no placement group: EFA needs "
                        "its nodes on one network spine; launch in a cluster placement group", template.urn)
@@ -873,7 +876,8 @@ POLICIES = [
               launch_template_no_public_ip),
     _resource("efa-interface-layout", "EFA launch templates have the instance type's catalog interface layout.",
               efa_interface_layout),
-    _stack("efa-placement-and-zone", "EFA pools launch in a cluster placement group in one zone.",
+    _stack("efa-placement-and-zone",
+           "EFA pools launch in one zone, in a cluster placement group unless reserved capacity places them.",
            efa_placement_and_zone),
     _stack("efa-security-group-self", "EFA pools have a security group allowing all traffic to and from itself.",
            efa_security_group_self),

@@ -84,3 +84,13 @@ def arn_suffix(arn: str) -> str:
 def set_identifier(stack: str) -> str:
     """What tells the two halves of the record set apart: the stack's name."""
     return stack
+
+
+# Route 53 takes a caller reference of up to 64 characters; the AWS provider appends a 37-character unique suffix
+# to the reference name (terraform-provider-aws route53 health check), so the name itself may have 27.
+REFERENCE_NAME_MAX = 27
+
+
+def reference_name(stack: str) -> str:
+    """The health check's reference name: the stack's, cut to what the provider accepts."""
+    return stack[:REFERENCE_NAME_MAX]

@@ -171,6 +171,11 @@ def manager_configuration(driver_source: str) -> Dict[str, Any]:
         "clientConnection": {"qps": 300, "burst": 500},
         # Jobs without the queue label are not Kueue's: the namespace's ResourceQuota still caps them.
         "manageJobsWithoutQueueName": False,
+        # Only the training namespace (its one LocalQueue) is Kueue's. The chart copies this selector into its job
+        # webhooks (templates/webhook/manifests.yaml), which refuse requests while Kueue is not answering: left
+        # to the default (every namespace but kube-system and Kueue's own), a Job created elsewhere during
+        # Kueue's first start, such as kube-prometheus-stack's install hook, would fail the release.
+        "managedJobsNamespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINING_NAMESPACE}},
         "waitForPodsReady": {
             "timeout": timeout,
             "recoveryTimeout": timeout,

@@ -9,8 +9,9 @@ Facts (triton-inference-server/server tag v2.71.0, 819ee3777, 2026-07-24):
   models are copied to a temporary directory (TRITON_AWS_MOUNT_DIRECTORY, default under /tmp).
 - docs/user_guide/metrics.md: metrics on port 8002; nv_inference_queue_duration_us and nv_inference_request_success
   are cumulative counters per model; summaries (p99) need `--metrics-config summary_latencies=true`.
-- docs/protocol (KServe v2): /v2/health/ready (every model ready, with --strict-readiness, the default) and
-  /v2/health/live.
+- docs/protocol (KServe v2): /v2/health/ready and /v2/health/live; /v2/models/<name>/ready per model.
+- docs/customization_guide/deploy.md: `--strict-readiness` (default true) makes /v2/health/ready wait for every
+  model; `--exit-on-error` (default true) exits when initialization (any model's load) fails.
 - docs/user_guide/model_management.md: `--model-control-mode=poll` loads, reloads and unloads models as the
   repository changes, every `--repository-poll-secs`.
 """
@@ -59,11 +60,18 @@ PROMETHEUS_ADAPTER_VALUE_PATHS: Mapping[str, int] = {
 
 
 def server_args(model_repository: str) -> List[str]:
-    """tritonserver's arguments (the container's command is `tritonserver`)."""
+    """tritonserver's arguments (the container's command is `tritonserver`).
+
+    Readiness means the server is up, not that every model loaded (NVIDIA's defaults, strict readiness and exit on
+    error, are made for one server with a fixed model set). Here the repository is polled and replicated to the DR
+    peer: with the defaults, one model that fails to load would take every replica out of the load balancer, new
+    pods would exit at start, and 15 minutes later the same model would do the same in the peer region, so failover
+    would land on a second outage. Instead the other models keep serving and the broken one answers as not ready
+    (/v2/models/<name>/ready, and its reason in /v2/repository/index)."""
     if not model_repository.startswith("s3://"):
         raise ValueError(f"model repository {model_repository!r} is not an s3:// URI")
     return [f"--model-repository={model_repository}", "--model-control-mode=poll",
-            f"--repository-poll-secs={REPOSITORY_POLL_S}", "--strict-readiness=true",
+            f"--repository-poll-secs={REPOSITORY_POLL_S}", "--strict-readiness=false", "--exit-on-error=false",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *alert_rules.TRITON_SERVER_ARGS]
 
 

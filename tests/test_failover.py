@@ -45,6 +45,12 @@ def test_a_non_elb_arn_is_refused():
         failover.arn_suffix("not-an-arn")
 
 
+@pytest.mark.parametrize("stack, name", [("prod-us-east-1", "prod-us-east-1"),
+                                         ("x" * 27, "x" * 27), ("y" * 28, "y" * 27)])
+def test_the_health_checks_reference_name_fits_what_the_provider_accepts(stack, name):
+    assert failover.reference_name(stack) == name
+
+
 # --- components/failover.py in the shipped stacks -------------------------------------------------------------------
 RECORD, CHECK, ALARM = "aws:route53/record:Record", "aws:route53/healthCheck:HealthCheck", "aws:cloudwatch/metricAlarm:MetricAlarm"
 
@@ -75,6 +81,7 @@ def test_an_internal_nlb_is_judged_by_an_alarm_on_its_healthy_targets(stack_runs
     assert check["type"] == "CLOUDWATCH_METRIC"
     assert check["cloudwatchAlarmName"] == alarm["name"] == "gpu-cloud-prod-us-east-1-triton-no-healthy-targets"
     assert check["insufficientDataHealthStatus"] == "Unhealthy"
+    assert check["referenceName"] == "prod-us-east-1"
 
 
 def test_a_stack_without_a_dr_role_makes_no_record(stack_runs):

@@ -140,6 +140,18 @@ def test_the_load_balancer_controller_is_limited_to_this_stacks_resources(run):
     assert values["vpcId"] == vpc and values["clusterName"] == "gpu-cloud-prod-us-east-1"
 
 
+def test_every_service_the_controllers_webhook_covers_waits_for_the_controller(run):
+    """The controller's Service webhook refuses creates (failurePolicy Fail) while no controller pod answers: a
+    Service created in a covered namespace before the release is ready would fail the first `pulumi up`."""
+    controller = next(r for r in run.of_type("kubernetes:helm.sh/v3:Release")
+                      if r.inputs["chart"] == "aws-load-balancer-controller")
+    (selector,) = controller.inputs["values"]["serviceMutatorWebhookConfig"]["namespaceSelectors"]
+    covered = [r for r in run.of_type("kubernetes:core/v1:Service")
+               if r.inputs["metadata"]["namespace"] in selector["values"]]
+    assert {r.name for r in covered} >= {"inference-service", "inference-metrics"}
+    assert all(controller.urn in r.dependencies for r in covered), [r.name for r in covered]
+
+
 def test_every_object_inference_creates_directly_is_valid_kubernetes(run):
     from plan.engine import ProgramRun
     inference = [r for r in run.resources if "gpu-cloud:inference:Inference" in r.urn]

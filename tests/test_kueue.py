@@ -164,6 +164,8 @@ def test_kueue_manages_jobs_and_mpijobs_and_only_quotas_gpus_and_efa():
     assert config["integrations"]["frameworks"] == ["batch/job", "kubeflow.org/mpijob"]
     assert config["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
     assert config["manageJobsWithoutQueueName"] is False
+    # Its job webhooks (failurePolicy Fail) see the training namespace only, where its LocalQueue is.
+    assert config["managedJobsNamespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "training"}}
 
 
 def _configuration_fields() -> Set[str]:
@@ -174,7 +176,8 @@ def _configuration_fields() -> Set[str]:
     return upstream_records.go_json_fields(source) if source is not None else set(recorded["fields"])
 
 
-def _keys(node: Any, skip_values_of=("frameworks",)) -> Set[str]:
+def _keys(node: Any, skip_values_of=("frameworks", "managedJobsNamespaceSelector")) -> Set[str]:
+    # Kubernetes types inside the Configuration (a LabelSelector) are not Kueue's fields.
     if isinstance(node, dict):
         return set(node) | {k for key, value in node.items() if key not in skip_values_of for k in _keys(value)}
     return set()

@@ -77,7 +77,7 @@ def test_pool_without_efa_has_no_efa_device_placement_group_or_efa_group():
 
 
 def test_efa_pool_sits_in_a_cluster_placement_group_in_one_zone_with_self_referencing_rules():
-    run, pool = pool_run()
+    run, pool = pool_run({"capacity": "on-demand", "capacityReservationId": None})
     group = run.one("aws:ec2/placementGroup:PlacementGroup")
     assert group.inputs["strategy"] == "cluster"
     placement = run.one(LT).inputs["placement"]
@@ -106,6 +106,15 @@ def test_capacity_block_pool_uses_the_capacity_block_market_and_targets_the_bloc
         "capacityReservationId": "cr-0aaaaaaaaaaaaaaaa"}
     # A capacity block is placed by AWS: no placement group is made or named.
     assert not run.of_type("aws:ec2/placementGroup:PlacementGroup") and "placement" not in inputs
+
+
+def test_reservation_made_outside_any_placement_group_launches_under_none():
+    # A new cluster group would bind the launch to a spine the reservation was not made in: part of it (or all,
+    # with capacity-reservations-only) would fail with InsufficientInstanceCapacity.
+    run, pool = pool_run()
+    assert pool.efa and pool.spec.capacity == "reserved" and pool.spec.placement_group is None
+    assert not run.of_type("aws:ec2/placementGroup:PlacementGroup") and "placement" not in run.one(LT).inputs
+    assert run.one("aws:ec2/securityGroup:SecurityGroup")     # still EFA: its own security group
 
 
 def test_reservation_made_in_a_placement_group_launches_into_that_group():
