@@ -238,9 +238,12 @@ class GpuNodePool(pulumi.ComponentResource):
                 ignore_changes=["desiredCapacity", "initialLifecycleHooks"],
                 # Deleting a pool with nodes drains each through the termination hook first.
                 custom_timeouts=pulumi.CustomTimeouts(delete=f"{ASG_DELETE_TIMEOUT_S // 60}m")))
+        # The hooks go with the group: deleted on their own, before it (they depend on it), the termination hook
+        # would be gone while the group's delete terminates its nodes, and none of them would be drained.
         self.lifecycle_hooks = [aws.autoscaling.LifecycleHook(
             f"{name}-hook-{hook}", name=hook, autoscaling_group_name=self.asg.name, lifecycle_transition=transition,
-            default_result=result, heartbeat_timeout=timeout, opts=child)
+            default_result=result, heartbeat_timeout=timeout,
+            opts=pulumi.ResourceOptions(parent=self, deleted_with=self.asg))
             for hook, (transition, result, timeout) in hooks.items()]
 
         self.register_outputs({"asgName": self.asg.name, "asgArn": self.asg.arn, "launchTemplateId": self.launch_template.id,

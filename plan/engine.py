@@ -111,6 +111,7 @@ class RegisteredResource:
     delete_before_replace: bool = False
     custom_timeouts: Dict[str, str] = field(default_factory=dict)   # create / update / delete, when set
     aliases: Tuple[str, ...] = ()                                   # earlier URNs or names it answers to
+    deleted_with: Optional[str] = None                              # URN whose deletion takes this one along
 
     @property
     def delete_timeout(self) -> str:
@@ -378,7 +379,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 custom_timeouts={k: v for k, v in (("create", request.customTimeouts.create),
                                                    ("update", request.customTimeouts.update),
                                                    ("delete", request.customTimeouts.delete)) if v},
-                aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases)))
+                aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases),
+                deleted_with=request.deletedWith or None))
         return response
 
     def ReadResource(self, request):

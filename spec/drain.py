@@ -32,8 +32,8 @@ The workload contract (for jobs on GPU pools)
    Anything that must happen before SIGTERM (leaving a rendezvous, draining a request queue) goes in a
    preStop hook; the kubelet runs preStop first and it counts against the same grace period.
 2. Set terminationGracePeriodSeconds to what checkpointing needs, at most WORKLOAD_MAX_GRACE_S (780 s).
-   On scale-in, rebalancing, instance refresh, stop/terminate and scheduled maintenance the pod gets
-   all of it. Above 780 s the pod may be killed when the termination hook expires, 900 s after the
+   On scale-in, rebalancing, instance refresh, termination through the Auto Scaling group and scheduled
+   maintenance the pod gets all of it (a stop or terminate sent to the instance itself is best effort). Above 780 s the pod may be killed when the termination hook expires, 900 s after the
    termination began.
 3. Spot interruption: the instance disappears 120 s after the warning and SIGTERM arrives only after the
    event has travelled EventBridge -> SQS -> NTH, so plan on SPOT_CHECKPOINT_BUDGET_S (90 s) from SIGTERM.

@@ -226,6 +226,15 @@ def test_deleting_a_pool_with_nodes_waits_for_them_to_drain():
     assert asg.delete_timeout == "25m"
 
 
+def test_the_hooks_are_deleted_with_the_group_so_its_delete_still_drains():
+    # Deleted first on their own, the termination hook would be gone before the group terminates its nodes.
+    run, _ = pool_run()
+    asg = run.one(ASG)
+    hooks = run.of_type("aws:autoscaling/lifecycleHook:LifecycleHook")
+    assert {h.inputs["name"] for h in hooks} == {"gpu-cloud-verify", "gpu-cloud-drain"}
+    assert all(h.deleted_with == asg.urn for h in hooks)
+
+
 def test_nodes_start_only_once_their_bundle_and_grants_exist():
     run, _ = pool_run()
     template = run.one(LT)
