@@ -120,6 +120,27 @@ class Tenancy(pulumi.ComponentResource):
                 f"{name}-{ns}-{policy.name}", metadata=_in_namespace(policy.name, namespace), spec=_policy_spec(policy), opts=child)
                 for policy in policies[ns]]
 
+        # Team pods stay off their nodes' host (spec/tenancy.py: host network, PID and IPC, privileged, hostPath,
+        # hostPort, capabilities), checked by the API server itself on every create and update.
+        admission = kubernetes.admissionregistration.v1
+        host_isolation = admission.ValidatingAdmissionPolicy(
+            f"{name}-host-isolation", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.HOST_ISOLATION_POLICY),
+            spec=admission.ValidatingAdmissionPolicySpecArgs(
+                failure_policy="Fail",
+                match_constraints=admission.MatchResourcesArgs(
+                    namespace_selector=kubernetes.meta.v1.LabelSelectorArgs(match_expressions=[
+                        kubernetes.meta.v1.LabelSelectorRequirementArgs(key=tenancy.TENANT_LABEL, operator="Exists")]),
+                    resource_rules=[admission.NamedRuleWithOperationsArgs(
+                        api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"],
+                        resources=["pods", "pods/ephemeralcontainers"])]),
+                validations=[admission.ValidationArgs(expression=expression, message=message)
+                             for expression, message in tenancy.host_isolation_validations()]),
+            opts=child)
+        admission.ValidatingAdmissionPolicyBinding(
+            f"{name}-host-isolation", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.HOST_ISOLATION_POLICY),
+            spec=admission.ValidatingAdmissionPolicyBindingSpecArgs(
+                policy_name=host_isolation.metadata.name, validation_actions=["Deny"]), opts=child)
+
         self.node_reader = kubernetes.rbac.v1.ClusterRole(
             f"{name}-node-reader", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.NODE_READER_NAME),
             rules=[_policy_rule(rule) for rule in tenancy.NODE_READER_RULES], opts=child)

@@ -31,7 +31,7 @@ import hashlib
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from spec.catalog import load_catalog
 from spec.model import IAM_ROLE_ARN
@@ -51,11 +51,50 @@ TENANT_LABEL = "gpu-cloud.io/tenant"
 READINESS_GATE_LABEL = ("elbv2.k8s.aws/pod-readiness-gate-inject", "enabled")
 
 
+# Pod Security Admission's baseline profile (built into the API server): no host namespaces, privileged containers,
+# hostPath, hostPort or capabilities beyond the default set. The training namespace cannot take it (MPI workers add
+# IPC_LOCK: EFA registers pinned memory); the admission policy below holds both team namespaces to the host rules.
+POD_SECURITY_BASELINE = ("pod-security.kubernetes.io/enforce", "baseline")
+
+
 def namespace_labels(namespace: str) -> Dict[str, str]:
     labels = {TENANT_LABEL: namespace}
     if namespace == INFERENCE_NAMESPACE:
         labels[READINESS_GATE_LABEL[0]] = READINESS_GATE_LABEL[1]
+        labels[POD_SECURITY_BASELINE[0]] = POD_SECURITY_BASELINE[1]
     return labels
+
+
+# A team's pod must not reach its node: a pod on the host network bypasses the NetworkPolicies (the VPC CNI's
+# agent enforces them on the pod's own interface) and the IMDS hop limit, and a privileged one or a hostPath owns
+# the node and the other tenants' pods on it. A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in
+# Kubernetes 1.30) refuses such pods in every namespace with TENANT_LABEL.
+HOST_ISOLATION_POLICY = "gpu-cloud-tenant-host-isolation"
+# Capabilities a team's container may add: Pod Security baseline's list, plus IPC_LOCK for EFA.
+ALLOWED_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                        "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT", "IPC_LOCK")
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def host_isolation_validations() -> List[Tuple[str, str]]:
+    """(CEL expression true for an acceptable Pod, message) pairs of the host isolation policy."""
+    rules = [(f"!has(object.spec.{field}) || !object.spec.{field}", f"spec.{field} is not allowed in team namespaces")
+             for field in ("hostNetwork", "hostPID", "hostIPC")]
+    rules.append(("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+                  "hostPath volumes are not allowed in team namespaces"))
+    allowed = ", ".join(f"'{cap}'" for cap in ALLOWED_CAPABILITIES)
+    for containers in CONTAINER_LISTS:
+        each = f"!has(object.spec.{containers}) || object.spec.{containers}.all(c, "
+        rules += [
+            (each + "!has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged)",
+             f"privileged {containers} are not allowed in team namespaces"),
+            (each + "!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))",
+             f"hostPort on {containers} is not allowed in team namespaces"),
+            (each + "!has(c.securityContext) || !has(c.securityContext.capabilities) || "
+                    f"!has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(x, x in [{allowed}]))",
+             f"{containers} may add only these capabilities: {', '.join(ALLOWED_CAPABILITIES)}"),
+        ]
+    return rules
 # Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace that gpu-cloud does not label.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 

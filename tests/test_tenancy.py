@@ -191,7 +191,8 @@ def _all_rules(run) -> List[dict]:
 
 def test_every_kubernetes_object_validates_against_kubernetes_1_35(run):
     k8s_objects = [r for r in run.resources if r.type.startswith("kubernetes:")]
-    assert len(k8s_objects) == 2 * (1 + 1 + 2 + 5) + 2       # per namespace: ns, quota, role+binding, 5 policies
+    # per namespace: ns, quota, role+binding, 5 policies; node reader role+binding; host isolation policy+binding
+    assert len(k8s_objects) == 2 * (1 + 1 + 2 + 5) + 2 + 2
     assert validate_kubernetes(run, "1.35") == len(k8s_objects)
 
 
@@ -199,10 +200,69 @@ def test_team_namespaces_are_labelled_for_selection_and_protected(run):
     namespaces = {r.inputs["metadata"]["name"]: r for r in run.of_type(NAMESPACE)}
     assert set(namespaces) == {"training", "inference"} == set(tenancy.TEAM_NAMESPACES)
     for name, namespace in namespaces.items():
-        # Triton's namespace also gets the load balancer controller's readiness gates (IP targets).
-        gate = {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"} if name == "inference" else {}
-        assert namespace.inputs["metadata"]["labels"] == {"gpu-cloud.io/tenant": name, **gate}
+        # Triton's namespace also gets the load balancer controller's readiness gates (IP targets), and Pod
+        # Security's baseline profile (training's MPI workers add IPC_LOCK, which baseline refuses).
+        extra = {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled",
+                 "pod-security.kubernetes.io/enforce": "baseline"} if name == "inference" else {}
+        assert namespace.inputs["metadata"]["labels"] == {"gpu-cloud.io/tenant": name, **extra}
         assert namespace.protect, "deleting a team namespace deletes every job in it"
+
+
+def test_the_api_server_refuses_team_pods_that_reach_their_host(run):
+    (policy,) = run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    (binding,) = run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    spec = policy.inputs["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "gpu-cloud.io/tenant", "operator": "Exists"}]}
+    assert spec["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+        "resources": ["pods", "pods/ephemeralcontainers"]}]
+    assert [(v["expression"], v["message"]) for v in spec["validations"]] == tenancy.host_isolation_validations()
+    assert binding.inputs["spec"] == {"policyName": "gpu-cloud-tenant-host-isolation", "validationActions": ["Deny"]}
+    assert policy.urn in binding.dependencies
+
+
+def _refusals(pod_spec) -> List[str]:
+    """The messages of the host isolation rules a Pod with `pod_spec` breaks, evaluated with a CEL interpreter."""
+    import celpy
+    env = celpy.Environment()
+    pod = celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
+    return [message for expression, message in tenancy.host_isolation_validations()
+            if not env.program(env.compile(expression)).evaluate({"object": pod})]
+
+
+def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
+    from tests.test_mpijob import job, launcher, worker_spec
+    triton = stack_runs["prod-us-east-1"].one("kubernetes:apps/v1:Deployment", "inference-deployment")
+    assert _refusals(triton.inputs["spec"]["template"]["spec"]) == []
+    manifest = job()
+    assert worker_spec(manifest)["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert _refusals(worker_spec(manifest)) == []
+    assert _refusals({"containers": [launcher(manifest)]}) == []
+
+
+@pytest.mark.parametrize("change, refused", [
+    ({"hostNetwork": True}, "spec.hostNetwork is not allowed in team namespaces"),
+    ({"hostPID": True}, "spec.hostPID is not allowed in team namespaces"),
+    ({"hostIPC": True}, "spec.hostIPC is not allowed in team namespaces"),
+    ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "hostPath volumes are not allowed in team namespaces"),
+    ({"containers": [{"name": "c", "securityContext": {"privileged": True}}]},
+     "privileged containers are not allowed in team namespaces"),
+    ({"initContainers": [{"name": "i", "securityContext": {"privileged": True}}]},
+     "privileged initContainers are not allowed in team namespaces"),
+    ({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+     "hostPort on containers is not allowed in team namespaces"),
+    ({"ephemeralContainers": [{"name": "e", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
+     "ephemeralContainers may add only these capabilities"),
+])
+def test_each_way_onto_the_host_is_refused(change, refused):
+    harmless = {"containers": [{"name": "c", "ports": [{"containerPort": 80}],
+                                "securityContext": {"privileged": False, "capabilities": {"add": ["IPC_LOCK"]}}}],
+                "volumes": [{"name": "scratch", "emptyDir": {}}], "hostNetwork": False}
+    assert _refusals(harmless) == []
+    (message,) = _refusals({**harmless, **change})
+    assert message.startswith(refused)
 
 
 def test_quota_objects_carry_the_sized_quotas_in_their_namespace(run):
