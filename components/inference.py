@@ -79,7 +79,8 @@ class Inference(pulumi.ComponentResource):
             cluster_name=args.cluster_name, namespace=lb_controller.NAMESPACE,
             service_account=lb_controller.SERVICE_ACCOUNT,
             policy=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.iam_policy_json(
-                lb_controller.scoped_iam_policy(args.partition, args.region, args.account_id, vpc_id)))), opts=child)
+                lb_controller.scoped_iam_policy(args.partition, args.region, args.account_id, vpc_id,
+                                                settings.scheme)))), opts=child)
         self.lb_controller = pinned_release(
             f"{name}-lb-controller", controller_pin, release_name=lb_controller.RELEASE_NAME,
             namespace=lb_controller.NAMESPACE,

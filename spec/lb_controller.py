@@ -209,13 +209,21 @@ _ELB_RESOURCES = ("loadbalancer/net/*/*", "loadbalancer/app/*/*", "targetgroup/*
 _ELB_SLR = "role/aws-service-role/elasticloadbalancing.amazonaws.com/AWSServiceRoleForElasticLoadBalancing"
 
 
-def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str) -> Dict[str, Any]:
+CREATE_SID = "CreateTaggedLoadBalancersAndTargetGroups"
+INTERNAL_ONLY_SID = "CreateInternalLoadBalancers"
+
+
+def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str, scheme: str) -> Dict[str, Any]:
     """iam_policy() limited to this stack: ingress changes only on security groups of its VPC, every write action on
     this account's and region's load balancers, target groups, listeners, rules and security groups (upstream
     writes "*" and relies on its tag conditions, which stay), and without the ALB add-ons. Only read actions that
-    take no resource ARN keep "*" (the Describe statement)."""
+    take no resource ARN keep "*" (the Describe statement). With `scheme` internal the controller may create
+    internal load balancers only (the elasticloadbalancing:Scheme condition key, 2023): teams may create Services,
+    and an annotation alone must not put their pods on the internet."""
     if partition != "aws":
         raise ValueError(f"{POLICY_PATH.name} is written for the aws partition, not {partition!r}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme {scheme!r}: allowed {', '.join(SCHEMES)}")
     policy = iam_policy(vpc_arn(region, account, vpc_id))
     elb = [f"arn:{partition}:elasticloadbalancing:{region}:{account}:{kind}" for kind in _ELB_RESOURCES]
     groups = f"arn:{partition}:ec2:{region}:{account}:security-group/*"
@@ -235,6 +243,12 @@ def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str) ->
                 statement["Resource"] = f"arn:{partition}:iam::{account}:{_ELB_SLR}"
             else:
                 raise ValueError(f"statement {statement.get('Sid')} of {POLICY_PATH.name} on \"*\" has no scope rule")
+        if statement.get("Sid") == CREATE_SID and scheme == "internal":
+            actions = _as_list(statement["Action"])
+            scoped.append({**statement, "Action": [a for a in actions if a != "elasticloadbalancing:CreateLoadBalancer"]})
+            statement = {**statement, "Sid": INTERNAL_ONLY_SID, "Action": "elasticloadbalancing:CreateLoadBalancer",
+                         "Condition": {**statement["Condition"],
+                                       "StringEquals": {"elasticloadbalancing:Scheme": "internal"}}}
         scoped.append(statement)
     policy["Statement"] = scoped
     return policy

@@ -135,7 +135,7 @@ def test_triton_reads_the_models_bucket_and_nothing_else(run):
 def test_the_load_balancer_controller_is_limited_to_this_stacks_resources(run):
     policy = _policy(run, "inference-lb-controller-identity-policy")
     vpc = run.outputs["vpcId"]
-    assert policy == lb_controller.scoped_iam_policy("aws", "us-east-1", "123456789012", vpc)
+    assert policy == lb_controller.scoped_iam_policy("aws", "us-east-1", "123456789012", vpc, "internal")
     values = named(run, RELEASE, "inference-lb-controller").inputs["values"]
     assert values["vpcId"] == vpc and values["clusterName"] == "gpu-cloud-prod-us-east-1"
 

@@ -360,7 +360,7 @@ def test_the_tags_failover_finds_the_nlb_by_are_tags_the_controller_puts_on_it()
 
 
 def test_the_stacks_policy_names_its_own_resources_for_every_write():
-    policy = lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC)
+    policy = lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internet-facing")
     by_sid = {s["Sid"]: s for s in policy["Statement"]}
     assert lbc.ALB_ADD_ONS_SID not in by_sid                       # NLBs only: no Shield, WAF, Cognito, ACM
     assert [sid for sid, s in by_sid.items() if s["Resource"] == "*"] == ["Describe"]
@@ -379,6 +379,23 @@ def test_the_stacks_policy_names_its_own_resources_for_every_write():
     assert all(s.get("Condition") == plain[sid].get("Condition") for sid, s in by_sid.items()
                if sid != lbc.ANY_GROUP_INGRESS_SID)
     assert by_sid[lbc.ANY_GROUP_INGRESS_SID]["Condition"] == {"ArnEquals": {"ec2:Vpc": lbc.vpc_arn(REGION, ACCOUNT, VPC)}}
+
+
+def test_an_internal_stack_lets_the_controller_create_internal_load_balancers_only():
+    internal = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internal")["Statement"]}
+    public = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internet-facing")["Statement"]}
+    assert set(internal) - set(public) == {lbc.INTERNAL_ONLY_SID}
+    create = internal[lbc.INTERNAL_ONLY_SID]
+    assert create["Action"] == "elasticloadbalancing:CreateLoadBalancer"
+    assert create["Condition"] == {"Null": {"aws:RequestTag/elbv2.k8s.aws/cluster": "false"},
+                                   "StringEquals": {"elasticloadbalancing:Scheme": "internal"}}
+    assert create["Resource"] == public[lbc.CREATE_SID]["Resource"]
+    assert internal[lbc.CREATE_SID]["Action"] == ["elasticloadbalancing:CreateTargetGroup"]
+    # Nothing else creates a load balancer.
+    assert [sid for sid, s in internal.items()
+            if "elasticloadbalancing:CreateLoadBalancer" in lbc._as_list(s["Action"])] == [lbc.INTERNAL_ONLY_SID]
+    with pytest.raises(ValueError, match="allowed internal, internet-facing"):
+        lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "public")
 
 
 def test_the_values_turn_off_what_the_dropped_permissions_served():
