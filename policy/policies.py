@@ -571,8 +571,10 @@ def efa_placement_and_zone(args: StackValidationArgs, report: ReportViolation) -
                 if get(group.props, "strategy") != "cluster":
                     report(f"EFA pool {pool.name}: placement group {group.name} has strategy "
                            f"{get(group.props, 'strategy')!r}: EFA pools need strategy \"cluster\"", group.urn)
-        subnets = items(get(pool.asg.props, "vpcZoneIdentifiers"))
-        if len(subnets) != 1:
+        # During a preview that creates the subnets, the engine may know only that there is a list.
+        zone_identifiers = get(pool.asg.props, "vpcZoneIdentifiers")
+        subnets = items(zone_identifiers)
+        if zone_identifiers is not UNKNOWN and len(subnets) != 1:
             report(f"EFA pool {pool.name}: Auto Scaling group {pool.asg.name} spans {len(subnets)} subnets: a cluster "
                    "placement group lives in one zone; give the pool exactly one subnet", pool.asg.urn)
 
