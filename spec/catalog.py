@@ -120,6 +120,14 @@ class InstanceType(_Frozen):
         return self
 
 
+def across_nodes_ceiling_gbps(network_gbps: float, gpus_per_node: int) -> float:
+    """The most all_reduce bus bandwidth (GB/s) two nodes with `network_gbps` each can show: every element's partial
+    sum crosses between them once, so algbw <= the network's GB/s, and busbw = algbw x 2(n-1)/n with n ranks (15/8
+    of it with 8 GPUs a node)."""
+    ranks = 2 * gpus_per_node
+    return network_gbps / 8 * 2 * (ranks - 1) / ranks
+
+
 class Catalog(_Frozen):
     prices_as_of: str = Field(alias="pricesAsOf")
     price_source: str = Field(alias="priceSource")
@@ -143,6 +151,11 @@ class Catalog(_Frozen):
             if nccl and nccl.within_node and not self.gpus[itype.gpu.model].nvlink_links_per_gpu:
                 raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.withinNode is an NVLink minimum, "
                                  f"but {itype.gpu.model} has no NVLink")
+            ceiling = across_nodes_ceiling_gbps(itype.network_gbps, itype.gpu.count)
+            if nccl and nccl.across_nodes and nccl.across_nodes > ceiling:
+                raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes {nccl.across_nodes:g} GB/s is more "
+                                 f"than two nodes with {itype.network_gbps:g} Gbps can reach ({ceiling:g} GB/s of "
+                                 "bus bandwidth)")
         return self
 
     def gpu_model(self, instance_type: str) -> GpuModel:

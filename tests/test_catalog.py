@@ -105,15 +105,31 @@ def test_efa_cards_never_exceed_network_cards():
         assert itype.efa.cards <= itype.network_cards
 
 
-# NCCL acceptance minimums, entry by entry: shared/reference/gpu-facts.md, "NCCL acceptance" (aws-samples/
-# awsome-distributed-training). Every other type has none: no minimum is invented for p4de or the g families.
+# NCCL acceptance minimums, entry by entry. Within a node: shared/reference/gpu-facts.md, "NCCL acceptance"
+# (aws-samples/awsome-distributed-training). Across two nodes: 80 % of the node's network bandwidth in GB/s (the
+# reference's 300/800/900 exceed what two nodes can carry; spec/catalog.yaml says why). Every other type has none:
+# no minimum is invented for p4de or the g families.
 NCCL_MINIMUMS = {
-    "p4d.24xlarge": (300, 200),
-    "p5.48xlarge": (800, 500),
-    "p5e.48xlarge": (800, 500),
-    "p5en.48xlarge": (800, 500),
-    "p6-b200.48xlarge": (900, 600),
+    "p4d.24xlarge": (40, 200),
+    "p5.48xlarge": (320, 500),
+    "p5e.48xlarge": (320, 500),
+    "p5en.48xlarge": (320, 500),
+    "p6-b200.48xlarge": (320, 600),
 }
+
+
+@pytest.mark.parametrize("network_gbps, gpus, ceiling", [(400, 8, 93.75), (3200, 8, 750.0), (400, 4, 87.5)])
+def test_the_across_node_ceiling_is_the_network_times_the_bus_factor(network_gbps, gpus, ceiling):
+    from spec.catalog import across_nodes_ceiling_gbps
+    assert across_nodes_ceiling_gbps(network_gbps, gpus) == ceiling
+
+
+def test_a_minimum_two_nodes_cannot_reach_is_refused_and_the_ceiling_itself_is_not():
+    from pydantic import ValidationError
+    from spec.catalog import Catalog
+    assert Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": 750, "withinNode": 500}))
+    with pytest.raises(ValidationError, match="acrossNodes 751 GB/s is more than two nodes with 3200 Gbps can reach"):
+        Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": 751, "withinNode": 500}))
 
 
 @pytest.mark.parametrize("name", [row[0] for row in HARDWARE])

@@ -22,7 +22,7 @@ def test_nccl_acceptance_renders_an_mpijob_for_the_stacks_efa_pool():
     manifest = yaml.safe_load(result.stdout)
     assert manifest["kind"] == "MPIJob" and manifest["metadata"]["generateName"] == "nccl-efa-train-h100-"
     judge = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][1]
-    assert {e["name"]: e.get("value") for e in judge["env"]}["MIN_BUS_GBPS"] == "800"     # p5: gpu-facts.md
+    assert {e["name"]: e.get("value") for e in judge["env"]}["MIN_BUS_GBPS"] == "320"     # p5: 80 % of 3200 Gbps
     validate_against_crd(manifest, crd_schema("kubeflow.org/mpijobs"))
 
 
