@@ -104,7 +104,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
             "inputs": r.inputs, "dependencies": list(r.dependencies), "protect": r.protect,
             "retainOnDelete": r.retain_on_delete, "ignoreChanges": list(r.ignore_changes),
             "replaceOnChanges": list(r.replace_on_changes), "deleteBeforeReplace": r.delete_before_replace,
-            "customTimeouts": dict(r.custom_timeouts), "aliases": list(r.aliases),
+            "customTimeouts": dict(r.custom_timeouts), "aliases": list(r.aliases), "deletedWith": r.deleted_with,
         } for r in sorted(run.resources, key=lambda r: r.urn)],   # sorted: registration order varies run to run
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),

@@ -6,8 +6,8 @@ which), read from local mirrors, so that CI, which cannot fetch them, checks aga
 DIR holds the mirrors as <owner>+<name>/repo git directories (default: $GPU_CLOUD_MIRROR or /work/.mirror). The CRD
 schemas are pruned to the fields the tests' objects use: the script runs the tests that validate custom resources
 (about a minute) with GPU_CLOUD_CRD_USES set, and keeps each used field's whole schema and nothing else. With
---check it writes nothing and exits 1 when a record is not what the sources and the tests give now. Needs git and
-the mirrors; not run by the tests, which check the records against the mirrors where those are present.
+--check it writes nothing and exits 1 when a record is not what the sources and the tests give now: that is how a
+record is held against its source. Needs git and the mirrors, so the tests (and CI) do not run it.
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def crd_schemas(mirror: Path) -> Dict[str, Any]:
     return {"crds": out}
 
 
-RECORDS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
+MAKERS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
            crds.RECORD: crd_schemas}
 
 
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a record is stale")
     args = parser.parse_args(argv)
     stale = []
-    for name, make in RECORDS.items():
+    for name, make in MAKERS.items():
         try:
             fresh = make(args.mirror)
         except RecordError as err:

@@ -177,7 +177,7 @@ def _configuration_fields() -> Set[str]:
 
 
 def _keys(node: Any, skip_values_of=("frameworks", "managedJobsNamespaceSelector")) -> Set[str]:
-    # Kubernetes types inside the Configuration (a LabelSelector) are not Kueue's fields.
+    """Every key in the Configuration, but not inside framework names or Kubernetes types (a LabelSelector)."""
     if isinstance(node, dict):
         return set(node) | {k for key, value in node.items() if key not in skip_values_of for k in _keys(value)}
     return set()

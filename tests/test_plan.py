@@ -266,8 +266,11 @@ def test_the_document_records_what_protects_running_capacity(documents):
     assert asg["ignoreChanges"] == ["desiredCapacity", "initialLifecycleHooks"]
     assert asg["customTimeouts"] == {"delete": "25m"}
     assert resources["cluster-system"]["ignoreChanges"] == ["scalingConfig.desiredSize"]
-    assert all(set(r) >= {"ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "customTimeouts", "aliases"}
-               for r in resources.values())
+    # The pool's hooks go with its group, so deleting the pool still drains its nodes through them.
+    assert {resources[f"dev-gpu-spot-hook-{hook}"]["deletedWith"] for hook in ("gpu-cloud-verify", "gpu-cloud-drain")} \
+        == {asg["urn"]}
+    assert all(set(r) >= {"ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "customTimeouts", "aliases",
+                          "deletedWith"} for r in resources.values())
 
 
 def test_an_encrypted_webhook_is_planned_and_shown_nowhere(tmp_path):

@@ -2,8 +2,8 @@
 
 CI cannot fetch upstream repositories, so the checks that read them (prometheus-operator's, Kueue's and the MPI
 Operator's CRD schemas, Kueue's Configuration fields, the FSx CSI chart's values) read a record instead:
-`scripts/upstream_records.py` writes it from local mirrors (git show <tag>:<path>, with the file's blob id), and
-where a mirror is present the tests read the source itself and check the record against it.
+`scripts/upstream_records.py` writes it from local mirrors (git show <tag>:<path>, with the file's blob id) and, with
+--check, holds it against them; where a mirror is present the tests read the source itself instead of the record.
 
 Records, each with its sources' repository, tag, path and blob:
 - crd-schemas.json: each CRD version's openAPIV3Schema without descriptions, pruned to the fields the tests'
@@ -101,25 +101,6 @@ def prune(schema: Any, values: list) -> Any:
             out[key] = prune(sub, [item for value in values if isinstance(value, list) for item in value])
         elif key == "additionalProperties" and isinstance(sub, dict):
             out[key] = prune(sub, [item for value in values if isinstance(value, dict) for item in value.values()])
-        else:
-            out[key] = without_descriptions(sub)
-    return out
-
-
-def restrict(schema: Any, like: Any) -> Any:
-    """`schema` pruned to the properties `like` names: a faithful record `r` of `schema` is `restrict(schema, r)`."""
-    if not isinstance(schema, dict):
-        return schema
-    like = like if isinstance(like, dict) else {}
-    out: Dict[str, Any] = {}
-    for key, sub in schema.items():
-        if key == "description":
-            continue
-        if key == "properties":
-            named = like.get("properties") or {}
-            out[key] = {name: restrict(child, named[name]) for name, child in sub.items() if name in named}
-        elif key in ("items", "additionalProperties") and isinstance(sub, dict):
-            out[key] = restrict(sub, like.get(key))
         else:
             out[key] = without_descriptions(sub)
     return out
