@@ -27,10 +27,11 @@ from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
 from components.replication import ReplicatedBucket, Replication, ReplicationArgs
 from components.tenancy import Tenancy, TenancyArgs
-from components.training import TrainingQueue, TrainingQueueArgs
+from components.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
+from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
 from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
 from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller, replication
-from spec import tenancy, triton as triton_rules
+from spec import kueue as kueue_rules, tenancy, triton as triton_rules
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.errors import ConfigError, ConfigIssue, key_path
@@ -175,11 +176,21 @@ monitoring = MonitoringStack("monitoring", MonitoringArgs(
 # exporter's ServiceMonitor only once that CRD exists.
 GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools, after=[monitoring.release]), opts=with_cluster)
 
+# The controllers whose finalizers the teams' objects carry: Kueue (and the MPI Operator) where the stack queues
+# training, the AWS Load Balancer Controller where it serves. Before the team namespaces, which depend on them.
+training_pools = kueue_rules.flavors(spec.pools, spec.catalog)   # none without a training or general pool
+operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source=spec.node_image.source),
+                              opts=with_cluster) if training_pools else None
+lb = LoadBalancerController("lb-controller", LoadBalancerControllerArgs(
+    cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region, partition=partition,
+    account_id=account_id, vpc_id=network.vpc_id, scheme=triton.scheme), opts=with_cluster) if triton.enabled else None
+
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
 teams = Tenancy("tenancy", TenancyArgs(
     cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
     team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
-    admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn)), opts=with_cluster)
+    admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn),
+    controllers=tuple(c.release for c in (operators, lb) if c is not None)), opts=with_cluster)
 
 # Training jobs' own access to the data buckets: the `trainer` service account and its Pod Identity role.
 DataAccess("training-data", DataAccessArgs(
@@ -204,12 +215,11 @@ if spec.storage.lustre is not None:
     pulumi.export("lustre", {"fileSystemId": fsx.file_system_id, "dnsName": fsx.dns_name, "mountName": fsx.mount_name,
                              "pvcName": fsx.pvc_name, "zoneId": lustre_zone.zone_id})
 
-# The training queue: MPI Operator, Kueue, flavors per capacity type (paid-for, spot, on-demand) and the queues.
-training = TrainingQueueArgs.for_pools(
-    spec.pools, spec.catalog, driver_source=spec.node_image.source,
-    nvlink_schedule=spec.training.nvlink_check_schedule, training_namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name)
-if training.flavors:   # none without a training or general pool (a warning says so)
-    TrainingQueue("training", training, opts=with_cluster)
+# The training queue: flavors per capacity type (paid-for, spot, on-demand) and the queues, once Kueue answers.
+if operators is not None:   # none without a training or general pool (a warning says so)
+    TrainingQueue("training", TrainingQueueArgs.for_pools(
+        spec.pools, spec.catalog, operators=operators, nvlink_schedule=spec.training.nvlink_check_schedule,
+        training_namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name), opts=with_cluster)
 
 # Inference: Triton on its pool, from the stack's models bucket unless the stack names another repository.
 if triton.enabled:
@@ -221,11 +231,11 @@ if triton.enabled:
                                   bucket_arn=models.bucket_arn, key_arn=models.key_arn,
                                   own_bucket=models.bucket.id, own_prefix=triton_rules.NAME))
     inference = Inference("inference", InferenceArgs(
-        cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region, partition=partition,
-        account_id=account_id, vpc_id=network.vpc_id, namespace=teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
+        cluster_name=cluster.cluster_name, region=spec.region,
+        namespace=teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
         namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
         catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
-        monitoring=monitoring, rollout_timeout=triton_rules.rollout_timeout(spec.node_image.source)), opts=with_cluster)
+        monitoring=monitoring, lb_controller=lb.release, rollout_timeout=triton_rules.rollout_timeout(spec.node_image.source)), opts=with_cluster)
     pulumi.export("inferenceEndpoint", inference.endpoint)
     # This stack's half of the two regions' record for dr.domain, with a health check on Triton's readiness.
     if spec.dr.role in ("primary", "secondary"):

@@ -1,5 +1,5 @@
 """Inference: Triton Inference Server on the stack's inference pool, behind an NLB from the AWS Load Balancer
-Controller, scaled on its own queue time through prometheus-adapter.
+Controller (components/lb_controller.py), scaled on its own queue time through prometheus-adapter.
 
 Decisions come from spec/triton.py (server, pod, autoscaling metric) and spec/lb_controller.py (controller values,
 IAM, Service annotations); this file only turns them into resources.
@@ -17,7 +17,7 @@ from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from components.monitoring import service_monitor
-from spec import charts, failover, lb_controller, monitoring, tenancy, triton
+from spec import charts, failover, lb_controller, monitoring, triton
 from spec.catalog import Catalog
 from spec.model import Triton
 from spec.pools import node_labels, node_taints, offered_gpu_resources, toleration
@@ -39,11 +39,7 @@ class ModelRepository:
 @dataclass(frozen=True)
 class InferenceArgs:
     cluster_name: pulumi.Input[str]
-    cluster_name_plain: str
     region: str
-    partition: str
-    account_id: str
-    vpc_id: pulumi.Input[str]
     namespace: pulumi.Input[str]              # the inference namespace (Tenancy), so objects wait for it
     namespace_name: str
     pool: ResolvedPool                        # the inference pool Triton runs on
@@ -52,6 +48,7 @@ class InferenceArgs:
     repository: ModelRepository
     load_balancer_tags: Mapping[str, str]     # the stack's tags, for the NLB the controller creates
     monitoring: pulumi.Resource               # the monitoring stack: Prometheus and the ServiceMonitor CRD
+    lb_controller: pulumi.Resource            # the AWS Load Balancer Controller's release (components/lb_controller.py)
     rollout_timeout: str                      # spec.triton.rollout_timeout: how long the first pods may take
 
 
@@ -64,7 +61,6 @@ class Inference(pulumi.ComponentResource):
         # Plain decisions first: a bad argument fails before anything is registered.
         settings, pool = args.settings, args.pool
         pod_resources = triton.pod_resources(pool.primary_type, offered_gpu_resources(pool, args.catalog))
-        controller_pin = charts.chart(charts.AWS_LOAD_BALANCER_CONTROLLER)
         adapter_pin = charts.chart(charts.PROMETHEUS_ADAPTER)
         annotations = lb_controller.nlb_service_annotations(
             settings.scheme, health_path=failover.HEALTH_PATH, health_port=triton.HTTP_PORT,
@@ -73,22 +69,6 @@ class Inference(pulumi.ComponentResource):
 
         super().__init__("gpu-cloud:inference:Inference", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-
-        # The AWS Load Balancer Controller (kube-system, system nodes) and its least-privilege Pod Identity role.
-        controller_identity = ServiceAccountRole(f"{name}-lb-controller-identity", ServiceAccountRoleArgs(
-            cluster_name=args.cluster_name, namespace=lb_controller.NAMESPACE,
-            service_account=lb_controller.SERVICE_ACCOUNT,
-            policy=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.iam_policy_json(
-                lb_controller.scoped_iam_policy(args.partition, args.region, args.account_id, vpc_id,
-                                                settings.scheme)))), opts=child)
-        self.lb_controller = pinned_release(
-            f"{name}-lb-controller", controller_pin, release_name=lb_controller.RELEASE_NAME,
-            namespace=lb_controller.NAMESPACE,
-            # The Service webhook only where Services may need it: elsewhere no Service creation waits on it.
-            values=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.controller_values(
-                args.cluster_name_plain, args.region, vpc_id, lb_controller.SERVICE_ACCOUNT, SYSTEM_NODE_LABELS,
-                webhook_namespaces=list(tenancy.TEAM_NAMESPACES))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[controller_identity]))
 
         # Triton reads its model repository and nothing else.
         statements = [
@@ -179,7 +159,7 @@ class Inference(pulumi.ComponentResource):
                 ports=[kubernetes.core.v1.ServicePortArgs(name=port_name, port=triton.PORTS[port_name],
                                                           target_port=port_name, protocol="TCP")
                        for port_name in ("http", "grpc")]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lb_controller]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.lb_controller]))
         self.endpoint = self.service.status.load_balancer.ingress[0].hostname
 
         # Metrics stay inside the cluster: their own Service, scraped by the stack's Prometheus. After the
@@ -190,7 +170,7 @@ class Inference(pulumi.ComponentResource):
             spec=kubernetes.core.v1.ServiceSpecArgs(
                 selector=APP_LABELS, ports=[kubernetes.core.v1.ServicePortArgs(
                     name="metrics", port=triton.PORTS["metrics"], target_port="metrics", protocol="TCP")]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.lb_controller]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.lb_controller]))
         service_monitor(f"{name}-service-monitor", triton.NAME, args.namespace,
                         monitoring.service_monitor_spec(args.namespace_name, metrics_labels, "metrics"),
                         opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring, metrics_service]))

@@ -193,7 +193,10 @@ class Lustre(pulumi.ComponentResource):
             final_backup_tags={"Name": f"{args.cluster_name}-lustre-final", "gpu-cloud:backup": "final"},
             tags={"Name": f"{args.cluster_name}-lustre"},
             # FSx checks the group's rules when it creates the file system (port 988, and all traffic for EFA).
-            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=checked_at_create))
+            # A delete waits for the final backup: spec/lustre.py sizes it from the throughput tier.
+            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=checked_at_create,
+                                        custom_timeouts=pulumi.CustomTimeouts(
+                                            delete=lustre.delete_timeout(args.throughput_per_tib))))
 
         self.association = aws.fsx.DataRepositoryAssociation(
             f"{name}-data",

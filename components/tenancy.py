@@ -31,6 +31,10 @@ class TenancyArgs:
     team_role_arns: Mapping[str, Sequence[str]] = field(default_factory=dict)   # namespace -> IAM role ARNs
     # Principals that already have an access entry on this cluster (admins, the deployer): EKS allows one each.
     admin_principal_arns: Tuple[str, ...] = ()
+    # The controllers whose finalizers teams' objects carry (Kueue on Workloads, the load balancer controller on
+    # LoadBalancer Services and TargetGroupBindings): the namespaces depend on them, so a destroy deletes the
+    # namespaces, and what teams left in them, while those controllers still run to clear their finalizers.
+    controllers: Tuple[pulumi.Resource, ...] = ()
 
 
 def _in_namespace(object_name: str, namespace: kubernetes.core.v1.Namespace) -> kubernetes.meta.v1.ObjectMetaArgs:
@@ -102,7 +106,7 @@ class Tenancy(pulumi.ComponentResource):
             namespace = kubernetes.core.v1.Namespace(
                 f"{name}-{ns}",
                 metadata=kubernetes.meta.v1.ObjectMetaArgs(name=ns, labels=tenancy.namespace_labels(ns)),
-                opts=pulumi.ResourceOptions(parent=self, protect=True))
+                opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=list(args.controllers)))
             self.namespaces[ns] = namespace
 
             self.quotas[ns] = kubernetes.core.v1.ResourceQuota(

@@ -1,10 +1,17 @@
-"""The training queue on the cluster: the MPI Operator, Kueue, one ResourceFlavor per capacity type of the queue's
-pools, the `training` ClusterQueue over them, its LocalQueue in the training namespace, and the NCCL acceptance
-test's standing parts (the judge's ConfigMap and service account, one NVLink-check CronJob per NVLink pool).
+"""Training on the cluster, in two parts the deploy order needs apart.
+
+`TrainingOperators`: the MPI Operator and Kueue, and the Job that waits until Kueue's webhooks answer. Created
+before the team namespaces, which depend on them: a destroy then deletes the namespaces while Kueue still runs,
+so the Workloads teams left behind lose their finalizers and the namespaces finish deleting (Kueue's CRDs go
+with its chart).
+
+`TrainingQueue`: one ResourceFlavor per capacity type of the queue's pools, the `training` ClusterQueue over them,
+its LocalQueue in the training namespace, and the NCCL acceptance test's standing parts (the judge's ConfigMap and
+service account, one NVLink-check CronJob per NVLink pool).
 
 What is queued where, and why, is in spec/kueue.py; this file only turns it into resources, in the order the API
 server needs: the MPIJob CRD before Kueue starts (Kueue sets up its MPIJob integration only for a CRD it finds),
-Kueue's CRDs and webhooks (the Release waits for them) before its custom resources.
+Kueue's CRDs and answering webhooks before its custom resources.
 """
 from __future__ import annotations
 
@@ -24,13 +31,13 @@ from spec.tenancy import TRAINING_NAMESPACE
 @dataclass(frozen=True)
 class TrainingQueueArgs:
     flavors: Tuple[kueue.Flavor, ...]          # spec.kueue.flavors(pools, catalog), in admission order
-    driver_source: str                         # gpuDriver.source: sizes Kueue's pods-ready timeouts
+    operators: "TrainingOperators"             # Kueue, whose answering webhooks the flavors and queue wait for
     training_namespace: pulumi.Input[str]      # the Namespace resource's name output, so the LocalQueue waits
     nvlink_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per NVLink pool
 
     @classmethod
-    def for_pools(cls, pools: Sequence, catalog, *, driver_source: str, training_namespace: pulumi.Input[str],
-                  nvlink_schedule: Optional[str]) -> "TrainingQueueArgs":
+    def for_pools(cls, pools: Sequence, catalog, *, operators: "TrainingOperators",
+                  training_namespace: pulumi.Input[str], nvlink_schedule: Optional[str]) -> "TrainingQueueArgs":
         """From the stack's pools: the NVLink check on every queue pool it can run on, suspended where it does not
         run by itself (spec.acceptance.nvlink_check_schedule)."""
         def check(pool) -> Mapping[str, Any]:
@@ -41,26 +48,29 @@ class TrainingQueueArgs:
                 judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT)
 
         checks = tuple(check(pool) for pool in acceptance.nvlink_check_pools(pools, catalog))
-        return cls(flavors=kueue.flavors(pools, catalog), driver_source=driver_source,
+        return cls(flavors=kueue.flavors(pools, catalog), operators=operators,
                    training_namespace=training_namespace, nvlink_checks=checks)
 
 
-class TrainingQueue(pulumi.ComponentResource):
-    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+@dataclass(frozen=True)
+class TrainingOperatorsArgs:
+    driver_source: str                         # gpuDriver.source: sizes Kueue's pods-ready timeouts
+
+
+class TrainingOperators(pulumi.ComponentResource):
+    """The MPI Operator, Kueue, and the wait for Kueue's webhooks. The Kubernetes provider comes from the caller
+    (`opts.providers["kubernetes"]`); children inherit it."""
     mpi_operator: kubernetes.yaml.v2.ConfigFile
     release: Release
-    flavors: Dict[str, kubernetes.apiextensions.CustomResource]
-    cluster_queue: kubernetes.apiextensions.CustomResource
-    local_queue: kubernetes.apiextensions.CustomResource
-    nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
+    webhooks_ready: kubernetes.batch.v1.Job
 
-    def __init__(self, name: str, args: TrainingQueueArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        # Plain decisions first: a bad argument fails before anything is registered.
-        queue_spec = kueue.cluster_queue_spec(args.flavors)
+    def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         values = kueue.kueue_values(SYSTEM_NODE_LABELS, args.driver_source)
         pin, mpi = charts.chart(charts.KUEUE), charts.manifest(charts.MPI_OPERATOR)
+        probe_job = kueue.webhook_probe_job(SYSTEM_NODE_LABELS, pin.app_version)
+        probe_script = kueue.webhook_probe_configmap()
 
-        super().__init__("gpu-cloud:training:TrainingQueue", name, None, opts)
+        super().__init__("gpu-cloud:training:TrainingOperators", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
         self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, opts=child)
@@ -69,14 +79,64 @@ class TrainingQueue(pulumi.ComponentResource):
         self.release = pinned_release(
             f"{name}-kueue", pin, release_name=kueue.RELEASE_NAME, namespace=kueue.NAMESPACE, values=values,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator]))
+        self.webhooks_ready = self._webhook_probe(name, namespace, probe_job, probe_script)
 
-        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        self.register_outputs({"kueueChartVersion": pin.version, "mpiOperatorVersion": mpi.version,
+                               "webhookProbe": kueue.WEBHOOK_PROBE})
+
+    def _webhook_probe(self, name: str, namespace: kubernetes.core.v1.Namespace, job: Mapping[str, Any],
+                       script: Mapping[str, Any]) -> kubernetes.batch.v1.Job:
+        """The probe's script, its account (may create ResourceFlavors: a dry run is authorized as a real create),
+        and the Job, which pulumi waits for until it completes (pulumi-kubernetes' Job await: Complete)."""
+        child = pulumi.ResourceOptions(parent=self)
+        metadata = kubernetes.meta.v1.ObjectMetaArgs(name=kueue.WEBHOOK_PROBE, namespace=namespace.metadata.name)
+        configmap = kubernetes.core.v1.ConfigMap(f"{name}-webhook-probe", metadata=metadata, data=script["data"],
+                                                 opts=child)
+        account = kubernetes.core.v1.ServiceAccount(f"{name}-webhook-probe", metadata=metadata, opts=child)
+        role = kubernetes.rbac.v1.ClusterRole(
+            f"{name}-webhook-probe", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.WEBHOOK_PROBE),
+            rules=[kubernetes.rbac.v1.PolicyRuleArgs(api_groups=rule["apiGroups"], resources=rule["resources"],
+                                                     verbs=rule["verbs"]) for rule in kueue.WEBHOOK_PROBE_RBAC_RULES],
+            opts=child)
+        binding = kubernetes.rbac.v1.ClusterRoleBinding(
+            f"{name}-webhook-probe", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.WEBHOOK_PROBE),
+            role_ref=kubernetes.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                                    name=role.metadata.name),
+            subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name,
+                                                     namespace=kueue.NAMESPACE)], opts=child)
+        timeout = f"{kueue.WEBHOOK_PROBE_TIMEOUT_S}s"
+        return kubernetes.batch.v1.Job(
+            f"{name}-webhook-ready",
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=job["metadata"]["name"], namespace=namespace.metadata.name,
+                                                       labels=job["metadata"]["labels"]),
+            spec=job["spec"],
+            # A new Kueue or probe replaces the Job under the same name, so the old one goes first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release, configmap, binding],
+                                        delete_before_replace=True,
+                                        custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
+
+
+class TrainingQueue(pulumi.ComponentResource):
+    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+    flavors: Dict[str, kubernetes.apiextensions.CustomResource]
+    cluster_queue: kubernetes.apiextensions.CustomResource
+    local_queue: kubernetes.apiextensions.CustomResource
+    nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
+
+    def __init__(self, name: str, args: TrainingQueueArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        # Plain decisions first: a bad argument fails before anything is registered.
+        queue_spec = kueue.cluster_queue_spec(args.flavors)
+
+        super().__init__("gpu-cloud:training:TrainingQueue", name, None, opts)
+
+        # Created once Kueue's webhooks answer: a create they refuse is not retried.
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready])
         self.flavors = {flavor.name: self._custom(f"{name}-flavor-{flavor.capacity}", "ResourceFlavor", flavor.name,
                                                   kueue.resource_flavor_spec(flavor), after_kueue)
                         for flavor in args.flavors}
         self.cluster_queue = self._custom(
             f"{name}-cluster-queue", "ClusterQueue", kueue.CLUSTER_QUEUE, queue_spec,
-            pulumi.ResourceOptions(parent=self, depends_on=[self.release, *self.flavors.values()]))
+            pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready, *self.flavors.values()]))
         self.local_queue = self._custom(
             f"{name}-local-queue", "LocalQueue", kueue.LOCAL_QUEUE, kueue.local_queue_spec(),
             pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_queue]), namespace=args.training_namespace)
@@ -84,8 +144,6 @@ class TrainingQueue(pulumi.ComponentResource):
         self.nvlink_checks = self._acceptance(name, args, after=self.local_queue)
 
         self.register_outputs({
-            "kueueChartVersion": pin.version,
-            "mpiOperatorVersion": mpi.version,
             "flavors": list(self.flavors),
             "clusterQueue": kueue.CLUSTER_QUEUE,
             "localQueue": kueue.LOCAL_QUEUE,

@@ -1,7 +1,8 @@
 """Offline plan: render a stack (resources, GPU capacity, cost, policy) with no cloud account.
 
     python -m plan STACK [--stack-file PATH] [--json PATH] [--no-policy] [--policy-config FILE] [--against OLD.json]
-    python -m plan --policy-check PLAN.json [--policy-config FILE]
+                         [--policy-view update|preview|first-preview]
+    python -m plan --policy-check PLAN.json [--policy-config FILE] [--policy-view VIEW]
 
 Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document, 3 anything
 else (one line), 4 a usage error (arguments).
@@ -53,6 +54,8 @@ def _quiet_library_noise() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from plan.views import VIEWS
+
     _quiet_library_noise()
     parser = _Parser(prog="python -m plan", description=__doc__.split("\n\n")[0], epilog=_epilog(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +70,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="run the policy pack on a written plan document")
     parser.add_argument("--policy-config", type=Path, metavar="FILE",
                         help="policy pack config, as for `pulumi preview --policy-pack-config` (levels, keys)")
+    parser.add_argument("--policy-view", choices=VIEWS, default="update",
+                        help="judge the stack as the engine shows it to the pack on an update (default), on a later "
+                             "preview, or on a new stack's first preview")
     parser.add_argument("--against", type=Path, metavar="OLD.json",
                         help="also list what changed since an earlier plan document of the stack")
     args = parser.parse_args(argv)
@@ -76,8 +82,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--against needs a STACK to plan")
     if args.policy_config and args.no_policy:
         parser.error("--policy-config has nothing to configure with --no-policy")
+    if args.policy_view != "update" and args.no_policy:
+        parser.error("--policy-view has nothing to judge with --no-policy")
     try:
-        return policy_check(args.policy_check, args.policy_config) if args.policy_check else plan(args)
+        return (policy_check(args.policy_check, args.policy_config, args.policy_view) if args.policy_check
+                else plan(args))
     except Exception as error:  # the contract: one line, exit 3, no traceback
         print(f"plan failed: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
         return EXIT_OTHER
@@ -91,6 +100,8 @@ def plan(args) -> int:
     from plan.engine import run_program
     from plan.policy_runner import PolicyConfigError, load_config, mandatory, run_pack
     from plan.stackfile import StackFileError, load_stack
+    from plan.preview import preview_facts
+    from plan.views import PREVIEW_VIEWS, VIEWS
     from spec.errors import ConfigError
 
     # Read OLD.json first, so an unusable one fails before the plan prints anything.
@@ -111,10 +122,16 @@ def plan(args) -> int:
     except RunError as error:   # the program's own clean config error (checks that need the provider)
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    document = build_document(spec, run, {"violations": [], "skipped": "--no-policy"}, run.warnings)
+    # The preview views, for the pack and for the document (so that --policy-check can judge any of them later).
+    views = {view: preview_facts(view, config, run) for view in PREVIEW_VIEWS} if not args.no_policy or \
+        args.json_path else {}
+    document = build_document(spec, run, {"violations": [], "skipped": "--no-policy"}, run.warnings, views)
     if not args.no_policy:
         try:    # the pack reads the document as the engine would read the stack (plan/policy_runner.py)
-            document["policy"] = run_pack(json.loads(json.dumps(document)), pack_config)
+            written = json.loads(json.dumps(document))
+            document["policy"] = run_pack(written, pack_config, view=args.policy_view)
+            document["policy"]["otherViews"] = {view: _summary(run_pack(written, pack_config, view=view))
+                                                for view in VIEWS if view != args.policy_view}
         except PolicyConfigError as error:
             print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
             return EXIT_CONFIG
@@ -132,6 +149,12 @@ def plan(args) -> int:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
         print(f"\nplan document written to {args.json_path}")
     return EXIT_POLICY if mandatory(document["policy"]["violations"]) else EXIT_OK
+
+
+def _summary(verdict) -> dict:
+    """A verdict in figures: how many violations, and how many of them mandatory."""
+    levels = [v["enforcementLevel"] for v in verdict["violations"]]
+    return {"violations": len(levels), "mandatory": levels.count("mandatory")}
 
 
 def read_document(path: Path, problems_out: Optional[List[str]] = None) -> Optional[dict]:
@@ -153,19 +176,19 @@ def read_document(path: Path, problems_out: Optional[List[str]] = None) -> Optio
     return document
 
 
-def policy_check(path: Path, config_path: Optional[Path] = None) -> int:
-    """Run the pack on a written plan document: exit 1 on a mandatory violation, 2 on a document (or pack config)
-    that is not valid, never a pass on one."""
+def policy_check(path: Path, config_path: Optional[Path] = None, view: str = "update") -> int:
+    """Run the pack on a written plan document, as `view` would show it: exit 1 on a mandatory violation, 2 on a
+    document (or pack config) that is not valid or lacks the view, never a pass on one."""
     from plan.document import _policy_lines
-    from plan.policy_runner import PolicyConfigError, load_config, mandatory, run_pack
+    from plan.policy_runner import PolicyConfigError, PolicyViewError, load_config, mandatory, run_pack
 
     problems: List[str] = []
     document = read_document(path, problems)
     if document is None:
         return EXIT_CONFIG if problems else EXIT_OTHER
     try:
-        verdict = run_pack(document, load_config(config_path) if config_path else None)
-    except PolicyConfigError as error:
+        verdict = run_pack(document, load_config(config_path) if config_path else None, view=view)
+    except (PolicyConfigError, PolicyViewError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return EXIT_CONFIG
     recorded = document["policy"]["violations"]

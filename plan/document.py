@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from plan.engine import ACCOUNT_ID, ProgramRun
+from plan.views import VIEW_NAMES, ViewFacts, computed_outputs
+from spec import lustre as lustre_rules
 from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication,
                   scratch, triton)
 from spec.pools import efa_devices, offered_gpu_resources
@@ -92,7 +94,9 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
 
 
 def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
-                   warnings: Sequence[str] = ()) -> Dict[str, Any]:
+                   warnings: Sequence[str] = (), views: Mapping[str, ViewFacts] = ()) -> Dict[str, Any]:
+    """The plan document. `views`: the preview views' facts (plan/views.py), recorded so that the pack can judge
+    the document as any of them would see it."""
     return _whole_numbers_as_integers({
         "version": DOCUMENT_VERSION,
         "project": run.project,
@@ -105,6 +109,9 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
             "retainOnDelete": r.retain_on_delete, "ignoreChanges": list(r.ignore_changes),
             "replaceOnChanges": list(r.replace_on_changes), "deleteBeforeReplace": r.delete_before_replace,
             "customTimeouts": dict(r.custom_timeouts), "aliases": list(r.aliases), "deletedWith": r.deleted_with,
+            # what the provider adds to the inputs (IDs, ARNs, endpoints): the outputs stack policies see
+            "computedOutputs": computed_outputs(r.inputs, r.state),
+            "propertyDependencies": {key: list(urns) for key, urns in r.property_dependencies.items()},
         } for r in sorted(run.resources, key=lambda r: r.urn)],   # sorted: registration order varies run to run
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),
@@ -115,6 +122,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "monitoring": monitoring_section(spec, run),
         "inference": inference_section(spec, run),
         "warnings": list(warnings),
+        "policyViews": {view: facts.to_document() for view, facts in dict(views).items()},
         "policy": dict(policy),
     })
 
@@ -185,6 +193,9 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
                   for pool in spec.pools],
         "trainingQueue": {
             "clusterQueue": kueue.CLUSTER_QUEUE, "localQueue": f"{kueue.LOCAL_QUEUE}",
+            # The flavors and queue wait for Kueue's webhooks to answer, not only for its pods (spec/kueue.py).
+            "webhookWait": {"job": f"{kueue.NAMESPACE}/{kueue.WEBHOOK_PROBE}", "probeSeconds": kueue.WEBHOOK_PROBE_DEADLINE_S,
+                            "timeoutSeconds": kueue.WEBHOOK_PROBE_TIMEOUT_S},
             "flavors": [{"name": f.name, "capacity": f.capacity, "pools": list(f.pools), "quotas": dict(f.quotas),
                          "interruptibleOnly": bool(f.node_taints)} for f in kueue.flavors(spec.pools, spec.catalog)],
             # Suspended without gpu-cloud:training.nvlinkCheckSchedule: run by hand (README: NCCL acceptance).
@@ -205,7 +216,8 @@ def storage_section(spec: StackSpec, account_id: str = ACCOUNT_ID) -> Dict[str, 
             "scratch": scratch.scratch_rows(spec.pools, spec.catalog, spec.storage.nvme_scratch),
             "lustre": None if lustre is None else {
                 "capacityGiB": lustre.capacity_gib, "throughputPerTiB": lustre.throughput_per_tib,
-                "efa": lustre.efa, "importPath": lustre.import_path or f"s3://{names[buckets.DATASETS]}/"},
+                "efa": lustre.efa, "importPath": lustre.import_path or f"s3://{names[buckets.DATASETS]}/",
+                "deleteTimeout": lustre_rules.delete_timeout(lustre.throughput_per_tib)},
             "lustreLatency": scratch.LUSTRE_LATENCY, "lustreLatencyNote": scratch.LUSTRE_LATENCY_NOTE}
 
 
@@ -449,6 +461,9 @@ def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
     lines += _table(["flavor", "pools", "quota at maxNodes", "admits"],
                     [[f["name"], ", ".join(f["pools"]), _resources(f["quotas"]),
                       "interruptible jobs only" if f["interruptibleOnly"] else "any job"] for f in queue["flavors"]])
+    wait = queue["webhookWait"]
+    lines.append(f"  created once Kueue's webhooks answer: Job {wait['job']} retries a dry-run ResourceFlavor for up "
+                 f"to {wait['probeSeconds']} s; pulumi up waits for it up to {wait['timeoutSeconds']} s")
     checks = [f"{c['pool']} ({c['schedule'] + ' UTC' if c['schedule'] else 'suspended: run by hand'})"
               for c in queue["nvlinkChecks"]]
     lines.append("  NVLink bandwidth check: " + (", ".join(checks) or "none (no NVLink pool with a minimum)"))
@@ -501,7 +516,8 @@ def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
     if lustre:
         lines.append(f"  FSx for Lustre: PERSISTENT_2, {lustre['capacityGiB']:,} GiB at {lustre['throughputPerTiB']} "
                      f"MB/s/TiB, EFA {'on' if lustre['efa'] else 'off'}, /data <- {lustre['importPath']}; "
-                     "claim lustre-data in namespace training")
+                     f"claim lustre-data in namespace training; a delete waits up to {lustre['deleteTimeout']} for "
+                     "its final backup")
     lines.append(f"  {storage['lustreLatencyNote']}")
     return lines
 
@@ -519,12 +535,21 @@ def _policy_lines(policy: Mapping[str, Any]) -> List[str]:
         return [f"Policy: not run ({policy['skipped']})"]
     violations = policy.get("violations", [])
     pack = f" (pack {policy['pack']} v{policy['version']})" if policy.get("pack") else ""
-    lines = [f"Policy{pack}: " + (f"{len(violations)} violation(s), "
-                                  f"{sum(v['enforcementLevel'] == 'mandatory' for v in violations)} mandatory"
-                                  if violations else "no violations")]
+    view = f", as {VIEW_NAMES[policy['view']]} shows it" if policy.get("view") in VIEW_NAMES else ""
+    lines = [f"Policy{pack}{view}: " + _counted(len(violations),
+                                                 sum(v['enforcementLevel'] == 'mandatory' for v in violations))]
     for v in violations:
         # CrossGuard's message is the policy's description, a newline, then what it found.
         found = v["message"].split("\n", 1)[-1].replace("\n", " ")
         lines.append(f"  [{v['enforcementLevel']}] {v['policyName']}: {found}" + (f" ({v['urn']})" if v["urn"] else ""))
     lines += [f"  not applicable: {n['policyName']} ({n['reason']})" for n in policy.get("notApplicable", [])]
+    others = policy.get("otherViews") or {}
+    if others:
+        lines.append("  other views: " + "; ".join(
+            f"{view}: {_counted(counts['violations'], counts['mandatory'])}" for view, counts in others.items())
+            + " (--policy-view VIEW lists them)" * any(c["violations"] for c in others.values()))
     return lines
+
+
+def _counted(violations: int, mandatory: int) -> str:
+    return f"{violations} violation(s), {mandatory} mandatory" if violations else "no violations"

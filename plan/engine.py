@@ -29,11 +29,11 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from plan.views import SECRET_SIG, SIG_KEY
+
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT_ID = "123456789012"
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 RESOURCE_SIG = "5cf8f73096256a8f31e491e813e4eb8e"
-SIG_KEY = "4dabf18193072939515e22adb298388d"
 REDACTED = "[secret]"
 
 # Zones each region really has (EC2 DescribeAvailabilityZones, 2026); a region not listed gets a, b, c.
@@ -112,6 +112,9 @@ class RegisteredResource:
     custom_timeouts: Dict[str, str] = field(default_factory=dict)   # create / update / delete, when set
     aliases: Tuple[str, ...] = ()                                   # earlier URNs or names it answers to
     deleted_with: Optional[str] = None                              # URN whose deletion takes this one along
+    id: str = ""                                                    # the ID the mocks gave it
+    # input key -> URNs its value came from (what the engine gives a stack policy as propertyDependencies)
+    property_dependencies: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def delete_timeout(self) -> str:
@@ -380,7 +383,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                                                    ("update", request.customTimeouts.update),
                                                    ("delete", request.customTimeouts.delete)) if v},
                 aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases),
-                deleted_with=request.deletedWith or None))
+                deleted_with=request.deletedWith or None, id=response.id,
+                property_dependencies=property_dependencies(request)))
         return response
 
     def ReadResource(self, request):
@@ -392,8 +396,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             inputs=_redact(json_format.MessageToDict(request.properties, preserving_proto_field_name=True)),
             dependencies=tuple(sorted(request.dependencies)), protect=False, retain_on_delete=False,
             state=dict(self.resources[response.urn].state), ignore_changes=(), replace_on_changes=(),
-            delete_before_replace=False, custom_timeouts={}, aliases=()))
+            delete_before_replace=False, custom_timeouts={}, aliases=(), id=request.id))
         return response
+
+
+def property_dependencies(request) -> Dict[str, Tuple[str, ...]]:
+    return {key: tuple(sorted(deps.urns)) for key, deps in sorted(request.propertyDependencies.items()) if deps.urns}
 
 
 def _alias(alias) -> str:
@@ -459,7 +467,9 @@ def config_for_engine(stack_config: Mapping[str, Any]) -> Dict[str, str]:
 def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "gpu-cloud",
                 program: Union[Path, Callable[[], None]] = ROOT / "__main__.py",
                 peer_outputs: Optional[Callable[[str], Mapping[str, Any]]] = None,
-                account: Optional[MockAccount] = None) -> ProgramRun:
+                account: Optional[MockAccount] = None,
+                monitor: Callable[[pulumi.runtime.Mocks], "RecordingMonitor"] = None,
+                preview: bool = False) -> ProgramRun:
     """Run `program` for one stack's (fully defaulted) config under fresh mocks; return what it registered.
 
     `program` is the program file, or a function (tests use one to build a single component).
@@ -468,13 +478,16 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
 
     `stack_config` uses the stack file's keys (`gpu-cloud:network`, `aws:region`, ...). Raises whatever
     the program raises (a config error surfaces as pulumi.RunError).
+
+    `preview=True` runs it as `pulumi preview` does (unknown values stay unknown, applies on them do not run), with
+    `monitor` answering registrations as the engine would in that preview (plan/views.py).
     """
     region = str(stack_config.get("aws:region", ""))
     mocks = GpuCloudMocks(region, peer_outputs or peer_stack_outputs, account or offline_account(region, stack_config))
-    monitor = RecordingMonitor(mocks)
+    monitor = (monitor or RecordingMonitor)(mocks)
     warnings = _WarningLog()
     pulumi_settings.ROOT.set(None)  # a fresh root stack resource per run
-    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor,
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor,
                              logger=warnings.logger)
     pulumi.runtime.set_all_config(config_for_engine(stack_config))
     if callable(program):

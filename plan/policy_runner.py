@@ -8,6 +8,10 @@ diagnostics name it: policyName, policyPackName, policyPackVersion, enforcementL
 description, a newline, what it reported), description, urn. It follows pulumi_policy 1.21's
 _PolicyAnalyzerServicer: per-policy config and enforcement level, remediate counted as mandatory, disabled skipped,
 a value unknown during preview an advisory note, not_applicable() recorded apart.
+
+Each view (plan/views.py: update, preview, first-preview) gives the policies what the engine would in that
+operation: resource policies a resource's inputs, stack policies its outputs, with the values that operation
+cannot know as the engine's unknown sentinel, and a resource under an unconfigured provider as an empty map.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from pulumi_policy.policy import _NotApplicableError
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
 from plan.document import resources_in_reading_order
+from plan.views import VIEWS, ViewFacts, view_inputs, view_outputs
 from policy.policies import PACK_ENFORCEMENT, PACK_NAME, POLICIES, initial_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +39,10 @@ REPORTED_LEVELS = ("advisory", "mandatory")      # what a diagnostic can carry (
 
 class PolicyConfigError(ValueError):
     """A pack config (the --policy-pack-config file's format) that names an unknown policy, level or key."""
+
+
+class PolicyViewError(ValueError):
+    """A view the document cannot give (it was written without the preview views, or the name is not a view)."""
 
 
 def pack_version() -> str:
@@ -100,26 +109,43 @@ def _options(resource: Mapping[str, Any]) -> PolicyResourceOptions:
         additional_secret_outputs=[], parent=resource.get("parent"))
 
 
-def engine_arguments(document: Mapping[str, Any]):
-    """(one ResourceValidationArgs factory per resource, the stack's PolicyResource list), as the engine builds them,
-    in reading order, so that violations name pools in the stack file's order."""
-    resources = resources_in_reading_order(document)
-    providers = {r["urn"]: PolicyProviderResource(r["type"], _props(r["inputs"]), r["urn"], r["name"])
+def view_facts(document: Mapping[str, Any], view: str) -> Optional[ViewFacts]:
+    """What `view` changes from the update, as the document recorded it (None for the update itself)."""
+    if view not in VIEWS:
+        raise PolicyViewError(f"policy view {view!r} is not one of {', '.join(VIEWS)}")
+    if view == "update":
+        return None
+    recorded = (document.get("policyViews") or {}).get(view)
+    if recorded is None:
+        raise PolicyViewError(f"the plan document records no {view} view (written by an older plan, or with "
+                              "--no-policy): plan the stack again with --json")
+    return ViewFacts.from_document(view, recorded)
+
+
+def engine_arguments(document: Mapping[str, Any], view: str = "update"):
+    """(the resources the view registers, one ResourceValidationArgs factory per resource, the stack's
+    PolicyResource list), as the engine builds them for `view`, in reading order, so that violations name pools in
+    the stack file's order."""
+    facts = view_facts(document, view)
+    resources = [r for r in resources_in_reading_order(document) if facts is None or r["urn"] not in facts.absent]
+    providers = {r["urn"]: PolicyProviderResource(r["type"], _props(view_inputs(r, facts)), r["urn"], r["name"])
                  for r in resources if r["type"].startswith("pulumi:providers:")}
 
     def provider_of(resource):
         return providers.get(resource.get("provider") or "")
 
     def resource_args(resource, config):
-        return ResourceValidationArgs(resource["type"], _props(resource["inputs"]), resource["urn"], resource["name"],
-                                      _options(resource), provider_of(resource), config, {})
+        return ResourceValidationArgs(resource["type"], _props(view_inputs(resource, facts)), resource["urn"],
+                                      resource["name"], _options(resource), provider_of(resource), config, {})
 
-    stack = [PolicyResource(r["type"], _props(r["inputs"]), r["urn"], r["name"], _options(r), provider_of(r), None,
-                            [], {}) for r in resources]
+    stack = [PolicyResource(r["type"], _props(view_outputs(r, facts)), r["urn"], r["name"], _options(r),
+                            provider_of(r), None, [], {}) for r in resources]
     by_urn = {r.urn: r for r in stack}
     for raw, resource in zip(resources, stack):
         resource.parent = by_urn.get(raw.get("parent"))
         resource.dependencies.extend(by_urn[d] for d in raw.get("dependencies") or [] if d in by_urn)
+        resource.property_dependencies.update({key: [by_urn[d] for d in urns if d in by_urn]
+                                               for key, urns in (raw.get("propertyDependencies") or {}).items()})
     return resources, resource_args, stack
 
 
@@ -135,13 +161,14 @@ def _await(result) -> None:
 
 
 def run_pack(document: Mapping[str, Any], user_config: Optional[Mapping[str, Any]] = None,
-             policies=None) -> Dict[str, Any]:
-    """The pack's verdict on a plan document: {"pack", "version", "violations", "notApplicable"}."""
+             policies=None, view: str = "update") -> Dict[str, Any]:
+    """The pack's verdict on a plan document in one view: {"pack", "version", "view", "violations",
+    "notApplicable"}."""
     policies = POLICIES if policies is None else policies
     budget = (document.get("cost") or {}).get("budgetMaxHourlyUsd")
     settings = resolve_config(policies, user_config, initial_config(budget))
     version = pack_version()
-    resources, resource_args, stack = engine_arguments(document)
+    resources, resource_args, stack = engine_arguments(document, view)
     violations: List[Dict[str, Any]] = []
     not_applicable: List[Dict[str, str]] = []
 
@@ -177,7 +204,7 @@ def run_pack(document: Mapping[str, Any], user_config: Optional[Mapping[str, Any
                 call(policy, level, resource_args(resource, dict(properties)), resource["urn"])
         elif isinstance(policy, StackValidationPolicy):
             call(policy, level, StackValidationArgs(stack, dict(properties), {}), None)
-    return {"pack": PACK_NAME, "version": version, "violations": violations,
+    return {"pack": PACK_NAME, "version": version, "view": view, "violations": violations,
             "notApplicable": list({json.dumps(n, sort_keys=True): n for n in not_applicable}.values())}
 
 

@@ -7,9 +7,17 @@ launch templates and Auto Scaling groups per GPU pool (components/nodepool.py), 
 termination handler (components/node_drain.py), and the Kubernetes objects the program renders itself.
 
 Cross-resource facts come from what the engine gives a stack policy: dependencies (an Auto Scaling group depends on
-its launch template, a launch template on its placement group and security groups, a rule on its group) and each
-resource's provider (the AWS provider's defaultTags). Props are inputs as the engine sees them: camelCase, numbers
-as floats, some booleans as the strings "true"/"false" (pulumi_aws types them as strings).
+its launch template, a launch template on its placement group and security groups, a rule on its group), property
+dependencies (which resource a bucket setting's `bucket` came from) and each resource's provider (the AWS provider's
+defaultTags). A resource policy's props are the resource's inputs, a stack policy's are its outputs (state), as the
+engine names them: camelCase, numbers as floats, some booleans as the strings "true"/"false" (pulumi_aws types them
+as strings).
+
+In a preview the engine hands over what it cannot know yet as unknown values, and, under a provider whose
+configuration is unknown (the Kubernetes provider of a cluster the preview creates), a resource as an empty map
+(plan/views.py has the rules and their sources in the engine). A policy never reads "cannot know yet" as a
+violation: it skips what it cannot judge, the update judges it with every value known, and it still reports what is
+already visible. Each policy says how in `IN_PREVIEW`, which docs/policies.md shows.
 """
 from __future__ import annotations
 
@@ -128,10 +136,25 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+def known(*values: Any) -> bool:
+    """None of the values is one the preview cannot know yet."""
+    return not any(value is UNKNOWN for value in values)
+
+
+def unseen(resource: PolicyResource) -> bool:
+    """The engine shows none of the resource's outputs yet: a preview's Create under a provider whose configuration
+    is unknown "hand[s] back an empty property map" (pulumi/pulumi pkg/resource/plugin/provider_plugin.go). Every
+    resource the program registers has outputs once it can be seen (a Kubernetes object its apiVersion and kind, a
+    Helm release its chart)."""
+    return len(resource.props) == 0
+
+
 def get(props: Any, *path: Any, default: Any = None) -> Any:
     """props[path...], or default where a key is absent; UNKNOWN where the engine does not know it yet."""
     value = props
     for key in path:
+        if value is UNKNOWN:
+            return UNKNOWN
         try:
             if isinstance(value, Mapping):
                 if key not in value:
@@ -201,12 +224,12 @@ def launch_template_imdsv2(args: ResourceValidationArgs, report: ReportViolation
     if args.resource_type != LAUNCH_TEMPLATE:
         return
     options = get(args.props, "metadataOptions", default={})
-    if get(options, "httpTokens") != "required":
+    if known(get(options, "httpTokens")) and get(options, "httpTokens") != "required":
         report(f"launch template {args.name} allows IMDSv1 (metadataOptions.httpTokens is "
                f"{get(options, 'httpTokens', default='unset')!r}): set http_tokens=\"required\" so only session "
                "tokens reach the instance metadata service")
     hops = number(get(options, "httpPutResponseHopLimit"))
-    if hops is None or hops > 2:
+    if known(get(options, "httpPutResponseHopLimit")) and (hops is None or hops > 2):
         report(f"launch template {args.name}: metadataOptions.httpPutResponseHopLimit is "
                f"{'unset' if hops is None else int(hops)}: set it to 1 (2 at most, for pods on the host network) so "
                "containers cannot reach node credentials")
@@ -217,7 +240,7 @@ def launch_template_encrypted_volumes(args: ResourceValidationArgs, report: Repo
         return
     for mapping in items(get(args.props, "blockDeviceMappings")):
         ebs = get(mapping, "ebs")
-        if ebs and not truthy(get(ebs, "encrypted")):
+        if ebs and known(get(ebs, "encrypted")) and not truthy(get(ebs, "encrypted")):
             report(f"launch template {args.name}: block device {get(mapping, 'deviceName', default='?')} is not "
                    "encrypted: set ebs.encrypted=\"true\" (with the account's EBS key or kms_key_id)")
 
@@ -239,20 +262,23 @@ def efa_interface_layout(args: ResourceValidationArgs, report: ReportViolation) 
     if not any(get(n, "interfaceType") in (EFA_ONLY, "efa") for n in nics):
         return
     itype = get(args.props, "instanceType")
-    known = catalog().instance_types.get(itype)
-    if known is None or not known.supports_efa:
+    shown = [itype] + [get(n, field) for n in nics for field in ("networkCardIndex", "deviceIndex", "interfaceType")]
+    if not known(*shown):
+        return
+    listed = catalog().instance_types.get(itype)
+    if listed is None or not listed.supports_efa:
         report(f"launch template {args.name} has EFA interfaces but {itype} has no EFA entry in spec/catalog.yaml: "
                "add the type's EFA cards to the catalog or drop the EFA interfaces")
         return
     found = sorted((int(number(get(n, "networkCardIndex")) or 0), int(number(get(n, "deviceIndex")) or 0),
                     get(n, "interfaceType") or ENA) for n in nics)
     layouts = {bandwidth: sorted((i.network_card_index, i.device_index, i.interface_type)
-                                 for i in interface_layout(known, efa=True, max_ip_bandwidth=bandwidth))
+                                 for i in interface_layout(listed, efa=True, max_ip_bandwidth=bandwidth))
                for bandwidth in (False, True)}
     if found not in layouts.values():
         expected = layouts[False]
         report(f"launch template {args.name}: {len(found)} interfaces ({sum(t != ENA for *_, t in found)} EFA) do "
-               f"not match {itype}'s catalog layout of {len(expected)} ({known.efa.cards} EFA cards: primary ENA at "
+               f"not match {itype}'s catalog layout of {len(expected)} ({listed.efa.cards} EFA cards: primary ENA at "
                "card 0 device 0, efa-only at card 0 device 1 and at device 0 of every other card): build the "
                "interfaces from spec/efa.py interface_layout")
 
@@ -264,8 +290,9 @@ def eks_endpoint_not_public(args: ResourceValidationArgs, report: ReportViolatio
     vpc = get(args.props, "vpcConfig", default={})
     # The EKS API's defaults: public access on, open to 0.0.0.0/0 (EKS User Guide, cluster endpoint access).
     public = get(vpc, "endpointPublicAccess", default=True)
-    cidrs = [c for c in items(get(vpc, "publicAccessCidrs"))] or ["0.0.0.0/0"]
-    if truthy(public) and any(c in ANYWHERE for c in cidrs):
+    listed = get(vpc, "publicAccessCidrs")
+    cidrs = items(listed) or ["0.0.0.0/0"]
+    if known(public, listed) and truthy(public) and any(c in ANYWHERE for c in cidrs):
         report(f"EKS cluster {args.name}: the public API endpoint is open to the internet: set "
                "endpoint_public_access=False (reach the API through the VPC) or list the allowed public_access_cidrs")
 
@@ -274,6 +301,8 @@ def eks_secrets_encrypted(args: ResourceValidationArgs, report: ReportViolation)
     if args.resource_type != EKS_CLUSTER:
         return
     config = get(args.props, "encryptionConfig", default={})
+    if not known(get(config, "resources")):
+        return
     if "secrets" not in items(get(config, "resources")) or not get(config, "provider", "keyArn"):
         report(f"EKS cluster {args.name}: Kubernetes secrets are not envelope-encrypted with a KMS key: set "
                "encryption_config with resources=[\"secrets\"] and provider.key_arn of a customer-managed key")
@@ -281,6 +310,8 @@ def eks_secrets_encrypted(args: ResourceValidationArgs, report: ReportViolation)
 
 def eks_control_plane_logs(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != EKS_CLUSTER:
+        return
+    if not known(get(args.props, "enabledClusterLogTypes")):
         return
     enabled = set(items(get(args.props, "enabledClusterLogTypes")))
     missing = [t for t in CONTROL_PLANE_LOG_TYPES if t not in enabled]
@@ -328,7 +359,8 @@ def kms_rotation(args: ResourceValidationArgs, report: ReportViolation) -> None:
     if args.resource_type != KMS_KEY:
         return
     spec = get(args.props, "customerMasterKeySpec") or get(args.props, "keySpec") or "SYMMETRIC_DEFAULT"
-    if spec == "SYMMETRIC_DEFAULT" and not truthy(get(args.props, "enableKeyRotation")):
+    rotation = get(args.props, "enableKeyRotation")
+    if spec == "SYMMETRIC_DEFAULT" and known(rotation) and not truthy(rotation):
         report(f"KMS key {args.name} does not rotate: set enable_key_rotation=True (yearly automatic rotation)")
 
 
@@ -341,7 +373,8 @@ def fsx_customer_key(args: ResourceValidationArgs, report: ReportViolation) -> N
 
 
 def _environment(args) -> Optional[str]:
-    """The stack's environment tag: the resource's own tags, else its AWS provider's defaultTags."""
+    """The stack's environment tag: the resource's own tags, else its AWS provider's defaultTags (None where the
+    preview cannot know them)."""
     own = as_dict(get(args.props, "tags")).get("environment")
     if own:
         return own
@@ -353,7 +386,7 @@ def fsx_backups_in_prod(args: ResourceValidationArgs, report: ReportViolation) -
     if args.resource_type != LUSTRE or _environment(args) != "prod":
         return
     days = number(get(args.props, "automaticBackupRetentionDays")) or 0
-    if days < 1:
+    if known(get(args.props, "automaticBackupRetentionDays")) and days < 1:
         report(f"FSx for Lustre {args.name} in a prod stack keeps no automatic backups: set "
                "automatic_backup_retention_days (1 to 90)")
     if truthy(get(args.props, "skipFinalBackup", default=False)):
@@ -447,6 +480,8 @@ def k8s_gpu_limits(args: ResourceValidationArgs, report: ReportViolation) -> Non
         return
     for container in containers:
         name = get(container, "name")
+        if not known(get(container, "resources", "limits")):
+            continue
         limits = as_dict(get(container, "resources", "limits"))
         if not limits:
             report(f"{args.resource_type.split(':')[-1]} {args.name}: container {name} of a GPU pod sets no resource "
@@ -478,10 +513,19 @@ def _denies_all(policy: PolicyResource) -> bool:
 def k8s_namespace_default_deny(args: StackValidationArgs, report: ReportViolation) -> None:
     # A namespace a pinned chart installs into (the GPU operator's, Kueue's) belongs to that operator, whose
     # webhooks and API calls the chart does not open with NetworkPolicies: excepted, like its pods.
-    operator_namespaces = {get(r.props, "namespace") for r in _by_type(args.resources, HELM_RELEASE)}
-    denying = {get(p.props, "metadata", "namespace") for p in _by_type(args.resources, NETWORK_POLICY) if _denies_all(p)}
+    releases, network_policies = _by_type(args.resources, HELM_RELEASE), _by_type(args.resources, NETWORK_POLICY)
+    if any(map(unseen, releases + network_policies)):
+        return      # which namespaces are excepted or denied is not visible yet
+    operator_namespaces = {get(r.props, "namespace") for r in releases}
+    read = [get(p.props, "metadata", "namespace") for p in network_policies] + [
+        get(p.props, "spec", key) for p in network_policies for key in ("podSelector", "policyTypes", "ingress", "egress")]
+    if not known(*operator_namespaces, *read):
+        return
+    denying = {get(p.props, "metadata", "namespace") for p in network_policies if _denies_all(p)}
     for namespace in _by_type(args.resources, NAMESPACE):
         name = get(namespace.props, "metadata", "name")
+        if unseen(namespace) or not known(name):
+            continue
         if name not in operator_namespaces and name not in denying:
             report(f"namespace {name} has no default-deny NetworkPolicy: add one selecting every pod "
                    "(podSelector {}) with policyTypes Ingress and Egress and no rules, then allow what it needs",
@@ -568,7 +612,7 @@ def efa_placement_and_zone(args: StackValidationArgs, report: ReportViolation) -
                 report(f"EFA pool {pool.name}: launch template {template.name} names no placement group: EFA needs "
                        "its nodes on one network spine; launch in a cluster placement group", template.urn)
             for group in groups:
-                if get(group.props, "strategy") != "cluster":
+                if known(get(group.props, "strategy")) and get(group.props, "strategy") != "cluster":
                     report(f"EFA pool {pool.name}: placement group {group.name} has strategy "
                            f"{get(group.props, 'strategy')!r}: EFA pools need strategy \"cluster\"", group.urn)
         # During a preview that creates the subnets, the engine may know only that there is a list.
@@ -591,8 +635,10 @@ def efa_security_group_self(args: StackValidationArgs, report: ReportViolation) 
     for pool in filter(lambda p: p.efa, pools(args.resources)):
         ok = False
         for group in _deps(pool.template, SECURITY_GROUP):
-            mine = [r for r in rules if group in r.dependencies and _self_referencing(r)
-                    and str(get(r.props, "ipProtocol")) == "-1"]
+            candidates = [r for r in rules if group in r.dependencies and _self_referencing(r)]
+            if not known(*(get(r.props, "ipProtocol") for r in candidates)):
+                ok = True       # cannot judge yet
+            mine = [r for r in candidates if str(get(r.props, "ipProtocol")) == "-1"]
             if {r.resource_type for r in mine} == {SG_INGRESS, SG_EGRESS}:
                 ok = True
         if not ok:
@@ -604,8 +650,11 @@ def efa_security_group_self(args: StackValidationArgs, report: ReportViolation) 
 def gpu_pool_verification_hook(args: StackValidationArgs, report: ReportViolation) -> None:
     hooks = _by_type(args.resources, LIFECYCLE_HOOK)
     for pool in filter(lambda p: p.gpu, pools(args.resources)):
-        launching = [h for h in items(get(pool.asg.props, "initialLifecycleHooks"))
-                     if get(h, "lifecycleTransition") == "autoscaling:EC2_INSTANCE_LAUNCHING"]
+        listed = items(get(pool.asg.props, "initialLifecycleHooks"))
+        if not known(get(pool.asg.props, "initialLifecycleHooks"),
+                     *(get(h, field) for h in listed for field in ("lifecycleTransition", "defaultResult"))):
+            continue
+        launching = [h for h in listed if get(h, "lifecycleTransition") == "autoscaling:EC2_INSTANCE_LAUNCHING"]
         if not any(get(h, "defaultResult") == "ABANDON" for h in launching):
             report(f"GPU pool {pool.name}: Auto Scaling group {pool.asg.name} has no launch lifecycle hook with "
                    "default result ABANDON: a node that fails GPU verification (or never reports) would join the "
@@ -613,7 +662,7 @@ def gpu_pool_verification_hook(args: StackValidationArgs, report: ReportViolatio
         names = {get(h, "name") for h in launching}
         for hook in hooks:
             if get(hook.props, "name") in names and pool.asg in hook.dependencies and \
-                    get(hook.props, "defaultResult") != "ABANDON":
+                    known(get(hook.props, "defaultResult")) and get(hook.props, "defaultResult") != "ABANDON":
                 report(f"GPU pool {pool.name}: lifecycle hook {hook.name} sets default result "
                        f"{get(hook.props, 'defaultResult')!r}: the verification hook must ABANDON", hook.urn)
 
@@ -621,7 +670,7 @@ def gpu_pool_verification_hook(args: StackValidationArgs, report: ReportViolatio
 def gpu_pool_instance_types(args: StackValidationArgs, report: ReportViolation) -> None:
     allowed = set(config_value(args, "allowedInstanceTypes", allowed_instance_types_default()))
     for pool in pools(args.resources):
-        for itype in pool.instance_types:
+        for itype in filter(known, pool.instance_types):
             if itype not in allowed:
                 report(f"pool {pool.name} launches {itype}, which is not in allowedInstanceTypes "
                        f"({', '.join(sorted(allowed))}): pick an allowed type or extend the pack's config",
@@ -648,7 +697,11 @@ def spot_interruption_handling(args: StackValidationArgs, report: ReportViolatio
         return
     queues = _by_type(args.resources, SQS_QUEUE)
     handlers = [r for r in _nth_releases(args.resources) if truthy(get(r.props, "values", "enableSqsTerminationDraining"))]
+    hidden = any(unseen(r) or not known(get(r.props, "chart"), get(r.props, "values", "enableSqsTerminationDraining"))
+                 for r in _by_type(args.resources, HELM_RELEASE))
     for pool in spot:
+        if not handlers and hidden:
+            continue    # the handler may be among the releases the preview cannot show yet
         if not queues or not handlers:
             report(f"spot pool {pool.name} has no interruption handling: two-minute spot notices need the "
                    "interruption queue (SQS, fed by EventBridge) and aws-node-termination-handler in queue mode "
@@ -658,6 +711,8 @@ def spot_interruption_handling(args: StackValidationArgs, report: ReportViolatio
             values = get(handler.props, "values", default={})
             tag = get(values, "managedTag", default="aws-node-termination-handler/managed")
             tagged = {get(t, "key") for t in items(get(pool.asg.props, "tags"))}
+            if not known(tag, get(values, "checkASGTagBeforeDraining"), get(pool.asg.props, "tags"), *tagged):
+                continue
             if get(values, "checkASGTagBeforeDraining", default=True) is not False and tag not in tagged:
                 report(f"spot pool {pool.name}: the termination handler only drains groups tagged {tag}, and "
                        f"{pool.asg.name} is not: tag the group so its interrupted nodes are drained", pool.asg.urn)
@@ -677,14 +732,18 @@ def gpu_pool_observability(args: StackValidationArgs, report: ReportViolation) -
     gpu_pools = [p for p in pools(args.resources) if p.gpu]
     if not gpu_pools:
         return
-    operators = [r for r in _by_type(args.resources, HELM_RELEASE)
-                 if str(get(r.props, "chart", default="")).endswith(GPU_OPERATOR_CHART)]
+    releases = _by_type(args.resources, HELM_RELEASE)
+    operators = [r for r in releases if str(get(r.props, "chart", default="")).endswith(GPU_OPERATOR_CHART)]
     exporter = any(truthy(get(r.props, "values", "dcgmExporter", "enabled")) for r in operators)
+    exporter_hidden = any(unseen(r) or not known(get(r.props, "chart")) for r in releases) or not known(
+        *(get(r.props, "values", "dcgmExporter", "enabled") for r in operators))
+    rules_hidden = any(unseen(r) or not known(get(r.props, "spec", "groups"))
+                       for r in _by_type(args.resources, PROMETHEUS_RULE))
     names = ", ".join(p.name for p in gpu_pools)
-    if not exporter:
+    if not exporter and not exporter_hidden:
         report(f"GPU pools ({names}) without the DCGM exporter: enable dcgmExporter in the GPU operator release so "
                "GPU health and utilization are measured")
-    if not _gpu_alert_rules(args.resources):
+    if not _gpu_alert_rules(args.resources) and not rules_hidden:
         report(f"GPU pools ({names}) without GPU alert rules: deploy a PrometheusRule with alerts on the DCGM "
                "metrics (XID errors, temperature, memory) so failing GPUs page someone")
 
@@ -695,15 +754,19 @@ def _buckets(resources) -> List[Tuple[PolicyResource, str]]:
 
 
 def _for_bucket(resources, types: Sequence[str], bucket: PolicyResource, name: Any) -> List[PolicyResource]:
-    """The settings resources of a bucket: they name it (known) or depend on it (preview of a new bucket)."""
+    """The settings resources of a bucket: their `bucket` names it, or came from it (their property dependency,
+    which the engine gives even where a preview cannot know the name)."""
     return [r for r in _by_type(resources, *types)
-            if (name not in (None, UNKNOWN) and get(r.props, "bucket") == name) or bucket in r.dependencies]
+            if bucket in r.property_dependencies.get("bucket", ()) or (
+                name is not None and known(name) and get(r.props, "bucket") == name)]
 
 
 def s3_public_access_blocked(args: StackValidationArgs, report: ReportViolation) -> None:
     flags = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
     for bucket, name in _buckets(args.resources):
         blocks = _for_bucket(args.resources, (PUBLIC_ACCESS_BLOCK,), bucket, name)
+        if not known(*(get(b.props, f) for b in blocks for f in flags)):
+            continue
         if not any(all(truthy(get(b.props, f)) for f in flags) for b in blocks):
             report(f"bucket {bucket.name} does not block public access: add a BucketPublicAccessBlock with "
                    f"{', '.join(flags)} all true", bucket.urn)
@@ -711,8 +774,11 @@ def s3_public_access_blocked(args: StackValidationArgs, report: ReportViolation)
 
 def s3_sse_kms(args: StackValidationArgs, report: ReportViolation) -> None:
     for bucket, name in _buckets(args.resources):
-        rules = [rule for c in _for_bucket(args.resources, BUCKET_SSE, bucket, name)
-                 for rule in items(get(c.props, "rules"))]
+        configs = _for_bucket(args.resources, BUCKET_SSE, bucket, name)
+        rules = [rule for c in configs for rule in items(get(c.props, "rules"))]
+        if not known(*(get(c.props, "rules") for c in configs),
+                     *(get(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") for r in rules)):
+            continue
         if not any(get(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") in ("aws:kms", "aws:kms:dsse")
                    and get(r, "applyServerSideEncryptionByDefault", "kmsMasterKeyId") for r in rules):
             report(f"bucket {bucket.name} is not encrypted with SSE-KMS under its own key: add a server-side "
@@ -722,6 +788,8 @@ def s3_sse_kms(args: StackValidationArgs, report: ReportViolation) -> None:
 def s3_versioning(args: StackValidationArgs, report: ReportViolation) -> None:
     for bucket, name in _buckets(args.resources):
         configs = _for_bucket(args.resources, BUCKET_VERSIONING, bucket, name)
+        if not known(*(get(c.props, "versioningConfiguration", "status") for c in configs)):
+            continue
         if not any(get(c.props, "versioningConfiguration", "status") == "Enabled" for c in configs):
             report(f"bucket {bucket.name} is not versioned: add a BucketVersioning with status \"Enabled\" (an "
                    "overwritten checkpoint or model stays recoverable)", bucket.urn)
@@ -739,8 +807,10 @@ def _denies_plain_http(document: Mapping[str, Any]) -> bool:
 
 def s3_tls_only(args: StackValidationArgs, report: ReportViolation) -> None:
     for bucket, name in _buckets(args.resources):
-        policies = _for_bucket(args.resources, (BUCKET_POLICY,), bucket, name)
-        if not any(_denies_plain_http(policy_document(get(p.props, "policy"))) for p in policies):
+        documents = [get(p.props, "policy") for p in _for_bucket(args.resources, (BUCKET_POLICY,), bucket, name)]
+        if not known(*documents):
+            continue    # a policy naming the new bucket's ARN is unknown until the bucket exists
+        if not any(_denies_plain_http(policy_document(document)) for document in documents):
             report(f"bucket {bucket.name} accepts plain HTTP: its bucket policy must deny s3:* when "
                    "aws:SecureTransport is false", bucket.urn)
 
@@ -748,9 +818,10 @@ def s3_tls_only(args: StackValidationArgs, report: ReportViolation) -> None:
 def s3_access_logging(args: StackValidationArgs, report: ReportViolation) -> None:
     loggings = _by_type(args.resources, *BUCKET_LOGGING)
     targets = {get(l.props, "targetBucket") for l in loggings}
+    target_buckets = [b for l in loggings for b in l.property_dependencies.get("targetBucket", ())]
     for bucket, name in _buckets(args.resources):
-        if name in targets:     # the log bucket itself: logging it into itself would loop
-            continue
+        if bucket in target_buckets or (known(name) and name in targets):
+            continue    # the log bucket itself: logging it into itself would loop
         if not _for_bucket(args.resources, BUCKET_LOGGING, bucket, name):
             report(f"bucket {bucket.name} has no server access logging: add a BucketLogging into the stack's log "
                    "bucket", bucket.urn)
@@ -767,6 +838,9 @@ def s3_replication(args: StackValidationArgs, report: ReportViolation) -> None:
         if not isinstance(name, str) or not name.endswith(tuple(f"-{p}" for p in REPLICATED_PURPOSES)):
             continue
         configs = _for_bucket(args.resources, (BUCKET_REPLICATION,), bucket, name)
+        if not known(*(get(c.props, "rules") for c in configs),
+                     *(get(rule, "status") for c in configs for rule in items(get(c.props, "rules")))):
+            continue
         if not any(get(rule, "status") == "Enabled" for c in configs for rule in items(get(c.props, "rules"))):
             report(f"bucket {bucket.name} of a primary prod stack does not replicate to the DR peer: add a "
                    "BucketReplicationConfig with an enabled rule (components/replication.py)", bucket.urn)
@@ -806,8 +880,13 @@ def required_tags(args: StackValidationArgs, report: ReportViolation) -> None:
         if not resource.resource_type.startswith("aws:") or not _taggable(resource.resource_type):
             continue
         own = get(resource.props, "tags")
+        provider_tags = get(resource.provider.props, "defaultTags") if resource.provider is not None else None
+        if unseen(resource) or not known(own, provider_tags):
+            continue
         if resource.resource_type == ASG:   # default_tags do not reach Auto Scaling groups (AWS provider docs)
             tags = {get(t, "key") for t in items(own)}
+            if not known(*tags):
+                continue
         else:
             provider = _default_tags(resource.provider.props) if resource.provider is not None else {}
             tags = set(provider) | set(as_dict(own))
@@ -831,10 +910,14 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
         args.not_applicable("no maxHourlyUsd configured")
     providers = _by_type(args.resources, AWS_PROVIDER)
     region = get(providers[0].props, "region") if providers else None
-    known = catalog().instance_types
+    listed = catalog().instance_types
+    group_pools = pools(args.resources)
+    if not known(region, *(get(p.asg.props, key) for p in group_pools for key in ("maxSize", "desiredCapacity")),
+                 *(t for p in group_pools for t in p.instance_types)):
+        return      # the total needs every pool's size and types
     priced = []
-    for pool in pools(args.resources):
-        types = [t for t in pool.instance_types if t in known]
+    for pool in group_pools:
+        types = [t for t in pool.instance_types if t in listed]
         maximum = int(number(get(pool.asg.props, "maxSize")) or 0)
         if not types:
             report(f"pool {pool.name}: {', '.join(pool.instance_types) or 'no type'} has no price in "
@@ -844,7 +927,7 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
             spec=SimpleNamespace(name=pool.name, capacity=pool.capacity, max_nodes=maximum,
                                  desired_nodes=int(number(get(pool.asg.props, "desiredCapacity")) or 0),
                                  commitment=None),   # a commitment bills no more than on-demand: errs high
-            types=[known[t] for t in types]))
+            types=[listed[t] for t in types]))
     rows = cost.pool_costs(priced, catalog(), region)
     for row in rows:
         if row.gap:
@@ -861,81 +944,134 @@ def _schema(**properties: Dict[str, Any]) -> PolicyConfigSchema:
     return PolicyConfigSchema(properties=properties)
 
 
-def _resource(name: str, description: str, validate: Callable, schema: Optional[PolicyConfigSchema] = None):
+# What each policy does with values a preview cannot know yet (docs/policies.md shows it).
+IN_PREVIEW: Dict[str, str] = {}
+
+
+def _resource(name: str, description: str, validate: Callable, schema: Optional[PolicyConfigSchema] = None, *,
+              in_preview: str):
+    IN_PREVIEW[name] = in_preview
     return ResourceValidationPolicy(name=name, description=description, validate=validate, config_schema=schema)
 
 
-def _stack(name: str, description: str, validate: Callable, schema: Optional[PolicyConfigSchema] = None):
+def _stack(name: str, description: str, validate: Callable, schema: Optional[PolicyConfigSchema] = None, *,
+           in_preview: str):
+    IN_PREVIEW[name] = in_preview
     return StackValidationPolicy(name=name, description=description, validate=validate, config_schema=schema)
 
 
 POLICIES = [
     _resource("launch-template-imdsv2", "GPU launch templates require IMDSv2 with a hop limit of at most 2.",
-              launch_template_imdsv2),
+              launch_template_imdsv2,
+              in_preview="an unknown httpTokens or hop limit is not judged; the update judges it"),
     _resource("launch-template-encrypted-volumes", "Every block device of a launch template is encrypted.",
-              launch_template_encrypted_volumes),
+              launch_template_encrypted_volumes,
+              in_preview="a volume whose encrypted flag is unknown is not judged"),
     _resource("launch-template-no-public-ip", "Launch templates never give nodes a public IP.",
-              launch_template_no_public_ip),
+              launch_template_no_public_ip,
+              in_preview="only an interface known to ask for a public IP is reported"),
     _resource("efa-interface-layout", "EFA launch templates have the instance type's catalog interface layout.",
-              efa_interface_layout),
+              efa_interface_layout,
+              in_preview="a template whose type or interface indexes are unknown is not judged"),
     _stack("efa-placement-and-zone",
            "EFA pools launch in one zone, in a cluster placement group unless reserved capacity places them.",
-           efa_placement_and_zone),
+           efa_placement_and_zone,
+           in_preview="an unknown group name, strategy or subnet list is not judged; one known to be wrong is "
+                      "reported"),
     _stack("efa-security-group-self", "EFA pools have a security group allowing all traffic to and from itself.",
-           efa_security_group_self),
+           efa_security_group_self,
+           in_preview="the rules are found through their dependencies, so IDs unknown on a new group still count; a"
+                      " pool whose rules' protocol is unknown is not judged"),
     _stack("gpu-pool-verification-hook", "GPU pools gate new nodes with a launch hook that defaults to ABANDON.",
-           gpu_pool_verification_hook),
+           gpu_pool_verification_hook,
+           in_preview="a group whose hooks are unknown is not judged"),
     _stack("gpu-pool-instance-types", "Pools launch only allowed instance types.", gpu_pool_instance_types,
            _schema(allowedInstanceTypes={"type": "array", "items": {"type": "string"},
                                          "default": allowed_instance_types_default(),
-                                         "description": "instance types pools may launch (default: the catalog's)"})),
-    _stack("gpu-pool-one-shape", "Each pool has one GPU shape (model and count per node).", gpu_pool_one_shape),
+                                         "description": "instance types pools may launch (default: the catalog's)"}),
+           in_preview="an unknown instance type is not judged; known ones are"),
+    _stack("gpu-pool-one-shape", "Each pool has one GPU shape (model and count per node).", gpu_pool_one_shape,
+           in_preview="only known instance types are compared"),
     _stack("spot-interruption-handling", "Spot pools exist only with the interruption queue and termination handler.",
-           spot_interruption_handling),
-    _resource("eks-endpoint-not-public", "The EKS API endpoint is not open to 0.0.0.0/0.", eks_endpoint_not_public),
-    _resource("eks-secrets-encrypted", "EKS secrets are envelope-encrypted with a KMS key.", eks_secrets_encrypted),
-    _resource("eks-control-plane-logs", "Every EKS control-plane log type is on.", eks_control_plane_logs),
+           spot_interruption_handling,
+           in_preview="while some Helm release is not visible (its provider is not configured yet), a missing "
+                      "handler is not reported; a known untagged spot group is"),
+    _resource("eks-endpoint-not-public", "The EKS API endpoint is not open to 0.0.0.0/0.", eks_endpoint_not_public,
+              in_preview="unknown access settings or CIDRs are not judged"),
+    _resource("eks-secrets-encrypted", "EKS secrets are envelope-encrypted with a KMS key.", eks_secrets_encrypted,
+              in_preview="an unknown list of encrypted resources is not judged; an unknown key ARN counts as set"),
+    _resource("eks-control-plane-logs", "Every EKS control-plane log type is on.", eks_control_plane_logs,
+              in_preview="an unknown list of log types is not judged"),
     _resource("no-open-ingress", "No ingress from 0.0.0.0/0 or ::/0 except load balancer listener ports.",
               no_open_ingress,
               _schema(publicListenerPorts={"type": "array", "items": {"type": "integer"},
                                            "default": PUBLIC_LISTENER_PORTS,
-                                           "description": "ports a load balancer listener may open to anywhere"})),
+                                           "description": "ports a load balancer listener may open to anywhere"}),
+              in_preview="only a CIDR known to be open to anywhere is reported"),
     _stack("vpc-default-security-group-empty", "Each VPC's default security group is managed and has no rules.",
-           vpc_default_security_group_empty),
-    _stack("s3-public-access-blocked", "Buckets block all public access.", s3_public_access_blocked),
-    _stack("s3-sse-kms", "Buckets are encrypted with SSE-KMS.", s3_sse_kms),
-    _stack("s3-versioning", "Buckets are versioned.", s3_versioning),
-    _stack("s3-tls-only", "Bucket policies deny requests without TLS.", s3_tls_only),
-    _stack("s3-access-logging", "Buckets log access to the log bucket.", s3_access_logging),
+           vpc_default_security_group_empty,
+           in_preview="adoption is found through dependencies; only rules known to exist are reported"),
+    _stack("s3-public-access-blocked", "Buckets block all public access.", s3_public_access_blocked,
+           in_preview="a bucket whose block flags are unknown is not judged; settings are found through their "
+                      "property dependency on the bucket"),
+    _stack("s3-sse-kms", "Buckets are encrypted with SSE-KMS.", s3_sse_kms,
+           in_preview="a bucket whose algorithm is unknown is not judged; an unknown key ID counts as set"),
+    _stack("s3-versioning", "Buckets are versioned.", s3_versioning,
+           in_preview="a bucket whose versioning status is unknown is not judged"),
+    _stack("s3-tls-only", "Bucket policies deny requests without TLS.", s3_tls_only,
+           in_preview="a bucket policy that is unknown (it names a bucket the preview creates) is not judged; a "
+                      "known one without the TLS statement is reported"),
+    _stack("s3-access-logging", "Buckets log access to the log bucket.", s3_access_logging,
+           in_preview="the log bucket is found through the logging resources' property dependency on targetBucket; "
+                      "a bucket with no logging resource is reported"),
     _stack("s3-replication", "A primary prod stack replicates its checkpoints and models buckets to the DR peer.",
-           s3_replication),
-    _resource("kms-key-rotation", "KMS keys rotate yearly.", kms_rotation),
+           s3_replication,
+           in_preview="a bucket whose name or replication rules are unknown is not judged"),
+    _resource("kms-key-rotation", "KMS keys rotate yearly.", kms_rotation,
+              in_preview="an unknown rotation flag is not judged"),
     _resource("fsx-customer-managed-key", "FSx for Lustre is encrypted with a customer-managed key.",
-              fsx_customer_key),
-    _resource("fsx-backups-in-prod", "FSx for Lustre keeps backups in prod stacks.", fsx_backups_in_prod),
-    _resource("iam-no-wildcard-admin", "No IAM policy allows action * on resource *.", iam_no_wildcard_admin),
+              fsx_customer_key,
+              in_preview="an unknown key ID counts as set"),
+    _resource("fsx-backups-in-prod", "FSx for Lustre keeps backups in prod stacks.", fsx_backups_in_prod,
+              in_preview="an unknown retention is not judged"),
+    _resource("iam-no-wildcard-admin", "No IAM policy allows action * on resource *.", iam_no_wildcard_admin,
+              in_preview="a policy document that is unknown is not judged"),
     _resource("iam-actions-name-resources", "IAM actions that take resource ARNs name their resources.",
-              iam_actions_name_resources),
-    _resource("iam-no-admin-policies", "No admin managed policy on node or add-on roles.", iam_no_admin_policies),
+              iam_actions_name_resources,
+              in_preview="a policy document that is unknown is not judged"),
+    _resource("iam-no-admin-policies", "No admin managed policy on node or add-on roles.", iam_no_admin_policies,
+              in_preview="only a policy ARN known to be an admin one is reported"),
     _resource("k8s-no-privileged-containers", "Kubernetes workloads the program renders run no privileged container.",
-              k8s_no_privileged),
-    _resource("k8s-gpu-resource-limits", "Containers of GPU workloads set resource limits.", k8s_gpu_limits),
+              k8s_no_privileged,
+              in_preview="resource policies see inputs, which a preview shows even before the cluster exists; only "
+                         "a container known to be privileged is reported"),
+    _resource("k8s-gpu-resource-limits", "Containers of GPU workloads set resource limits.", k8s_gpu_limits,
+              in_preview="a container whose limits are unknown is not judged"),
     _resource("k8s-no-cluster-admin-default-sa", "cluster-admin is never bound to default service accounts.",
-              k8s_no_cluster_admin_default_sa),
+              k8s_no_cluster_admin_default_sa,
+              in_preview="only a binding known to give cluster-admin to a default account is reported"),
     _stack("k8s-namespace-default-deny", "Every namespace the program creates has a default-deny NetworkPolicy.",
-           k8s_namespace_default_deny),
+           k8s_namespace_default_deny,
+           in_preview="while a namespace, NetworkPolicy or Helm release is not visible (its provider is not "
+                      "configured yet), namespaces are not judged"),
     _stack("required-tags", "Every taggable AWS resource carries the required tags.", required_tags,
            _schema(requiredTagKeys={"type": "array", "items": {"type": "string"}, "default": REQUIRED_TAG_KEYS,
-                                    "description": "tag keys every taggable AWS resource must carry"})),
+                                    "description": "tag keys every taggable AWS resource must carry"}),
+           in_preview="a resource whose tags or whose provider's default tags are unknown, or that is not visible "
+                      "yet, is not judged"),
     _stack("stateful-resources-protected", "EKS clusters, FSx, buckets and KMS keys are protected.",
-           stateful_resources_protected),
+           stateful_resources_protected,
+           in_preview="reads resource options, which are always known"),
     _stack("gpu-pool-observability", "GPU pools come with the DCGM exporter and GPU alert rules.",
-           gpu_pool_observability),
+           gpu_pool_observability,
+           in_preview="while a Helm release or PrometheusRule is not visible, what it would show is not reported "
+                      "missing"),
     _stack("hourly-cost-within-budget", "GPU pools at maxSize cost no more than the hourly budget.",
            hourly_cost_within_budget,
            _schema(maxHourlyUsd={"type": "number", "minimum": 0,
                                  "description": "USD per hour the GPU pools may cost at maxSize (the plan fills "
-                                                "it from gpu-cloud:budget.maxHourlyUsd)"})),
+                                                "it from gpu-cloud:budget.maxHourlyUsd)"}),
+           in_preview="with any pool's size or type, or the region, unknown the total is not judged"),
 ]
 
 

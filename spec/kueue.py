@@ -34,12 +34,15 @@ tests/test_kueue.py).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 import yaml
 
 from spec import boot
+from spec.acceptance import JUDGE_IMAGE
 from spec.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, QUEUE_FLAVOR_LABEL, Taint, efa_devices, \
     offered_gpu_resources, queue_flavor, toleration
 from spec.tenancy import TRAINING_NAMESPACE
@@ -64,6 +67,21 @@ INTEGRATIONS = ("batch/job", "kubeflow.org/mpijob")
 IMAGE_PULL_ALLOWANCE_S = 600
 REQUEUE_BACKOFF_BASE_S = 60
 REQUEUE_BACKOFF_MAX_S = 1800
+
+# Kueue's webhooks answering, not only its pod Ready (jobs/kueue_webhook_probe.py says why): a Job the stack's
+# flavors and queue wait for, which retries a dry-run ResourceFlavor create through the API server.
+WEBHOOK_PROBE = "kueue-webhook-ready"           # the Job, its ServiceAccount, ClusterRole(Binding) and ConfigMap
+WEBHOOK_PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "kueue_webhook_probe.py"
+WEBHOOK_PROBE_SCRIPT_KEY = "kueue_webhook_probe.py"
+WEBHOOK_PROBE_IMAGE = JUDGE_IMAGE               # standard-library Python, as the NCCL judge
+WEBHOOK_PROBE_DEADLINE_S = 300                  # 10 times the 10-30 s kueue issue 13036 reports
+WEBHOOK_PROBE_INTERVAL_S = 5
+WEBHOOK_PROBE_START_ALLOWANCE_S = 120           # pulling the python image and starting on a system node
+# How long `pulumi up` waits for the Job to complete: past the Job's own deadline, so the Job's Failed condition
+# (with the probe's log) is what a failed first up reports, not a Pulumi timeout.
+WEBHOOK_PROBE_TIMEOUT_S = WEBHOOK_PROBE_DEADLINE_S + WEBHOOK_PROBE_START_ALLOWANCE_S + 180
+# A dry-run create needs the create permission itself (the API server authorizes it like a real one).
+WEBHOOK_PROBE_RBAC_RULES = ({"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]},)
 
 # Helm value paths this program sets -> line of that key in kubernetes-sigs/kueue tag v0.19.2
 # charts/kueue/values.yaml. templates/manager/manager-config.yaml writes managerConfig.controllerManagerConfigYaml
@@ -197,4 +215,51 @@ def kueue_values(system_node_labels: Mapping[str, str], driver_source: str) -> D
         "controllerManager": {"nodeSelector": dict(system_node_labels)},
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_configuration(driver_source),
                                                                          sort_keys=False)},
+    }
+
+
+def webhook_probe_configmap(namespace: str = NAMESPACE) -> Dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": WEBHOOK_PROBE, "namespace": namespace},
+            "data": {WEBHOOK_PROBE_SCRIPT_KEY: WEBHOOK_PROBE_SCRIPT.read_text(encoding="utf-8")}}
+
+
+def webhook_probe_job(system_node_labels: Mapping[str, str], kueue_version: str,
+                      namespace: str = NAMESPACE) -> Dict[str, Any]:
+    """The Job that completes once Kueue's webhooks answer. Its pod template names the Kueue version and the
+    script's hash: a new Kueue or a changed probe replaces the Job (a Job's template is immutable), so an upgrade is
+    probed again before the stack's flavors change."""
+    script = WEBHOOK_PROBE_SCRIPT.read_text(encoding="utf-8")
+    mount = "/opt/gpu-cloud"
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": WEBHOOK_PROBE, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": WEBHOOK_PROBE, "app.kubernetes.io/part-of": "gpu-cloud"}},
+        "spec": {
+            # The probe retries by itself until its deadline; a second pod only for a lost node or an eviction.
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": WEBHOOK_PROBE_DEADLINE_S + WEBHOOK_PROBE_START_ALLOWANCE_S,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": WEBHOOK_PROBE, "kueue-version": kueue_version},
+                             "annotations": {"gpu-cloud.io/probe-sha256":
+                                             hashlib.sha256(script.encode()).hexdigest()}},
+                "spec": {
+                    "serviceAccountName": WEBHOOK_PROBE, "restartPolicy": "Never",
+                    "nodeSelector": dict(system_node_labels),
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "probe", "image": WEBHOOK_PROBE_IMAGE,
+                        "command": ["python3", f"{mount}/{WEBHOOK_PROBE_SCRIPT_KEY}"],
+                        "env": [{"name": "DEADLINE_SECONDS", "value": str(WEBHOOK_PROBE_DEADLINE_S)},
+                                {"name": "INTERVAL_SECONDS", "value": str(WEBHOOK_PROBE_INTERVAL_S)},
+                                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "probe", "mountPath": mount, "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "probe", "configMap": {"name": WEBHOOK_PROBE, "defaultMode": 0o444}}],
+                },
+            },
+        },
     }

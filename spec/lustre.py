@@ -37,6 +37,8 @@ considerations), and "File system access control with Amazon VPC" (EFA-enabled s
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -65,6 +67,15 @@ WEEKLY_MAINTENANCE_START = "7:03:00"
 # yesterday's mistake at the cost of one incremental backup. 0 would switch automatic backups off.
 BACKUP_RETENTION_DAYS: Mapping[str, int] = {"prod": 14, "staging": 7, "dev": 1}
 PROD_MIN_BACKUP_RETENTION_DAYS = 7
+
+# Deleting the file system takes its final backup first (skip_final_backup is false), and the provider's default
+# delete timeout is 30 minutes for both (terraform-provider-aws internal/service/fsx/lustre_file_system.go,
+# Timeouts.Delete). A backup copies the blocks changed since the last backup, "independent of the storage capacity"
+# (FSx for Lustre User Guide, Working with backups: TBs changed take hours). The worst case is every block changed
+# since the last daily backup, read at the file system's own baseline throughput: one TiB per TiB of capacity at
+# per_tib MB/s, so the time depends on the throughput tier only. Plus the deletion itself, the provider's 30 min.
+DELETE_WITHOUT_BACKUP_MIN = 30
+TIB_BYTES = 2 ** 40
 
 FILE_SYSTEM_PATH = "/data"
 AUTO_EVENTS = ("NEW", "CHANGED", "DELETED")
@@ -218,6 +229,17 @@ def backup_retention_days(environment: str) -> int:
         return BACKUP_RETENTION_DAYS[environment]
     except KeyError:
         raise ValueError(f"{environment!r} is not an environment: {', '.join(BACKUP_RETENTION_DAYS)}") from None
+
+
+def final_backup_minutes(per_tib: int) -> int:
+    """Worst-case minutes of the final backup: every block changed, read at the tier's baseline throughput."""
+    return math.ceil(TIB_BYTES / (per_tib * 1_000_000) / 60)
+
+
+def delete_timeout(per_tib: int) -> str:
+    """How long a delete may take (final backup, then the deletion), as a Pulumi custom timeout: whole hours."""
+    minutes = final_backup_minutes(per_tib) + DELETE_WITHOUT_BACKUP_MIN
+    return f"{math.ceil(minutes / 60)}h"
 
 
 def s3_prefix(uri: str) -> str:

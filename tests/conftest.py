@@ -84,6 +84,29 @@ def stack_runs():
     return {stack: run_stack(stack) for stack in STACKS}
 
 
+@pytest.fixture(scope="session")
+def stack_views(stack_runs):
+    """Each shipped stack's preview views (plan/views.py), as the plan records them: {stack: {view: ViewFacts}}."""
+    from plan.preview import preview_facts
+    from plan.views import PREVIEW_VIEWS
+
+    return {stack: {view: preview_facts(view, stack_config(stack), stack_runs[stack]) for view in PREVIEW_VIEWS}
+            for stack in STACKS}
+
+
+@pytest.fixture(scope="session")
+def plan_documents(stack_runs, stack_views):
+    """Each shipped stack's plan document as `python -m plan STACK --json` writes it (a JSON round trip, every
+    view recorded, no verdict yet). Shared: copy before changing one."""
+    import json
+
+    from plan.document import build_document
+    from plan.stackfile import load_stack
+
+    return {stack: json.loads(json.dumps(build_document(load_stack(stack)[1], stack_runs[stack], {"violations": []},
+                                                        views=stack_views[stack]))) for stack in STACKS}
+
+
 # --- the plan CLI for several stacks in one process -----------------------------------------------------------
 # Importing the Pulumi SDKs is most of a `python -m plan` run (~4 of ~5.5 s), so tests that only need the
 # CLI's output for each shipped stack plan them all in one fresh process: `main(argv)` of `python -m plan`

@@ -233,3 +233,52 @@ def test_the_plan_shows_each_stacks_buckets_and_what_replicates(stack, replicati
     assert replicated == (set() if stack == "dev" else {"checkpoints", "models"})
     (line,) = [line for line in _storage_lines(storage_section(spec)) if "-checkpoints " in line]
     assert line.rstrip().endswith(replication)
+
+
+def test_the_documented_way_to_empty_a_prod_bucket_removes_every_version_and_delete_marker(tmp_path):
+    """docs/deploying.md "Destroying a stack": its loop, run as written with the AWS CLI against S3 in moto's
+    server mode, empties a versioned bucket of more than one page of versions and delete markers, after which S3
+    deletes the bucket (which it refuses while any version is left)."""
+    import logging
+    import os
+    import re
+    import subprocess
+    from pathlib import Path
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from tests.conftest import ROOT, require_tool
+
+    aws = require_tool("aws")
+    page = (ROOT / "docs/deploying.md").read_text()
+    block = next(b for b in re.findall(r"```sh cluster\n(.*?)```", page, re.S) if "list-object-versions" in b)
+    block = re.sub(r"^\s*bucket=\S+\n", "", block.replace("\n   ", "\n"), flags=re.M)
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "PATH": f"{Path(aws).parent}{os.pathsep}{os.environ['PATH']}", "bucket": "ckpt"}
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+        s3.create_bucket(Bucket="ckpt")
+        s3.put_bucket_versioning(Bucket="ckpt", VersioningConfiguration={"Status": "Enabled"})
+        for i in range(1100):                       # 1,100 current versions
+            s3.put_object(Bucket="ckpt", Key=f"step-{i:05d}/model.pt", Body=b"x")
+        for i in range(50):                         # 50 noncurrent versions and 50 delete markers
+            s3.put_object(Bucket="ckpt", Key=f"step-{i:05d}/model.pt", Body=b"y")
+            s3.delete_object(Bucket="ckpt", Key=f"step-{i:05d}/model.pt")
+        with pytest.raises(s3.exceptions.ClientError, match="BucketNotEmpty"):
+            s3.delete_bucket(Bucket="ckpt")
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        listing = s3.list_object_versions(Bucket="ckpt")
+        assert not listing.get("Versions") and not listing.get("DeleteMarkers")
+        s3.delete_bucket(Bucket="ckpt")
+    finally:
+        server.stop()

@@ -95,7 +95,7 @@ def test_clients_reach_it_through_an_internal_nlb_checked_on_readiness(run):
     assert {p["port"] for p in spec["ports"]} == {8000, 8001}          # metrics stay inside the cluster
     assert annotations[lb_controller.SCHEME] == "internal"
     assert annotations[lb_controller.HEALTHCHECK_PATH] == "/v2/health/ready"
-    assert named(run, RELEASE, "inference-lb-controller").urn in service.dependencies
+    assert named(run, RELEASE, "lb-controller-release").urn in service.dependencies
     assert run.outputs["inferenceEndpoint"].endswith(".elb.us-east-1.amazonaws.com")
 
 
@@ -133,10 +133,10 @@ def test_triton_reads_the_models_bucket_and_nothing_else(run):
 
 
 def test_the_load_balancer_controller_is_limited_to_this_stacks_resources(run):
-    policy = _policy(run, "inference-lb-controller-identity-policy")
+    policy = _policy(run, "lb-controller-identity-policy")
     vpc = run.outputs["vpcId"]
     assert policy == lb_controller.scoped_iam_policy("aws", "us-east-1", "123456789012", vpc, "internal")
-    values = named(run, RELEASE, "inference-lb-controller").inputs["values"]
+    values = named(run, RELEASE, "lb-controller-release").inputs["values"]
     assert values["vpcId"] == vpc and values["clusterName"] == "gpu-cloud-prod-us-east-1"
 
 

@@ -186,6 +186,15 @@ def test_backup_retention_by_environment():
         lustre.backup_retention_days("qa")
 
 
+@pytest.mark.parametrize("tier,backup_minutes,timeout", [(125, 147, "3h"), (250, 74, "2h"), (500, 37, "2h"),
+                                                           (1000, 19, "1h")])
+def test_a_delete_waits_for_a_final_backup_of_every_block_at_the_tiers_throughput(tier, backup_minutes, timeout):
+    # 1 TiB per TiB of capacity at `tier` MB/s: 1,099,511,627,776 B / 125,000,000 B/s = 8,796 s = 146.6 min.
+    assert lustre.final_backup_minutes(tier) == backup_minutes
+    # ... then the deletion itself (the provider's own 30 min), in whole hours: 147 + 30 = 177 min -> 3 h.
+    assert lustre.delete_timeout(tier) == timeout
+
+
 def test_data_repository_paths_are_prefixes():
     assert lustre.s3_prefix("s3://acme/datasets") == "s3://acme/datasets/"
     assert lustre.s3_prefix("s3://acme/") == "s3://acme/"
@@ -270,6 +279,11 @@ def test_daily_backups_by_environment_and_a_final_backup_on_delete(environment, 
     assert fs["dailyAutomaticBackupStartTime"] == "01:00" and fs["copyTagsToBackups"] is True
     assert fs["weeklyMaintenanceStartTime"] == "7:03:00"
     assert fs["skipFinalBackup"] is False and fs["finalBackupTags"]
+
+
+@pytest.mark.parametrize("tier,timeout", [(125, "3h"), (1000, "1h")])
+def test_the_file_system_waits_for_its_final_backup_on_delete_not_the_providers_30_minutes(tier, timeout):
+    assert run_component(build(tier=tier)).one(FS).custom_timeouts == {"delete": timeout}
 
 
 def test_lustre_ports_exactly_from_and_to_the_file_system_group_and_each_client(run):

@@ -8,6 +8,8 @@ import pulumi
 import pytest
 
 from plan.engine import run_program
+from plan.stackfile import load_stack
+from spec import kueue, lb_controller, tenancy
 from spec.validate import load_stack_spec
 from tests.conftest import STACKS, PlanProcess, run_stack
 
@@ -272,6 +274,32 @@ def test_the_drain_handler_outlives_the_pools_it_drains(stack_runs, stack):
     assert groups and all({release.urn, *(r.urn for r in drain if r.type.startswith("aws:cloudwatch/eventRule"))}
                           <= set(g.dependencies) for g in groups)
     assert not {g.urn for g in groups} & set().union(*(waits_for(run, r) for r in drain))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_destroy_deletes_the_team_namespaces_while_their_controllers_still_run(stack_runs, stack):
+    """Pulumi deletes a resource before what it depends on. Objects teams leave in the training and inference
+    namespaces carry controllers' finalizers (Kueue's Workloads; the load balancer controller's LoadBalancer
+    Services and TargetGroupBindings), which only those controllers remove: each namespace depends on every such
+    controller, so the namespaces (and all in them) are gone before the controllers and Kueue's CRDs go."""
+    run = stack_runs[stack]
+    releases = {r.inputs["name"]: r for r in run.of_type("kubernetes:helm.sh/v3:Release")}
+    controllers = [releases[name] for name in (kueue.RELEASE_NAME, lb_controller.RELEASE_NAME) if name in releases]
+    serving = load_stack(stack)[1].inference.triton.enabled       # dev serves nothing: no load balancer controller
+    assert [r.inputs["name"] for r in controllers] == ["kueue"] + ["aws-load-balancer-controller"] * serving
+    namespaces = [r for r in run.of_type("kubernetes:core/v1:Namespace")
+                  if r.inputs["metadata"]["name"] in tenancy.TEAM_NAMESPACES]
+    assert len(namespaces) == 2
+    for namespace in namespaces:
+        assert {c.urn for c in controllers} <= waits_for(run, namespace), namespace.name
+    # Kueue's own objects and the Triton Service go before their controllers too.
+    kueue_objects = [r for r in run.resources if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    assert kueue_objects and all(releases["kueue"].urn in waits_for(run, r) for r in kueue_objects)
+    for service in [r for r in run.of_type("kubernetes:core/v1:Service") if r.inputs["spec"].get("type") == "LoadBalancer"]:
+        assert releases["aws-load-balancer-controller"].urn in waits_for(run, service)
+    # ... and nothing of a controller waits for a team namespace (that would delete the controller first).
+    for controller in controllers:
+        assert not {n.urn for n in namespaces} & waits_for(run, controller)
 
 
 @pytest.fixture(scope="module")

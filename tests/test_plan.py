@@ -75,6 +75,11 @@ def test_plan_shows_the_gpu_platform_and_the_training_queue(documents):
     assert re.search(r"\n  training-spot +finetune-a100-80gb-spot, finetune-a100-40gb-spot +nvidia\.com/gpu 48 +"
                      r"interruptible jobs only", text)
     assert "NVLink bandwidth check: train-h100 (0 4 * * 0 UTC), finetune-a100-40gb-spot (suspended" in text
+    # The flavors and queue wait for Kueue's webhooks, for a stated time.
+    assert queue["webhookWait"] == {"job": "kueue-system/kueue-webhook-ready", "probeSeconds": 300,
+                                    "timeoutSeconds": 600}
+    assert ("created once Kueue's webhooks answer: Job kueue-system/kueue-webhook-ready retries a dry-run "
+            "ResourceFlavor for up to 300 s; pulumi up waits for it up to 600 s") in text
     dev_text, _ = documents["dev"]
     assert "GPU platform: gpu-operator v26.7.0, Kueue 0.19.2" in dev_text        # no EFA pool, no EFA plugin
 
@@ -252,7 +257,7 @@ def test_a_config_error_found_at_run_time_is_exit_2_without_traceback(tmp_path):
 
 def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents, tmp_path):
     text, _ = documents["prod-us-east-1"]
-    assert "Policy (pack gpu-cloud v1.0.0): no violations" in text
+    assert "Policy (pack gpu-cloud v1.0.0), as an update shows it: no violations" in text
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"gpu-pool-instance-types": {"allowedInstanceTypes": ["p5.48xlarge"]}}))
     result = plan("prod-us-east-1", "--policy-config", config)

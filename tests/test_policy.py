@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 import pulumi_policy
-from plan.document import build_document, resources_in_reading_order
+from plan.document import resources_in_reading_order
 from plan.policy_runner import PolicyConfigError, engine_arguments, resolve_config, run_pack
-from plan.stackfile import load_stack
+from plan.views import VIEWS, view_outputs
 from policy import policies as pack
 from pulumi_policy import (PolicyResource, ResourceValidationArgs, ResourceValidationPolicy, StackValidationArgs,
                            StackValidationPolicy)
@@ -35,12 +35,11 @@ class _Documents(dict):
 
 
 @pytest.fixture(scope="module")
-def documents(stack_runs):
+def documents(plan_documents):
     """Each shipped stack's plan document, as `python -m plan STACK --json` writes it (a JSON round trip)."""
     out = _Documents()
     for stack in STACKS:
-        _, spec = load_stack(stack)
-        dict.__setitem__(out, stack, json.loads(json.dumps(build_document(spec, stack_runs[stack], {"violations": []}))))
+        dict.__setitem__(out, stack, plan_documents[stack])
     return out
 
 
@@ -326,14 +325,17 @@ def test_runner_and_direct_validate_calls_agree_on_a_document_with_many_violatio
                                                    r["aliases"], pulumi_policy.PolicyCustomTimeouts(0, 0, 0), [],
                                                    r["parent"])
 
-    # The engine hands a stack policy its resources in registration order: the pools as the stack file lists them.
+    # The engine hands a stack policy its resources in registration order (the pools as the stack file lists
+    # them), each with its outputs (inputs and what the provider computed) and property dependencies.
     registered = resources_in_reading_order(document)
-    stack = [PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], options(r), providers.get(r["provider"]),
-                            None, [], {}) for r in registered]
+    stack = [PolicyResource(r["type"], view_outputs(r, None), r["urn"], r["name"], options(r),
+                            providers.get(r["provider"]), None, [], {}) for r in registered]
     by_urn = {r.urn: r for r in stack}
     for raw, resource in zip(registered, stack):
         resource.parent = by_urn.get(raw["parent"])
         resource.dependencies.extend(by_urn[d] for d in raw["dependencies"] if d in by_urn)
+        resource.property_dependencies.update({key: [by_urn[d] for d in urns if d in by_urn]
+                                               for key, urns in raw["propertyDependencies"].items()})
     budget = {"maxHourlyUsd": document["cost"]["budgetMaxHourlyUsd"]}
     for policy in pack.POLICIES:
         config = budget if policy.name == "hourly-cost-within-budget" else {}
@@ -396,7 +398,7 @@ def test_policy_check_runs_the_pack_and_refuses_malformed_documents(documents, t
     path.write_text(json.dumps(good))
     result = policy_check(path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Policy (pack gpu-cloud v1.0.0): no violations" in result.stdout
+    assert "Policy (pack gpu-cloud v1.0.0), as an update shows it: no violations" in result.stdout
 
     broken = mutated(good, "dev-gpu-spot-lt", _set(["inputs", "metadataOptions", "httpTokens"], "optional"))
     path.write_text(json.dumps(broken))
@@ -439,3 +441,133 @@ def test_violations_name_pools_in_the_stack_files_order(documents):
                        {"gpu-pool-instance-types": {"allowedInstanceTypes": ["p5.48xlarge", "g6e.12xlarge"]}})
     named = [v["urn"].rsplit("::", 1)[1] for v in verdict["violations"]]
     assert named == ["finetune-a100-80gb-spot-asg", "finetune-a100-40gb-spot-asg"]   # as the stack file lists them
+
+
+# --- the views: what the engine shows the pack on a preview (plan/views.py) --------------------------------------
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stacks_pass_the_pack_in_every_view(documents, stack, view):
+    assert run_pack(documents[stack], view=view)["violations"] == []
+
+
+def unknown_at(document, name, path):
+    """A copy of `document` whose preview view is a deployed stack in which only `name`'s `path` is unknown."""
+    document = copy.deepcopy(document)
+    (resource,) = [r for r in document["resources"] if r["name"] == name]
+    document["policyViews"]["preview"] = {
+        "existing": [r["urn"] for r in document["resources"]], "unconfiguredProviders": [], "absent": [],
+        "unknownInputs": {resource["urn"]: [list(path)]}}
+    return document
+
+
+def found_in(document, view):
+    names = {r["urn"]: r["name"] for r in document["resources"]}
+    return {(v["policyName"], names.get(v["urn"], "")) for v in run_pack(document, view=view)["violations"]}
+
+
+def _append_override(itype):
+    return lambda r: r["inputs"]["mixedInstancesPolicy"]["launchTemplate"]["overrides"].append({"instanceType": itype})
+
+
+def _drop_tls(resource):
+    _deny_gone(resource)
+
+
+# Every stack policy on one resource of a shipped stack: (policy, stack, resource, the input a preview may not
+# know, a known bad change there, the resource the violation names). stateful-resources-protected reads resource
+# options only, which a preview always knows.
+STACK_CASES = [
+    ("efa-placement-and-zone", EU, "train-a100-placement", ["strategy"], _set(["inputs", "strategy"], "spread"),
+     "train-a100-placement"),
+    ("efa-security-group-self", P, "train-h100-efa-in", ["ipProtocol"], _set(["inputs", "ipProtocol"], "tcp"),
+     "train-h100-lt"),
+    ("gpu-pool-verification-hook", P, "infer-l40s-asg", ["initialLifecycleHooks", 0, "defaultResult"],
+     _set(["inputs", "initialLifecycleHooks", 0, "defaultResult"], "CONTINUE"), "infer-l40s-asg"),
+    ("gpu-pool-instance-types", DEV, "dev-gpu-spot-asg",
+     ["mixedInstancesPolicy", "launchTemplate", "overrides", 0, "instanceType"],
+     _set(["inputs", "mixedInstancesPolicy", "launchTemplate", "overrides", 0, "instanceType"], "g6.16xlarge"),
+     "dev-gpu-spot-asg"),
+    ("gpu-pool-one-shape", P, "finetune-a100-40gb-spot-asg", ["mixedInstancesPolicy", "launchTemplate", "overrides"],
+     _append_override("g6e.12xlarge"), "finetune-a100-40gb-spot-asg"),
+    ("spot-interruption-handling", DEV, "dev-gpu-spot-asg", ["tags"], _untag("aws-node-termination-handler/managed"),
+     "dev-gpu-spot-asg"),
+    ("vpc-default-security-group-empty", DEV, "network-default-sg", ["ingress"],
+     _set(["inputs", "ingress"], [{"protocol": "-1", "fromPort": 0.0, "toPort": 0.0, "self": True}]),
+     "network-default-sg"),
+    ("s3-public-access-blocked", P, "artifacts-public-access", ["blockPublicPolicy"],
+     _set(["inputs", "blockPublicPolicy"], False), "artifacts-bucket"),
+    ("s3-sse-kms", DEV, "models-encryption", ["rules", 0, "applyServerSideEncryptionByDefault", "sseAlgorithm"],
+     _set(["inputs", "rules", 0, "applyServerSideEncryptionByDefault", "sseAlgorithm"], "AES256"), "models-bucket"),
+    ("s3-versioning", EU, "checkpoints-versioning", ["versioningConfiguration", "status"],
+     _set(["inputs", "versioningConfiguration", "status"], "Suspended"), "checkpoints-bucket"),
+    ("s3-tls-only", P, "datasets-policy", ["policy"], _drop_tls, "datasets-bucket"),
+    # The logging's target is the new log bucket: unknown, yet its property dependency names the bucket.
+    ("s3-access-logging", P, "artifacts-access-logs", ["targetBucket"],
+     lambda r: r["propertyDependencies"].update(bucket=[]) or r["inputs"].update(bucket="elsewhere"),
+     "artifacts-bucket"),
+    ("s3-replication", P, "replication-models", ["rules", 0, "status"], _set(["inputs", "rules", 0, "status"], "Disabled"),
+     "models-bucket"),
+    ("k8s-namespace-default-deny", DEV, "tenancy-training-default-deny", ["spec", "policyTypes"],
+     _set(["inputs", "spec", "policyTypes"], ["Ingress"]), "tenancy-training"),
+    ("required-tags", EU, "infer-a10g-spot-asg", ["tags"], _untag("costCenter"), "infer-a10g-spot-asg"),
+    ("gpu-pool-observability", DEV, "gpu-operator-release", ["values", "dcgmExporter", "enabled"],
+     _set(["inputs", "values", "dcgmExporter", "enabled"], False), ""),
+    ("hourly-cost-within-budget", P, "train-h100-asg", ["maxSize"], _set(["inputs", "maxSize"], 64.0), ""),
+]
+
+
+def test_every_stack_policy_has_a_case_of_unknown_known_bad_and_known_good():
+    stack_policies = {p.name for p in pack.POLICIES if isinstance(p, StackValidationPolicy)}
+    assert stack_policies - {c[0] for c in STACK_CASES} == {"stateful-resources-protected"}
+
+
+@pytest.mark.parametrize("policy,stack,name,path,bad,culprit", STACK_CASES, ids=[c[0] for c in STACK_CASES])
+def test_a_stack_policy_judges_known_values_and_leaves_unknown_ones_to_the_update(documents, policy, stack, name,
+                                                                                 path, bad, culprit):
+    document = documents[stack]
+    assert not {f for f in found_in(document, "update") if f[0] == policy}                      # known good
+    assert not {f for f in found_in(unknown_at(document, name, path), "preview") if f[0] == policy}   # unknown
+    broken = _mutate_named(document, name, bad)
+    assert (policy, culprit) in found_in(broken, "update")                                      # known bad
+    # ... and still caught in a preview where something else of the resource is unknown.
+    other = ["description"] if path != ["description"] else ["tags"]
+    assert (policy, culprit) in found_in(unknown_at(broken, name, other), "preview")
+
+
+def test_a_violation_visible_in_a_first_preview_is_still_reported(documents):
+    """What a new stack's first preview can see, it judges: a plain-text bucket policy without the TLS statement,
+    a rule open to the internet, a missing tag, a spot group the handler would skip."""
+    def known_in_first_preview(document, name):
+        urn = next(r["urn"] for r in document["resources"] if r["name"] == name)
+        document["policyViews"]["first-preview"]["unknownInputs"].pop(urn, None)
+        return document
+
+    us, dev = documents[US], documents[DEV]
+    plain = known_in_first_preview(_mutate_named(us, "datasets-policy", _drop_tls), "datasets-policy")
+    assert ("s3-tls-only", "datasets-bucket") in found_in(plain, "first-preview")
+    open_rule = _mutate_named(us, "lustre-in-988-client-0", lambda r: (
+        r["inputs"].pop("referencedSecurityGroupId"), r["inputs"].update(cidrIpv4="0.0.0.0/0")))
+    assert ("no-open-ingress", "lustre-in-988-client-0") in found_in(open_rule, "first-preview")
+    untagged = _mutate_named(dev, "dev-gpu-spot-asg", _untag("team"))
+    assert ("required-tags", "dev-gpu-spot-asg") in found_in(untagged, "first-preview")
+    unmanaged = _mutate_named(dev, "dev-gpu-spot-asg", _untag("aws-node-termination-handler/managed"))
+    assert ("spot-interruption-handling", "dev-gpu-spot-asg") in found_in(unmanaged, "preview")
+
+
+def test_what_a_first_preview_cannot_see_is_not_reported_missing(documents):
+    """Under the unconfigured Kubernetes provider every release is an empty map: a missing handler, exporter or
+    network policy cannot be told from one not shown yet. The update reports it."""
+    dev = documents[DEV]
+    for name, policy in (("node-drain-nth", "spot-interruption-handling"),
+                         ("gpu-operator-release", "gpu-pool-observability"),
+                         ("tenancy-training-default-deny", "k8s-namespace-default-deny")):
+        gone = without(dev, name)
+        assert policy in {f[0] for f in found_in(gone, "update")}
+        assert policy not in {f[0] for f in found_in(gone, "first-preview")}
+
+
+def test_every_policy_says_what_it_does_with_unknowns_and_the_page_shows_it():
+    assert set(pack.IN_PREVIEW) == {p.name for p in pack.POLICIES}
+    page = (ROOT / "docs/policies.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \|.*\| ([^|]+) \|$", page, re.M))
+    assert {name: text.strip() for name, text in rows.items()} == pack.IN_PREVIEW

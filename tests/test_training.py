@@ -1,12 +1,13 @@
-"""The TrainingQueue component: the MPI Operator, Kueue and its custom resources in the order the API server needs,
-and the NCCL acceptance test's standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs)."""
+"""The training components: the MPI Operator and Kueue (TrainingOperators), the wait for Kueue's webhooks, and
+Kueue's custom resources in the order the API server needs (TrainingQueue), with the NCCL acceptance test's
+standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs)."""
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.training import TrainingQueue, TrainingQueueArgs
+from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
 from spec import acceptance, charts, kueue
 from spec.model import NodePool
 from spec.validate import ResolvedPool
@@ -15,6 +16,7 @@ from tests.crds import crd_schema, validate_against_crd
 from tests.test_kueue import CONFIG_FILE, KUEUE_TYPE, POOLS, RELEASE, catalog
 
 CRONJOB = "kubernetes:batch/v1:CronJob"
+JOB = "kubernetes:batch/v1:Job"
 # A reserved H100 pool that keeps two nodes: the only one a schedule makes run by itself.
 STANDING = ResolvedPool(spec=NodePool.model_validate({
     "name": "standing-h100", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved", "minNodes": 2,
@@ -31,8 +33,9 @@ def _build(schedule=None):
         k8s = kubernetes.Provider("k8s", kubeconfig="{}")
         opts = pulumi.ResourceOptions(providers={"kubernetes": k8s})
         training = kubernetes.core.v1.Namespace("training-ns", metadata={"name": "training"}, opts=opts)
+        operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source="ami"), opts=opts)
         TrainingQueue("training", TrainingQueueArgs.for_pools(
-            ALL_POOLS, catalog, driver_source="ami", training_namespace=training.metadata.name,
+            ALL_POOLS, catalog, operators=operators, training_namespace=training.metadata.name,
             nvlink_schedule=schedule), opts=opts)
     return build
 
@@ -64,9 +67,12 @@ def test_kueue_starts_after_the_mpijob_crd_and_its_custom_resources_after_kueue(
     assert run.one(CONFIG_FILE).urn in release.dependencies
     flavors = run.of_type(KUEUE_TYPE + "ResourceFlavor")
     assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(f.name for f in FLAVORS)
-    assert all(release.urn in f.dependencies for f in flavors)
+    probe = run.one(JOB)
+    assert release.urn in probe.dependencies
+    # Not merely after Kueue's pods are Ready: after its webhooks answered (the probe Job completed).
+    assert all(probe.urn in f.dependencies for f in flavors)
     queue = run.one(KUEUE_TYPE + "ClusterQueue")
-    assert {f.urn for f in flavors} <= set(queue.dependencies)
+    assert {f.urn for f in flavors} | {probe.urn} <= set(queue.dependencies)
     local = run.one(KUEUE_TYPE + "LocalQueue")
     assert queue.urn in local.dependencies
     assert local.inputs["metadata"] == {"name": kueue.LOCAL_QUEUE, "namespace": "training"}
@@ -110,7 +116,8 @@ def test_the_judges_account_may_post_events_and_nothing_else(run):
                                          "name": acceptance.SERVICE_ACCOUNT}
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": acceptance.SERVICE_ACCOUNT,
                                            "namespace": "training"}]
-    assert not run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+    assert not [b for b in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+                if any(subject["name"] == acceptance.SERVICE_ACCOUNT for subject in b.inputs["subjects"])]
 
 
 def test_an_nvlink_check_exists_for_each_queue_pool_it_can_run_on(run):
@@ -150,8 +157,9 @@ def test_the_shipped_stacks_nvlink_checks(stack_runs):
 # --- validity and structure -------------------------------------------------------------------------------
 
 def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
-    # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 CronJobs.
-    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED)
+    # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 CronJobs,
+    # the webhook probe's ConfigMap, ServiceAccount, ClusterRole, ClusterRoleBinding and Job.
+    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED) + 5
     for stack in stack_runs.values():
         validate_kubernetes(stack, "1.35")
 
@@ -159,12 +167,49 @@ def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
 def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     component = run.one("gpu-cloud:training:TrainingQueue", "training")
     children = run.children_of(component.urn)
-    assert len(children) == 3 + len(FLAVORS) + 2 + 4 + len(CHECKED)
+    assert len(children) == len(FLAVORS) + 2 + 4 + len(CHECKED)
     assert all(r.name.startswith("training-") for r in children)
+    operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")
+    children = run.children_of(operators.urn)
+    # the MPI Operator, kueue-system, Kueue; the probe's ConfigMap, account, ClusterRole, binding and Job
+    assert len(children) == 3 + 5 and all(r.name.startswith("training-operators-") for r in children)
 
 
 def test_a_stack_without_queue_pools_installs_no_queue():
     pools = [{**p, "workload": "inference"} for p in stack_config("dev")["gpu-cloud:nodePools"]]
     result = run_stack("dev", {"gpu-cloud:nodePools": pools})
     assert not result.of_type("gpu-cloud:training:TrainingQueue")
+    assert not result.of_type("gpu-cloud:training:TrainingOperators")
     assert any("no training queue" in w for w in result.warnings)
+
+
+# --- waiting for Kueue's webhooks -------------------------------------------------------------------------------
+def test_the_webhook_probe_is_a_job_pulumi_waits_for_with_a_stated_timeout(run):
+    """pulumi-kubernetes waits for a Job until its Complete condition (the Job resource's documented await), up to
+    the create timeout: past the Job's own deadline, so a probe that gives up fails the up with its own reason."""
+    job = run.one(JOB)
+    assert job.inputs["metadata"]["name"] == kueue.WEBHOOK_PROBE and job.inputs["metadata"]["namespace"] == kueue.NAMESPACE
+    assert job.custom_timeouts == {"create": f"{kueue.WEBHOOK_PROBE_TIMEOUT_S}s", "update": f"{kueue.WEBHOOK_PROBE_TIMEOUT_S}s"}
+    deadline = job.inputs["spec"]["activeDeadlineSeconds"]
+    assert kueue.WEBHOOK_PROBE_DEADLINE_S < deadline < kueue.WEBHOOK_PROBE_TIMEOUT_S == 600
+    assert job.delete_before_replace          # a new Kueue version replaces the Job under its fixed name
+    pod = job.inputs["spec"]["template"]
+    assert pod["metadata"]["labels"]["kueue-version"] == charts.chart(charts.KUEUE).app_version
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["DEADLINE_SECONDS"] == str(kueue.WEBHOOK_PROBE_DEADLINE_S)
+    script = next(r for r in run.of_type("kubernetes:core/v1:ConfigMap")
+                  if r.inputs["metadata"]["name"] == kueue.WEBHOOK_PROBE)
+    assert script.inputs["data"][kueue.WEBHOOK_PROBE_SCRIPT_KEY] == kueue.WEBHOOK_PROBE_SCRIPT.read_text()
+    assert script.urn in job.dependencies
+
+
+def test_the_probe_may_create_resourceflavors_and_nothing_else(run):
+    role = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+                if r.inputs["metadata"]["name"] == kueue.WEBHOOK_PROBE)
+    assert role.inputs["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"],
+                                     "verbs": ["create"]}]
+    binding = next(r for r in run.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding")
+                   if r.inputs["metadata"]["name"] == kueue.WEBHOOK_PROBE)
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": kueue.WEBHOOK_PROBE,
+                                           "namespace": kueue.NAMESPACE}]
+    assert binding.urn in run.one(JOB).dependencies
