@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 
 from spec import acceptance
+from spec.faults import load_faults
 from spec.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from spec.efa import ip_bandwidth_gbps
 from spec.pools import offered_gpu_resources
@@ -54,12 +55,13 @@ TRITON_SERVER_ARGS: Tuple[str, ...] = ("--metrics-config", "summary_latencies=tr
 TRITON_P99_QUANTILE = "0.99"
 
 # --- facts the rules encode ----------------------------------------------------------------------------------------
-# XIDs (../shared/reference/gpu-facts.md, "Health thresholds seen in trusted tools"): the EKS node monitoring agent's
-# fatal list and Azure NHC's additions. 68 (Azure) and 109 (EKS) are also on the NVIDIA device plugin's list of
-# application-caused XIDs, so the sources disagree: those two warn instead of paging.
-FATAL_XIDS: Tuple[int, ...] = (46, 48, 54, 56, 57, 58, 62, 63, 64, 65, 69, 73, 74, 79, 80, 81, 92, 95, 110, 119,
-                               120, 136, 140, 142, 143, 151, 155, 156, 158)
-DISPUTED_XIDS: Tuple[int, ...] = (68, 109)
+# XIDs, as the fault table (spec/faults.yaml) lists them: the EKS node monitoring agent's fatal list and Azure's
+# additions, and Blackwell's NVLink XIDs (144-150; the exporter's gauge carries no severity, so all of them page, as
+# XID 74 does on Hopper). 68 and 109 are also on the NVIDIA device plugin's list of application-caused XIDs, so the
+# sources disagree: those two warn instead of paging.
+FAULTS = load_faults()
+FATAL_XIDS: Tuple[int, ...] = tuple(sorted(FAULTS.xids.fatal + FAULTS.xids.nvlink))
+DISPUTED_XIDS: Tuple[int, ...] = FAULTS.xids.disputed
 
 # ENA interfaces as AL2023 names them (ens5, enp..., eth0 on older images, enX0 on Xen types); the VPC CNI's host
 # veths are eni<hex> and never match.
@@ -122,22 +124,26 @@ def _gpu() -> str:
 def gpu_rules(alerts) -> List[Dict[str, Any]]:
     """Load, memory, temperature and hardware faults, per GPU, from the DCGM exporter."""
     util, mem, temp = alerts.gpu_util_high_pct, alerts.gpu_mem_high_pct, alerts.gpu_temp_c
+    limits = FAULTS.limits
     used = "DCGM_FI_DEV_FB_USED"
     # The last XID stays until the driver reloads, but a later harmless one (XID 45 follows fatal ones as processes
     # are killed) replaces it: the exporter's per-XID count over its window (5 minutes) catches the fatal one too.
     xids = lambda codes: " or ".join([f"DCGM_FI_DEV_XID_ERRORS == {code}" for code in codes] + [  # noqa: E731
         f'DCGM_EXP_XID_ERRORS_COUNT{{xid=~"{"|".join(map(str, codes))}"}} > 0'])
     return [
-        _rule("GpuUtilizationHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_UTIL > {util}"), "5m", "warning",
-              f"GPU utilisation above {util} %",
+        # Under MIG the exporter reports no DCGM_FI_DEV_GPU_UTIL; each GPU instance (label GPU_I_ID) has the
+        # profiling engine's share of time active instead.
+        _rule("GpuUtilizationHigh", on_gpu_nodes(
+            f'DCGM_FI_DEV_GPU_UTIL > {util} or DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}} * 100 > {util}'),
+              "5m", "warning", f"GPU utilisation above {util} %",
               f"{_gpu()} has been above {util} % utilisation for 5 minutes."),
         # Total as used + free: DCGM_FI_DEV_FB_TOTAL is not in the default CSV, and reserved memory is the driver's.
         _rule("GpuMemoryHigh", on_gpu_nodes(f"{used} / ({used} + DCGM_FI_DEV_FB_FREE) * 100 > {mem}"), "5m",
               "warning", f"GPU memory above {mem} % used",
               f"{_gpu()} has used more than {mem} % of its memory for 5 minutes."),
-        # At or above, as the boot gate refuses a GPU at this temperature (userdata/gpu_verify.py).
-        _rule("GpuTemperatureHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_TEMP >= {temp}"), "1m", "critical",
-              f"GPU at or above {temp} C", f"{_gpu()} has been at {temp} C or hotter for a minute."),
+        # Above, as the design requirements put it ("> 85 C") and as the boot gate refuses a GPU (userdata/gpu_verify.py).
+        _rule("GpuTemperatureHigh", on_gpu_nodes(f"DCGM_FI_DEV_GPU_TEMP > {temp}"), "1m", "critical",
+              f"GPU above {temp} C", f"{_gpu()} has been hotter than {temp} C for a minute."),
         # The field holds the last XID the GPU reported, until the driver reloads: it keeps firing until the node is
         # reset or replaced.
         _rule("GpuFatalXid", on_gpu_nodes(xids(FATAL_XIDS)), "0m", "critical", "GPU reported a fatal XID",
@@ -153,20 +159,49 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
               f"{_gpu()} had uncorrectable ECC errors since its driver loaded; drain the node and reset the GPU."),
         _rule("GpuRowRemapFailure", on_gpu_nodes("DCGM_FI_DEV_ROW_REMAP_FAILURE > 0"), "0m", "critical",
               "GPU row remapping failed", f"{_gpu()} could not remap a memory row; replace the node."),
-        _rule("GpuNvlinkErrors", on_gpu_nodes(
-            "increase(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[10m]) > 0"
-            " or increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "warning",
-              "NVLink errors", f"{_gpu()} counted NVLink CRC or recovery errors in the last 10 minutes."),
+        _rule("GpuRowRemapPending", on_gpu_nodes("DCGM_FI_DEV_ROW_REMAP_PENDING > 0"), "0m", "warning",
+              "GPU row remap waiting for a reset",
+              f"{_gpu()} has a row remap that takes effect at the next GPU reset; drain and reboot the node."),
+        _rule("GpuRowRemapLimit", on_gpu_nodes(
+            f"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS >= {limits.row_remap_uncorrectable_max}"), "0m", "critical",
+              f"GPU has {limits.row_remap_uncorrectable_max} or more rows remapped for uncorrectable errors",
+              f"{_gpu()} is past DCGM's limit of {limits.row_remap_uncorrectable_max} uncorrectable row remaps; "
+              "replace the node."),
+        # DCGM: CRC errors "only matter at rates of 100+ per second" (spec/faults.yaml limits); a recovery means a
+        # link had to be retrained, which matters at once.
+        _rule("GpuNvlinkCrcErrors", on_gpu_nodes(
+            f"rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[{RATE_WINDOW}]) >= "
+            f"{_number(limits.nvlink_crc_errors_per_second)}"), "5m", "warning",
+              f"NVLink CRC errors at {_number(limits.nvlink_crc_errors_per_second)} a second or more",
+              f"{_gpu()} has counted {_number(limits.nvlink_crc_errors_per_second)} or more NVLink CRC flit errors "
+              "a second for 5 minutes."),
+        _rule("GpuNvlinkRecoveryErrors", on_gpu_nodes(
+            "increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "warning",
+              "NVLink link recovery", f"{_gpu()} had to recover an NVLink in the last 10 minutes."),
         _rule("GpuThermalThrottling", on_gpu_nodes(f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[{RATE_WINDOW}]) > 0"), "10m",
               "warning", "GPU throttled for heat", f"{_gpu()} has been throttled for thermal reasons for 10 minutes."),
-        _rule("GpuPowerThrottling", on_gpu_nodes(f"rate(DCGM_FI_DEV_POWER_VIOLATION[{RATE_WINDOW}]) > 0"), "10m",
-              "warning", "GPU throttled for power", f"{_gpu()} has been throttled by its power limit for 10 minutes."),
+        # The counter is nanoseconds spent at the power cap (DCGM v4.6.0 dcgm_fields.h): its rate / 1e9 is the share
+        # of time capped. Healthy GPUs under training load touch the cap; one held there most of the time is slow.
+        _rule("GpuPowerThrottling", on_gpu_nodes(
+            f"rate(DCGM_FI_DEV_POWER_VIOLATION[10m]) / 1e9 > {_number(limits.power_violation_share)}"), "10m",
+              "warning", f"GPU held at its power cap more than {_number(limits.power_violation_share * 100)} % of the "
+              "time", f"{_gpu()} has spent more than {_number(limits.power_violation_share * 100)} % of the last 10 "
+              "minutes held back by its power limit, for 10 minutes."),
     ]
 
 
 def node_rules(pools, catalog) -> List[Dict[str, Any]]:
     """GPU nodes: the boot verifier's verdict, readiness, and each pool's schedulable GPUs against its minimum."""
     rules = [
+        # The run-time checker (userdata/gpu_verify.py --mode runtime) writes one gpu_cloud_node_health_fault series
+        # per fault class it found, labelled with the check status and the fault table's remediation.
+        _rule("GpuNodeHealthCheckFailed", on_gpu_nodes('gpu_cloud_node_health_fault{status="fail"} == 1'), "0m",
+              "critical", "GPU node health check failed",
+              f"The run-time health check found {{{{ $labels.fault }}}} on {_where()}; the fault table's "
+              "remediation is {{ $labels.remediation }} (docs/node-gate.md, the fault model)."),
+        _rule("GpuNodeHealthWarning", on_gpu_nodes('gpu_cloud_node_health_fault{status="warn"} == 1'), "0m",
+              "info", "GPU node health check warned",
+              f"The run-time health check found {{{{ $labels.fault }}}} on {_where()}: a warning, nothing to repair."),
         # userdata/gpu_verify.py render_textfile writes gpu_cloud_node_verify_pass (1 pass, 0 fail or error) into
         # node-exporter's textfile directory (userdata/gate.sh).
         _rule("GpuNodeVerificationFailed", on_gpu_nodes("gpu_cloud_node_verify_pass == 0"), "0m", "critical",

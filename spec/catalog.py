@@ -27,6 +27,7 @@ class GpuModel(_Frozen):
     mig_profiles: Dict[str, int] = Field(alias="migProfiles")      # profile -> instances per GPU
     min_driver_branch: int = Field(alias="minDriverBranch")
     ecc_expected: bool = Field(alias="eccExpected")
+    ecc_reserves_memory: bool = Field(alias="eccReservesMemory")   # GDDR: ECC on keeps 1/16 of the memory
     datacenter: bool
 
     @property

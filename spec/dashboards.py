@@ -395,11 +395,40 @@ def node_verification() -> Dict[str, Any]:
     b.panel("table", "Outcomes by check", [
         (f"sum by (check, status) ({on_node('gpu_cloud_node_verify_check_status == 1')})", "")], table=True, w=24,
         description="How many nodes (and GPUs) each check passed, failed, warned or skipped on.")
+    b.panel("table", "Fault classes found at boot", [
+        (f"max by (node, fault, status, remediation) ({on_node('gpu_cloud_node_verify_fault == 1')})", "")],
+        table=True, description="The fault classes (spec/faults.yaml) the boot gate found, with the remediation "
+        "the table gives.")
+    b.panel("table", "Remediation asked at boot", [
+        (f"max by (node, remediation) ({on_node('gpu_cloud_node_verify_remediation == 1')})", "")], table=True,
+        description="The strongest remediation the boot gate's failed fault classes ask for.")
+
+    # The run-time checker: the same verifier, every few minutes, with what a workload does not disturb.
+    health = lambda metric: on_node(f"gpu_cloud_node_health_{metric}")          # noqa: E731
+    problems_now = 'gpu_cloud_node_health_check_status{status=~"fail|warn"} == 1'
+    b.row("While running")
+    b.panel("stat", "Nodes checked", [(f"count({health('pass')})", "")], w=6, h=4)
+    b.panel("stat", "Nodes failing their health check",
+            [(f"count({health('pass == 0')}) or vector(0)", "")], w=6, h=4, thresholds=((None, "green"), (1, "red")))
+    b.panel("stat", "Slowest health check", [(f"max({health('duration_seconds')})", "")], unit="s", w=6, h=4)
+    b.panel("stat", "Oldest health check",
+            [(f"time() - min({health('timestamp_seconds')})", "")], unit="s", w=6, h=4,
+            description="Seconds since the least recent node's check: it runs every few minutes.")
+    b.panel("table", "Health verdict per node", [
+        (f"max by (node, {POOL}, verdict) ({with_pool(health('verdict == 1'))})", "")], table=True)
+    b.panel("table", "Failing and warning checks now", [
+        (f"max by (node, check, gpu, status) ({on_node(problems_now)})", "")], table=True)
+    b.panel("table", "Fault classes found while running", [
+        (f"max by (node, fault, status, remediation) ({health('fault == 1')})", "")], table=True,
+        description="What the run-time checker found, with the fault table's remediation: the repair path acts on "
+        "the failing ones.")
+    b.panel("table", "Remediation asked now", [
+        (f"max by (node, remediation) ({health('remediation == 1')})", "")], table=True)
     return _dashboard(
         "gpu-cloud-node-verification", "gpu-cloud / Node verification",
-        "The boot-time GPU verifier's textfile metrics, scraped by node-exporter. A node whose verification fails "
-        "is abandoned before its kubelet starts, so it is rarely scraped: failures show here only while such a "
-        "node's exporter runs; the launch lifecycle hook's tag on the instance is the record of the rest.",
+        "The GPU verifier's textfile metrics, scraped by node-exporter: the boot gate's (gpu_cloud_node_verify_*) and "
+        "the run-time checker's (gpu_cloud_node_health_*). A node whose boot verification fails is abandoned before "
+        "its kubelet starts, so it is rarely scraped: the launch lifecycle hook's tag on the instance is the record.",
         b, _pool_node_variables())
 
 

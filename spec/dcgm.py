@@ -56,6 +56,7 @@ EXTRA_COUNTERS: Tuple[Tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "NVLink replays over all links."),
     ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "NVLink recoveries over all links."),
     ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Time held back by the power limit (ns)."),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "gauge", "1 when a row remap waits for the next GPU reset."),
     # Computed by the exporter: how often each XID was reported in its window (--xid-count-window-size, 5 minutes;
     # internal/pkg/collector/xid_collector.go labels each series with `xid`).
     ("DCGM_EXP_XID_ERRORS_COUNT", "counter", "XIDs reported during the last window by xid."),

@@ -177,4 +177,5 @@ def _expectation(itype, pool, image, max_temp_c: int, catalog) -> Dict[str, obje
         "maxTempC": max_temp_c,
         "migMode": "enabled" if pool.spec.gpu_sharing.mode == "mig" else "disabled",
         "eccExpected": gpu.ecc_expected,
+        "eccReservesMemory": gpu.ecc_reserves_memory,
     }

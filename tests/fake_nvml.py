@@ -65,11 +65,14 @@ FABRIC_HEALTH_HEALTHY = 0x80
 # 12.0, 12.2, 12.4 and 12.8 toolkits (PyPI nvidia-nvml-dev-cu11 11.8.86, nvidia-nvml-dev-cu12
 # 12.0.76, 12.2.140, 12.4.127, 12.8.90), whose drivers are R520, R525, R535, R550 and R570.
 # nvmlDeviceGetCurrentClocksThrottleReasons is in all of them.
+# nvmlDeviceGetRepairStatus: not in nvml.h of CUDA 12.9 (nvidia-nvml-dev-cu12 12.9.79, R575); first bound by
+# nvidia-ml-py 13.580.65 (absent from 12.575.51), so R580.
 FUNCTION_SINCE_BRANCH = {
     "nvmlDeviceGetGpuFabricInfo": 525,
     "nvmlDeviceGetCurrentClocksEventReasons": 535,
     "nvmlDeviceGetGpuFabricInfoV": 550,
     "nvmlDeviceGetSramEccErrorStatus": 550,
+    "nvmlDeviceGetRepairStatus": 580,
 }
 FIELD_SINCE_BRANCH = {real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 570}
 
@@ -117,6 +120,8 @@ class GpuProfile:
     persistence_mode: int = real.NVML_FEATURE_ENABLED
     mig_mode: List[int] = field(default_factory=lambda: [0, 0])            # current, pending
     processes: List[List[int]] = field(default_factory=list)               # [pid, used MiB]
+    inforom_valid: bool = True
+    repair_pending: List[int] = field(default_factory=lambda: [0, 0])      # channel, TPC
     faults: Dict[str, str] = field(default_factory=dict)
 
 
@@ -226,19 +231,21 @@ EXPECTS: Dict[str, Dict[str, Any]] = {
     "p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuModel": "H100", "gpuCount": 8,
                     "gpuMemoryMiB": 81920, "nvlinkLinksPerGpu": 18, "nvswitch": True,
                     "driverBranch": 525, "driverVersion": None, "maxTempC": 85,
-                    "migMode": "disabled", "eccExpected": True},
+                    "migMode": "disabled", "eccExpected": True,
+                    "eccReservesMemory": False},
     "p4d.24xlarge": {"instanceType": "p4d.24xlarge", "gpuModel": "A100 40GB", "gpuCount": 8,
                      "gpuMemoryMiB": 40960, "nvlinkLinksPerGpu": 12, "nvswitch": True,
                      "driverBranch": "R450", "driverVersion": None, "maxTempC": 85,
-                     "migMode": "disabled", "eccExpected": True},
+                     "migMode": "disabled", "eccExpected": True,
+                    "eccReservesMemory": False},
     "g6e.48xlarge": {"instanceType": "g6e.48xlarge", "gpuModel": "L40S", "gpuCount": 8,
                      "gpuMemoryMiB": 45776, "nvlinkLinksPerGpu": 0, "nvswitch": False,
                      "driverBranch": "525", "driverVersion": None, "maxTempC": 85,
-                     "migMode": "disabled", "eccExpected": False},
+                     "migMode": "disabled", "eccExpected": False, "eccReservesMemory": True},
     "g4dn.12xlarge": {"instanceType": "g4dn.12xlarge", "gpuModel": "T4", "gpuCount": 4,
                       "gpuMemoryMiB": 16384, "nvlinkLinksPerGpu": 0, "nvswitch": False,
                       "driverBranch": 450, "maxTempC": 85,
-                      "migMode": "disabled", "eccExpected": False},
+                      "migMode": "disabled", "eccExpected": False, "eccReservesMemory": True},
 }
 
 
@@ -431,6 +438,13 @@ class FakeDriver(object):
                 entry.value.uiVal = gpu.recovery_action
                 entry.nvmlReturn = real.NVML_SUCCESS
         return values
+
+    def nvmlDeviceValidateInforom(self, handle: FakeHandle) -> None:
+        if not self._enter("nvmlDeviceValidateInforom", handle).inforom_valid:
+            raise _nvml_error("CorruptedInforom")
+
+    def nvmlDeviceGetRepairStatus(self, handle: FakeHandle) -> List[int]:
+        return list(self._enter("nvmlDeviceGetRepairStatus", handle).repair_pending)
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeHandle) -> int:
         return self._enter("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw

@@ -182,14 +182,17 @@ def test_extra_dcgm_counters_are_exactly_the_table_s_and_each_panel_says_so():
 
 def _sample_report() -> dict:
     return {"verdict": "fail", "instanceType": "p5.48xlarge", "instanceId": "i-0abc", "durationS": 12.5,
+            "faults": ["row-remap-failure"], "remediation": "replace", "remediations": {"row-remap-failure": "replace"},
             "checks": [{"name": "driver_version", "status": "pass", "gpu": None, "value": "580", "threshold": None,
-                        "detail": ""},
+                        "detail": "", "fault": None},
                        {"name": "remapped_rows", "status": "fail", "gpu": 3, "value": 1, "threshold": 0,
-                        "detail": "row remap failed"}]}
+                        "detail": "row remap failed", "fault": "row-remap-failure"}]}
 
 
 def test_verifier_metrics_are_what_render_textfile_writes():
-    text = gpu_verify.render_textfile(_sample_report(), 1_700_000_000.0)
+    # The boot gate's families and the run-time checker's (same writer, the mode picks the prefix).
+    text = "".join(gpu_verify.render_textfile(dict(_sample_report(), mode=mode), 1_700_000_000.0)
+                   for mode in ("boot", "runtime"))
     written = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
     table = {name: e["type"] for name, e in d.metric_table()["metrics"].items() if e["source"] == "verifier"}
     assert table == written

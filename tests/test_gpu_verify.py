@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
+from spec.faults import bundle_document
 from tests import fake_nvml as fk
 from tests.conftest import ROOT, require_tool
 
@@ -29,7 +30,9 @@ sys.modules["gpu_verify"] = gv
 _spec.loader.exec_module(gv)
 
 NODE_CHECKS = ("nvml_init", "driver_version", "gpu_count", "nvidia_smi", "xid_kernel_log",
-               "xid_events")
+               "sxid_kernel_log", "xid_events")
+TABLE = bundle_document()
+XIDS = {group: set(TABLE["xids"][group]) for group in ("fatal", "nvlink", "disputed", "application")}
 GPU_CHECK_NAMES = tuple(name for name, _ in gv.GPU_CHECKS)
 XID_79_LINE = ("Aug 01 10:05:00 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', "
                "name=<unknown>, GPU has fallen off the bus.")
@@ -62,6 +65,20 @@ class Run:
 
     def failing_names(self) -> set:
         return {name for name, _ in self.with_status("fail")}
+
+
+@pytest.fixture(scope="session")
+def faults_json(tmp_path_factory) -> Path:
+    """The fault table as the bundle ships it (spec/faults.py bundle_document)."""
+    path = tmp_path_factory.mktemp("faults") / "faults.json"
+    path.write_text(json.dumps(bundle_document()))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _the_bundles_fault_table(faults_json, monkeypatch):
+    # The verifier reads faults.json beside itself, as in the bundle; here it is the rendered table.
+    monkeypatch.setattr(gv, "DEFAULT_FAULTS_NAME", str(faults_json))
 
 
 @pytest.fixture(autouse=True)
@@ -106,21 +123,24 @@ def verify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Run
 # Checks a healthy node of each type skips: name (every GPU) or (name, gpu) -> why (in the detail).
 NOT_SUPPORTED = "Not Supported"
 FUNCTION_NOT_FOUND = "Function Not Found"
-HEALTHY_SKIPS: Dict[str, Dict[Any, str]] = {
-    "p5.48xlarge": {"retired_pages": "remaps rows"},
+HEALTHY_SKIPS: Dict[str, Dict[str, Any]] = {
+    # Drivers before R580 have no repair status call (every healthy profile here: R570 and R535).
+    "p5.48xlarge": {"retired_pages": "remaps rows", "repair_status": FUNCTION_NOT_FOUND},
     "p4d.24xlarge": {"retired_pages": "remaps rows", "fabric": NOT_SUPPORTED,
-                     "fabric_health": "see the fabric check"},
+                     "fabric_health": "see the fabric check", "repair_status": FUNCTION_NOT_FOUND},
     "g6e.48xlarge": {"retired_pages": "remaps rows", "ecc_mode": "not expected",
                      "ecc_uncorrected": NOT_SUPPORTED, "sram_ecc": NOT_SUPPORTED,
                      "nvlink": "no NVLink expected", "fabric": "no NVSwitch",
-                     "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
+                     "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED,
+                     "repair_status": FUNCTION_NOT_FOUND, ("sxid_kernel_log", None): "no NVSwitch"},
     # Driver R535: no SRAM ECC status call, no recovery action field yet.
     "g4dn.12xlarge": {"remapped_rows": NOT_SUPPORTED, "ecc_mode": "not expected",
                       ("ecc_uncorrected", 2): NOT_SUPPORTED, ("ecc_uncorrected", 3): NOT_SUPPORTED,
                       ("retired_pages", 2): NOT_SUPPORTED, ("retired_pages", 3): NOT_SUPPORTED,
                       "sram_ecc": FUNCTION_NOT_FOUND, "recovery_action": NOT_SUPPORTED,
                       "nvlink": "no NVLink expected", "fabric": "no NVSwitch",
-                      "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED},
+                      "fabric_health": "no NVSwitch", "mig_mode": NOT_SUPPORTED,
+                      "repair_status": FUNCTION_NOT_FOUND, ("sxid_kernel_log", None): "no NVSwitch"},
 }
 
 
@@ -153,12 +173,14 @@ def test_healthy_report_has_the_contract_shape(verify, monkeypatch):
     monkeypatch.setenv("GPU_CLOUD_INSTANCE_ID", "i-0abc1234def567890")
     run = verify(fk.healthy("p5.48xlarge"))
     report = run.report
-    assert set(report) == {"verdict", "instanceType", "instanceId", "durationS", "checks"}
+    assert set(report) == {"verdict", "mode", "instanceType", "instanceId", "durationS", "faults",
+                           "remediation", "remediations", "checks"}
     assert (report["instanceType"], report["instanceId"]) == ("p5.48xlarge", "i-0abc1234def567890")
+    assert (report["mode"], report["faults"], report["remediation"]) == ("boot", [], "none")
     assert 0 <= report["durationS"] < 5
     for check in report["checks"]:
-        assert set(check) == {"name", "status", "gpu", "value", "threshold", "detail"}
-        assert check["status"] in ("pass", "fail", "warn", "skip")
+        assert set(check) == {"name", "status", "gpu", "value", "threshold", "detail", "fault"}
+        assert check["status"] in ("pass", "fail", "warn", "skip") and check["fault"] is None
     assert run.find("gpu_memory", 0)["value"] == 81559
     assert run.find("nvlink", 3)["value"] == 18
     assert run.find("driver_version")["value"] == "570.133.20"
@@ -365,9 +387,9 @@ def test_kernel_log_xids_are_classified(verify, xids, status, counted):
     check = run.find("xid_kernel_log")
     assert (check["status"], check["value"]) == (status, counted)
     assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
-    if set(xids) & gv.DISPUTED_XIDS:
-        assert "device plugin" in check["detail"] and "warns rather than fails" in check["detail"]
-    for unknown in set(xids) - gv.CRITICAL_XIDS - gv.APPLICATION_XIDS:
+    if set(xids) & XIDS["disputed"]:
+        assert "device plugin" in check["detail"] and "so this warns" in check["detail"]
+    for unknown in set(xids) - set().union(*XIDS.values()):
         assert "XID %d on PCI:0000:53:00" % unknown in check["detail"]
         assert "in none of the lists" in check["detail"]
     if 13 in xids:
@@ -776,33 +798,6 @@ def test_bad_expect_is_an_error(tmp_path, content, complaint):
 # Small pieces
 # ---------------------------------------------------------------------------------------------
 
-# Fact tables, entry by entry against their sources. EKS: aws/eks-node-monitoring-agent@51af549
-# monitors/nvidia/dcgm/dcgm_policies.go (WellKnownXidCodes) and dcgm_watchfield.go
-# (fabricHealthSubFields); Azure: Azure/azurehpc-health-checks@0e0a1ac customTests/azure_gpu_xid.nhc
-# (XID_EC); NVML: the binding shipped to nodes (nvidia-ml-py's pynvml) and nvml.h.
-
-EKS_WELL_KNOWN_XIDS = [46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151,
-                       155, 156, 158]
-AZURE_XID_EC = [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120]
-
-
-@pytest.mark.parametrize("xid", EKS_WELL_KNOWN_XIDS)
-def test_every_eks_fatal_xid_is_critical(xid):
-    assert xid in gv.EKS_FATAL_XIDS and xid in gv.CRITICAL_XIDS
-
-
-@pytest.mark.parametrize("xid", AZURE_XID_EC)
-def test_every_azure_nhc_xid_is_critical(xid):
-    assert xid in gv.CRITICAL_XIDS
-    assert (xid in gv.AZURE_EXTRA_FATAL_XIDS) == (xid not in EKS_WELL_KNOWN_XIDS)
-
-
-def test_critical_xids_are_exactly_the_two_lists():
-    assert gv.EKS_FATAL_XIDS == set(EKS_WELL_KNOWN_XIDS)
-    assert gv.CRITICAL_XIDS == set(EKS_WELL_KNOWN_XIDS) | set(AZURE_XID_EC)
-    assert gv.RECOVERY_ACTION_XID not in gv.CRITICAL_XIDS | gv.APPLICATION_XIDS  # judged by its action
-
-
 # nvmlDeviceGpuRecoveryAction_t in nvml.h: the binding's constant name -> the verifier's name.
 RECOVERY_ACTIONS = [("NVML_GPU_RECOVERY_ACTION_NONE", "none"),
                     ("NVML_GPU_RECOVERY_ACTION_GPU_RESET", "GPU reset"),
@@ -948,15 +943,15 @@ def test_power_limit_boundaries(verify, enforced_mw, status):
     assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
 
 
-@pytest.mark.parametrize("retired, status", [([0, 0], "pass"), ([63, 0], "pass"), ([32, 31], "pass"),
-                                             ([64, 0], "fail"), ([0, 64], "fail"), ([40, 24], "fail")])
-def test_retired_page_table_full_at_64(verify, retired, status):
+@pytest.mark.parametrize("retired, status", [([0, 0], "pass"), ([62, 0], "pass"), ([31, 31], "pass"),
+                                             ([63, 0], "fail"), ([0, 63], "fail"), ([40, 23], "fail")])
+def test_retired_pages_fail_at_dcgms_63(verify, retired, status):
     node = fk.healthy("g4dn.12xlarge")
     node.gpus[0].retired_pages = retired
     run = verify(node)
     check = run.find("retired_pages", 0)
     assert check["status"] == status and check["value"] == {"pending": False, "retired": sum(retired)}
-    assert gv.RETIRED_PAGES_MAX == 64
+    assert check["fault"] == (None if status == "pass" else "retired-pages-limit")
 
 
 
@@ -1012,7 +1007,8 @@ def run_cli(tmp_path: Path, node: fk.NodeProfile, expect: Any, textfile: bool = 
     env.pop(gv.NVIDIA_SMI_ENV, None)  # resolve nvidia-smi from PATH, as on a node
     argv = [sys.executable, str(VERIFIER), "--expect", str(expect_path),
             "--report", str(tmp_path / "var" / "lib" / "gpu-cloud" / "verify.json"),
-            "--kernel-log", str(tmp_path / "kern.log"), "--budget-s", str(budget_s)]
+            "--kernel-log", str(tmp_path / "kern.log"), "--budget-s", str(budget_s),
+            "--faults", gv.DEFAULT_FAULTS_NAME]
     if textfile:
         argv += ["--textfile", str(tmp_path / "textfile" / "gpu_cloud_verify.prom")]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -1144,9 +1140,9 @@ def test_textfile_passes_promtool(tmp_path, monkeypatch):
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("celsius,status", [(84, "pass"), (85, "fail"), (86, "fail")])
-def test_temperature_fails_at_exactly_the_limit(verify, celsius, status):
-    # the expectation's maxTempC is 85 (monitoring.alerts.gpuTempC): "at or above" fails
+@pytest.mark.parametrize("celsius,status", [(84, "pass"), (85, "pass"), (86, "fail")])
+def test_temperature_fails_above_the_limit(verify, celsius, status):
+    # the expectation's maxTempC is 85 (monitoring.alerts.gpuTempC): "above 85 C", as the design requirements say
     node = fk.healthy("p5.48xlarge")
     node.gpus[2].temperature_c = celsius
     run = verify(node)

@@ -77,7 +77,7 @@ def test_verifier_expectations_per_instance_type():
     expect = pools.verify_expectations(train, spec.node_image, 85, spec.catalog)["p5.48xlarge"]
     assert expect == {"instanceType": "p5.48xlarge", "gpuModel": "H100", "gpuCount": 8, "gpuMemoryMiB": 81920,
                       "nvlinkLinksPerGpu": 18, "nvswitch": True, "driverBranch": "580", "driverVersion": "580.159.03",
-                      "maxTempC": 85, "migMode": "disabled", "eccExpected": True}
+                      "maxTempC": 85, "migMode": "disabled", "eccExpected": True, "eccReservesMemory": False}
     config = valid_config()
     config["nodePools"][1]["instanceTypes"] = ["p5en.48xlarge", "p5e.48xlarge"]
     config["gpuDriver"] = {"source": "install", "branch": "580"}

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, missing, require_tool
+from spec.faults import bundle_document
 from userdata import render
 from userdata.render import (
     USER_DATA_LIMIT_BYTES,
@@ -423,14 +424,15 @@ def _stand_ins(tmp_path: Path) -> dict:
     (here / "install.sh").write_text("# install\n" * 70)   # more than one 512-byte block
     (here / "gpu_verify.py").write_text("print('verify')\n")
     (here / "pynvml.py").write_text("X = 1\n")
-    return {"here": here, "verifier_source": here / "gpu_verify.py", "pynvml_source": here / "pynvml.py"}
+    return {"here": here, "verifier_source": here / "gpu_verify.py", "pynvml_source": here / "pynvml.py",
+            "faults": {"faults": {"x": {"boot": "fail"}}}}
 
 
 STAND_IN_EXPECT = {"p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuCount": 8},
                    "p4d.24xlarge": {"instanceType": "p4d.24xlarge", "gpuCount": 8}}
 # sha256 of the bundle build_verifier_artifact makes from _stand_ins and STAND_IN_EXPECT. It is the same on every
 # machine and Python (no zlib, no tarfile writer): if this changes, every pool's launch template changes with it.
-STAND_IN_SHA256 = "763d6dd6d52d55035946af9bb2d89fd6777622e9ffcb7aec925c9bb13f37c386"
+STAND_IN_SHA256 = "5929a3472b162b9f3070e1aa5c694c884e703f713e4d257bb942134e755fe5d1"
 
 
 def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
@@ -446,7 +448,10 @@ def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
     assert first == second
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     members = _members(first)
-    assert list(members) == ["expect/p5.48xlarge.json", "gate.sh", "gpu_verify.py", "install.sh", "pynvml.py"]
+    assert list(members) == ["expect/p5.48xlarge.json", "faults.json", "gate.sh", "gpu_verify.py", "install.sh",
+                             "pynvml.py"]
+    # The fault table the verifier judges by: spec/faults.py's, as JSON.
+    assert json.loads(members["faults.json"][1]) == bundle_document()
     assert members["gate.sh"][1] == (ROOT / "userdata/gate.sh").read_bytes()
     assert members["install.sh"][1] == (ROOT / "userdata/install.sh").read_bytes()
     assert members["gpu_verify.py"][1] == b"print('verify')\n"
@@ -470,7 +475,8 @@ def test_artifact_is_a_plain_ustar_archive_without_extension_headers(tmp_path, m
     assert len(data) % 10240 == 0            # whole 20-block records, as tar writes them
     headers = _raw_headers(data)
     assert [h[:100].rstrip(b"\0") for h in headers] == [
-        b"expect/p4d.24xlarge.json", b"expect/p5.48xlarge.json", b"gate.sh", b"gpu_verify.py", b"install.sh",
+        b"expect/p4d.24xlarge.json", b"expect/p5.48xlarge.json", b"faults.json", b"gate.sh", b"gpu_verify.py",
+        b"install.sh",
         b"pynvml.py"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
     for h in headers:
         assert h[156:157] == b"0" and h[257:265] == b"ustar\x0000"

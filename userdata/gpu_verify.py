@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """gpu-cloud node verifier: checks a GPU node against what its instance type promises.
 
-The bootstrap script runs this once at boot, before the kubelet starts, and admits the node only
-when the verdict is "pass".
+The gate runs it at every boot, before the kubelet starts, and admits the node only when the verdict is
+"pass" (--mode boot). A timer runs it again every few minutes while the node works (--mode runtime), with
+the checks a running workload does not disturb, and the XIDs and SXids logged since its last run.
+
+Every verdict comes from the fault table (spec/faults.yaml, shipped beside this script as faults.json):
+a check names the fault class it found, the table says whether that fails or warns at boot and what
+repairs it, and the report carries both.
 
 Usage:
     python3 gpu_verify.py --expect EXPECT.json --report REPORT.json [--textfile PATH]
-                          [--kernel-log PATH] [--budget-s 60]
+                          [--kernel-log PATH] [--budget-s 60] [--faults faults.json]
+                          [--mode boot|runtime] [--since EPOCH]
 
 Exit status: 0 pass, 1 fail, 2 could not run (verdict "error": EXPECT missing or invalid, pynvml
 not importable, NVML initialisation failed, report not writable). A report is written whenever the
@@ -15,18 +21,21 @@ at once (os._exit), without waiting for worker threads still stuck in a hung NVM
 
 EXPECT.json: {"instanceType", "gpuModel", "gpuCount", "gpuMemoryMiB", "nvlinkLinksPerGpu",
 "nvswitch", "driverBranch", "driverVersion" (optional or null), "maxTempC",
-"migMode": "disabled" | "enabled", "eccExpected"}. gpuModel is a catalog short name
-(see GPU_MODEL_PATTERNS); driverBranch is 550, "550" or "R550".
+"migMode": "disabled" | "enabled", "eccExpected", "eccReservesMemory"}. gpuModel is a catalog short
+name (see GPU_MODEL_PATTERNS); driverBranch is 550, "550" or "R550".
 
 REPORT.json (default /var/lib/gpu-cloud/verify.json): {"verdict": "pass" | "fail" | "error",
-"instanceType", "instanceId", "durationS", "checks": [{"name", "status", "gpu", "value",
-"threshold", "detail"}]}, status one of pass, fail, warn, skip; gpu is an index or null.
+"mode", "instanceType", "instanceId", "durationS", "faults": [fault ids that failed or warned],
+"remediation": "none" | "reset" | "reboot" | "replace" (the strongest of the failed ones),
+"checks": [{"name", "status", "gpu", "value", "threshold", "detail", "fault"}]}, status one of pass,
+fail, warn, skip; gpu is an index or null; fault the class a fail or warn found, else null.
 
 --textfile PATH writes a Prometheus node-exporter textfile atomically (temporary file + rename);
 the verdict and every check's status are state sets (one sample per state, 1 for the one it had).
---kernel-log PATH reads XID lines from PATH instead of `journalctl -k -b` (falling back to `dmesg`;
-each source gets its own bounded attempt). Every XID line in PATH counts: a file that spans several
-boots (/var/log/messages, a saved journal) brings the XIDs of earlier boots with it.
+--kernel-log PATH reads XID and SXid lines from PATH instead of `journalctl -k -b` (falling back to
+`dmesg`; each source gets its own bounded attempt). Every line in PATH counts: a file that spans several
+boots (/var/log/messages, a saved journal) brings the XIDs of earlier boots with it. --since EPOCH
+(run-time mode) reads the kernel log from that Unix time on (`journalctl -k -b --since @EPOCH`).
 
 Environment:
     GPU_CLOUD_INSTANCE_ID  copied into the report's instanceId (null when unset).
@@ -62,19 +71,9 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 # Data
 # --------------------------------------------------------------------------------------------
 
-# Fatal XIDs of the EKS node monitoring agent.
-EKS_FATAL_XIDS = frozenset({46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142,
-                            143, 151, 155, 156, 158})
-# Azure NHC treats these as fatal too.
-AZURE_EXTRA_FATAL_XIDS = frozenset({56, 57, 58, 65, 68, 69, 73, 80, 81, 92})
-CRITICAL_XIDS = EKS_FATAL_XIDS | AZURE_EXTRA_FATAL_XIDS
-# The NVIDIA device plugin ignores these as caused by applications, not by the GPU.
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-# Critical for one trusted tool, application-caused for another: warn rather than fail.
-DISPUTED_XIDS = CRITICAL_XIDS & APPLICATION_XIDS
-# The driver changed a GPU's recovery action; the line names the new one, e.g.
+# XID lists, SXid severities and every limit come from the fault table (faults.json, load_faults).
+# The driver changed a GPU's recovery action; the XID 154 line names the new one, e.g.
 # "154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)".
-RECOVERY_ACTION_XID = 154
 RECOVERY_ACTION_CHANGE = re.compile(r"recovery action changed .*?\bto 0x(?P<action>[0-9a-fA-F]+)")
 
 # nvmlDeviceGpuRecoveryAction_t (nvml.h), what NVML_FI_DEV_GET_GPU_RECOVERY_ACTION reports.
@@ -109,10 +108,9 @@ GPU_MODEL_PATTERNS: Tuple[Tuple[str, str], ...] = (
     ("T4", r"\bT4\b"),
 )
 
-MEMORY_TOLERANCE = 0.05
-# The catalog gives T4 its raw 16384 MiB, but with ECC on NVML reports 15360 MiB (1/16 kept for
-# ECC) or, on newer drivers, about 15109 MiB: 6-8 % below.
-MEMORY_TOLERANCE_BY_MODEL = {"T4": 0.10}
+# GDDR boards (T4, A10G, L4, L40S) keep 1/16 of their memory for ECC while it is on: T4's 16384 MiB is
+# 15360 with ECC on. The catalog's figure may be either, so each is accepted as the ECC mode allows.
+ECC_RESERVED_SHARE = 1.0 / 16
 
 # Catalog models on NVSwitch boards whose GPUs report a fabric state: NVML's GPU fabric query is
 # for Hopper or newer, so an A100 board has NVSwitches but answers NotSupported.
@@ -141,16 +139,6 @@ FABRIC_HEALTH_FIELDS: Tuple[Tuple[str, int, int, FrozenSet[int]], ...] = (
     ("incorrect_configuration", 8, 0xF, frozenset(range(2, 16))),
 )
 
-# Pre-Ampere GPUs retire at most 64 framebuffer pages; once the table is full a failing cell can
-# no longer be retired.
-RETIRED_PAGES_MAX = 64
-
-# An enforced power limit below the default runs the GPU slower than the pool is paid for: a warning
-# down to this percentage of the default, a failure below it. A project threshold: none of the
-# trusted tools states one.
-POWER_LIMIT_FAIL_PERCENT = 90
-
-
 DEFAULT_REPORT_PATH = "/var/lib/gpu-cloud/verify.json"
 DEFAULT_BUDGET_S = 60.0
 CALL_TIMEOUT_S = 10.0       # one NVML call or helper command, at most
@@ -164,13 +152,22 @@ KERNEL_LOG_COMMANDS: Tuple[Tuple[str, ...], ...] = (("journalctl", "-k", "-b", "
                                                      ("dmesg",))
 KERNEL_LOG_ENTRY = re.compile(r"^(?!-- |No journal files)\s*\S")  # not journalctl's notices
 XID_LINE = re.compile(r"NVRM: Xid \((?P<where>[^)]*)\): (?P<xid>\d+)(?P<message>[^\n]*)")
+SXID_LINE = re.compile(r"SXid \((?P<where>[^)]*)\): (?P<sxid>\d+), (?P<rest>[^\n]*)")
+NONFATAL_WORD = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
+DEFAULT_FAULTS_NAME = "faults.json"    # beside this script in the bundle
+MODES = ("boot", "runtime")
+# Checks a running workload changes, so the run-time checker leaves them to the DCGM exporter's
+# series: a GPU under load is hot and may brake its clocks for a moment, and it runs processes.
+RUNTIME_SKIPPED = frozenset({"compute_processes", "temperature", "clock_events", "xid_events"})
 SMI_GPU_LINE = re.compile(r"^GPU \d+:")
 EXIT_CODES = {"pass": 0, "fail": 1, "error": 2}
+CHECK_ERROR = "check-error"             # the class of a check that could not finish
+REMEDIATIONS = ("none", "reset", "reboot", "replace")
 CHECK_STATUSES = ("pass", "fail", "warn", "skip")
 MIB = 1 << 20
 
 EXPECT_KEYS = ("instanceType", "gpuModel", "gpuCount", "gpuMemoryMiB", "nvlinkLinksPerGpu",
-               "nvswitch", "driverBranch", "maxTempC", "migMode", "eccExpected")
+               "nvswitch", "driverBranch", "maxTempC", "migMode", "eccExpected", "eccReservesMemory")
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,28 +175,69 @@ EXPECT_KEYS = ("instanceType", "gpuModel", "gpuCount", "gpuMemoryMiB", "nvlinkLi
 # --------------------------------------------------------------------------------------------
 
 class Outcome(object):
-    """What one check found: status, the value seen, the threshold it was held to, and why."""
+    """What one check found: status, the value seen, the threshold it was held to, why, and the fault
+    class behind a fail or warn."""
 
-    __slots__ = ("status", "value", "threshold", "detail")
+    __slots__ = ("status", "value", "threshold", "detail", "fault")
 
-    def __init__(self, status: str, value: Any = None, threshold: Any = None, detail: str = ""):
+    def __init__(self, status: str, value: Any = None, threshold: Any = None, detail: str = "",
+                 fault: Optional[str] = None):
         self.status, self.value, self.threshold, self.detail = status, value, threshold, detail
+        self.fault = fault
 
 
 def passed(value: Any = None, threshold: Any = None, detail: str = "") -> Outcome:
     return Outcome("pass", value, threshold, detail)
 
 
-def failed(value: Any = None, threshold: Any = None, detail: str = "") -> Outcome:
-    return Outcome("fail", value, threshold, detail)
-
-
-def warned(value: Any = None, threshold: Any = None, detail: str = "") -> Outcome:
-    return Outcome("warn", value, threshold, detail)
-
-
 def skipped(detail: str, threshold: Any = None) -> Outcome:
     return Outcome("skip", None, threshold, detail)
+
+
+class FaultTable(object):
+    """faults.json: the fault classes (verdict at boot, remediation), the XID lists and the limits."""
+
+    def __init__(self, document: Dict[str, Any]):
+        try:
+            self.faults: Dict[str, Dict[str, Any]] = dict(document["faults"])
+            xids = document["xids"]
+            self.fatal_xids = frozenset(int(x) for x in xids["fatal"])
+            self.nvlink_xids = frozenset(int(x) for x in xids["nvlink"])
+            self.disputed_xids = frozenset(int(x) for x in xids["disputed"])
+            self.application_xids = frozenset(int(x) for x in xids["application"])
+            self.recovery_action_xid = int(xids["recoveryAction"])
+            self.sxid_fatal_word = str(document["sxids"]["fatalWord"])
+            self.limits: Dict[str, Any] = dict(document["limits"])
+            for key in ("retiredPagesMax", "rowRemapUncorrectableMax", "powerLimitFailPercent",
+                        "memoryTolerance"):
+                float(self.limits[key])
+            for fault in self.faults.values():
+                if fault["boot"] not in ("fail", "warn", "none"):
+                    raise ValueError("boot verdict %r" % fault["boot"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise FaultsError("faults.json is not a fault table: %s: %s" % (type(err).__name__, err))
+        if CHECK_ERROR not in self.faults:
+            raise FaultsError("faults.json has no %s class" % CHECK_ERROR)
+
+    def outcome(self, fault: str, value: Any = None, threshold: Any = None, detail: str = "") -> Outcome:
+        """What finding `fault` means: the table's boot verdict (a run-time check judges the same way)."""
+        entry = self.faults.get(fault)
+        if entry is None:  # a verifier bug: never pass because the table lacks a class
+            return Outcome("fail", value, threshold, "%s (unknown fault class %r)" % (detail, fault),
+                           CHECK_ERROR)
+        status = {"fail": "fail", "warn": "warn", "none": "warn"}[entry["boot"]]
+        return Outcome(status, value, threshold, detail, fault)
+
+    def remediation(self, fault: Optional[str]) -> str:
+        return self.faults.get(fault or CHECK_ERROR, self.faults[CHECK_ERROR])["remediation"]
+
+
+def load_faults(path: str) -> FaultTable:
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            return FaultTable(json.load(handle))
+    except (OSError, ValueError) as err:
+        raise FaultsError("cannot read fault table %s: %s" % (path, err))
 
 
 class CallTimedOut(Exception):
@@ -212,6 +250,10 @@ class BudgetExhausted(Exception):
 
 
 class ExpectError(ValueError):
+    pass
+
+
+class FaultsError(ValueError):
     pass
 
 
@@ -275,7 +317,7 @@ def load_expect(path: str) -> Dict[str, Any]:
     for key, minimum in (("gpuCount", 1), ("gpuMemoryMiB", 1), ("nvlinkLinksPerGpu", 0)):
         if not _is_int(expect[key]) or expect[key] < minimum:
             problems.append("%s must be an integer >= %d" % (key, minimum))
-    for key in ("nvswitch", "eccExpected"):
+    for key in ("nvswitch", "eccExpected", "eccReservesMemory"):
         if not isinstance(expect[key], bool):
             problems.append("%s must be true or false" % key)
     if isinstance(expect["maxTempC"], bool) or not isinstance(expect["maxTempC"], (int, float)):
@@ -338,10 +380,14 @@ class BootLog(object):
 class Verifier(object):
     """Runs every check within the budget and collects the results."""
 
-    def __init__(self, nvml: Any, expect: Dict[str, Any], budget_s: float,
-                 kernel_log_path: Optional[str] = None, started: Optional[float] = None):
+    def __init__(self, nvml: Any, expect: Dict[str, Any], budget_s: float, faults: FaultTable,
+                 kernel_log_path: Optional[str] = None, started: Optional[float] = None,
+                 mode: str = "boot", since: Optional[float] = None):
         self.nvml = nvml
         self.expect = expect
+        self.faults = faults
+        self.mode = mode
+        self.since = since
         self.kernel_log_path = kernel_log_path
         self.started = time.monotonic() if started is None else started
         # Keep a little of the budget back for writing the report.
@@ -472,36 +518,47 @@ class Verifier(object):
 
     # -- recording ---------------------------------------------------------------------------
 
+    def fault(self, fault: str, value: Any = None, threshold: Any = None, detail: str = "") -> Outcome:
+        return self.faults.outcome(fault, value, threshold, detail)
+
+    def error(self, detail: str) -> Outcome:
+        """A check that could not finish: the check-error class."""
+        return self.faults.outcome(CHECK_ERROR, None, None, detail)
+
     def record(self, name: str, gpu: Optional[int], outcome: Outcome) -> Outcome:
         self.checks.append({"name": name, "status": outcome.status, "gpu": gpu,
                             "value": outcome.value, "threshold": outcome.threshold,
-                            "detail": outcome.detail})
+                            "detail": outcome.detail,
+                            "fault": outcome.fault if outcome.status in ("fail", "warn") else None})
         return outcome
 
     def run_check(self, name: str, gpu: Optional[Gpu], check: Callable[..., Outcome],
                   *args: Any) -> Outcome:
         """Run one check and record its outcome; turns every exception into a status."""
         index = None if gpu is None else gpu.index
-        if gpu is not None and gpu.index in self.wedged:
-            outcome = failed(detail="not run: an earlier NVML call on GPU %d timed out (%s)"
-                             % (gpu.index, self.wedged[gpu.index]))
+        if self.mode == "runtime" and name in RUNTIME_SKIPPED:
+            outcome = skipped("not checked at run time: a running workload changes it (the DCGM "
+                              "exporter's series show it)")
+        elif gpu is not None and gpu.index in self.wedged:
+            outcome = self.error("not run: an earlier NVML call on GPU %d timed out (%s)"
+                                 % (gpu.index, self.wedged[gpu.index]))
         elif gpu is not None and gpu.handle is None:
-            outcome = failed(detail="no NVML handle for GPU %d: %s" % (gpu.index, gpu.handle_error))
+            outcome = self.error("no NVML handle for GPU %d: %s" % (gpu.index, gpu.handle_error))
         elif self.remaining() <= MIN_CALL_S:
-            outcome = failed(detail="budget exhausted")
+            outcome = self.error("budget exhausted")
         else:
             try:
                 outcome = check(*args)
             except CallTimedOut as err:
-                outcome = failed(detail=str(err))
+                outcome = self.error(str(err))
             except BudgetExhausted:
-                outcome = failed(detail="budget exhausted")
+                outcome = self.error("budget exhausted")
             except subprocess.TimeoutExpired as err:
-                outcome = failed(detail="%s timed out after %.2gs" % (err.cmd, err.timeout))
+                outcome = self.error("%s timed out after %.2gs" % (err.cmd, err.timeout))
             except self.skip_errors as err:
                 outcome = skipped("%s: %s" % (getattr(err, "nvml_call", "NVML"), err))
             except Exception as err:
-                outcome = failed(detail="unexpected error in %s: %s: %s" % (
+                outcome = self.error("unexpected error in %s: %s: %s" % (
                     getattr(err, "nvml_call", name), type(err).__name__, err))
         return self.record(name, index, outcome)
 
@@ -519,12 +576,14 @@ class Verifier(object):
             # action vouches for every GPU decides between warn and fail.
             boot_log = self.read_boot_log()
             self.open_gpus()
-            self.start_xid_watch()
+            if self.mode == "boot":  # at run time the kernel log since the last check covers XIDs
+                self.start_xid_watch()
             self.poll_fabric()
             for gpu in self.gpus:
                 for name, check in GPU_CHECKS:
                     self.run_check(name, gpu, check, self, gpu)
             self.run_check("xid_kernel_log", None, self.check_xid_kernel_log, boot_log)
+            self.run_check("sxid_kernel_log", None, self.check_sxid_kernel_log, boot_log)
             self.run_check("xid_events", None, self.check_xid_events)
         finally:
             self.shutdown()
@@ -574,7 +633,7 @@ class Verifier(object):
             self.call("nvmlInit")
         except self.skip_errors + (self.nvml_error,) as err:
             # Without NVML nothing else can be checked: "could not run", never "skip".
-            return failed(detail="nvmlInit: %s: %s" % (type(err).__name__, err))
+            return self.fault("driver", detail="nvmlInit: %s: %s" % (type(err).__name__, err))
         return passed(detail="NVML initialised")
 
     def check_driver_version(self) -> Outcome:
@@ -584,23 +643,25 @@ class Verifier(object):
         if pinned:
             threshold = "== %s" % pinned
             if version != pinned:
-                return failed(version, threshold, "driver %s is not the pinned %s" % (version, pinned))
+                return self.fault("driver", version, threshold,
+                                  "driver %s is not the pinned %s" % (version, pinned))
             return passed(version, threshold, "driver is the pinned version")
         threshold = ">= R%d" % branch
         match = re.match(r"^(\d+)", version)
         if not match:
-            return failed(version, threshold, "cannot parse driver version %r" % version)
+            return self.fault("driver", version, threshold, "cannot parse driver version %r" % version)
         if int(match.group(1)) < branch:
-            return failed(version, threshold, "driver %s is older than branch R%d" % (version, branch))
+            return self.fault("driver", version, threshold,
+                              "driver %s is older than branch R%d" % (version, branch))
         return passed(version, threshold, "driver branch R%s" % match.group(1))
 
     def check_gpu_count(self) -> Outcome:
         self.nvml_count = int(self.call("nvmlDeviceGetCount"))
         expected = self.expect["gpuCount"]
         if self.nvml_count != expected:
-            return failed(self.nvml_count, expected,
-                          "NVML sees %d GPUs, %s has %d" % (self.nvml_count,
-                                                            self.expect["instanceType"], expected))
+            return self.fault("gpu-missing", self.nvml_count, expected,
+                              "NVML sees %d GPUs, %s has %d" % (self.nvml_count,
+                                                                self.expect["instanceType"], expected))
         return passed(self.nvml_count, expected)
 
     def check_nvidia_smi(self) -> Outcome:
@@ -608,17 +669,19 @@ class Verifier(object):
         threshold = "NVML count (%s)" % self.nvml_count
         if smi is None:
             wanted = os.environ.get(NVIDIA_SMI_ENV) or "nvidia-smi"
-            return failed(None, threshold, "%s not found (PATH or $%s)" % (wanted, NVIDIA_SMI_ENV))
+            return self.fault("driver", None, threshold,
+                              "%s not found (PATH or $%s)" % (wanted, NVIDIA_SMI_ENV))
         result = self.run_command([smi, "-L"])
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
-            return failed(None, threshold, "%s -L exited %d: %s" % (smi, result.returncode, tail[0]))
+            return self.fault("driver", None, threshold,
+                              "%s -L exited %d: %s" % (smi, result.returncode, tail[0]))
         smi_count = sum(1 for line in result.stdout.splitlines() if SMI_GPU_LINE.match(line))
         if self.nvml_count is None:
-            return failed(smi_count, threshold, "NVML GPU count unavailable to compare with")
+            return self.error("NVML GPU count unavailable to compare with nvidia-smi's %d" % smi_count)
         if smi_count != self.nvml_count:
-            return failed(smi_count, self.nvml_count,
-                          "nvidia-smi -L lists %d GPUs, NVML %d" % (smi_count, self.nvml_count))
+            return self.fault("driver", smi_count, self.nvml_count,
+                              "nvidia-smi -L lists %d GPUs, NVML %d" % (smi_count, self.nvml_count))
         return passed(smi_count, self.nvml_count, "nvidia-smi -L agrees with NVML")
 
     def read_boot_log(self) -> BootLog:
@@ -632,7 +695,10 @@ class Verifier(object):
                 return BootLog(None, self.kernel_log_path, "cannot read kernel log: %s" % err,
                                named_file=True)
         problems = []
-        for command in KERNEL_LOG_COMMANDS:
+        commands = KERNEL_LOG_COMMANDS
+        if self.since is not None:  # run time: what was logged since the last run (dmesg cannot tell)
+            commands = ((KERNEL_LOG_COMMANDS[0] + ("--since", "@%d" % int(self.since))),) + commands[1:]
+        for command in commands:
             executable = shutil.which(command[0])
             if executable is None:
                 problems.append("%s not found" % command[0])
@@ -655,22 +721,55 @@ class Verifier(object):
                 return BootLog(result.stdout, " ".join(command), "; ".join(problems))
         return BootLog(None, "", "; ".join(problems))
 
+    def log_where(self, boot_log: BootLog) -> str:
+        where = "in %s %s" % (boot_log.source, "since boot" if self.since is None else
+                              "since the last check")
+        return where + (" (%s)" % boot_log.problem if boot_log.problem else "")
+
     def check_xid_kernel_log(self, boot_log: BootLog) -> Outcome:
         if boot_log.text is None:
             if boot_log.named_file:
-                return failed(None, "no critical XID", boot_log.problem)
+                return self.error(boot_log.problem)
             return self.judge_missing_kernel_log(boot_log.problem)
         sightings = []
         for match in XID_LINE.finditer(boot_log.text):
-            xid, action = int(match.group("xid")), None
-            if xid == RECOVERY_ACTION_XID:
-                change = RECOVERY_ACTION_CHANGE.search(match.group("message"))
+            xid, message, action = int(match.group("xid")), match.group("message"), None
+            if xid == self.faults.recovery_action_xid:
+                change = RECOVERY_ACTION_CHANGE.search(message)
                 action = int(change.group("action"), 16) if change else None
-            sightings.append((xid, match.group("where"), action))
-        where = "in %s since boot" % boot_log.source
-        if boot_log.problem:
-            where += " (%s)" % boot_log.problem
-        return classify_xids(sightings, where)
+            sightings.append(Sighting(xid, match.group("where"), action,
+                                      bool(NONFATAL_WORD.search(message))))
+        return classify_xids(self.faults, sightings, self.log_where(boot_log))
+
+    def check_sxid_kernel_log(self, boot_log: BootLog) -> Outcome:
+        """NVSwitch SXids: the driver prints each event's severity on its first line ("12028, Fatal,
+        ..." or "22013, Non-fatal, ..."), then "Severity" and "Data" lines of the same event."""
+        threshold = "no fatal SXid"
+        if not self.expect["nvswitch"]:
+            return skipped("%s has no NVSwitch" % self.expect["instanceType"], threshold)
+        if boot_log.text is None:
+            return skipped("no kernel log to read SXids from (the xid_kernel_log check says why)",
+                           threshold)
+        events: Dict[Tuple[str, int], str] = {}      # (where, sxid) -> fatal | non-fatal | unknown
+        for match in SXID_LINE.finditer(boot_log.text):
+            key, rest = (match.group("where"), int(match.group("sxid"))), match.group("rest")
+            word = rest.split(",", 1)[0].strip()
+            severity = ("fatal" if word == self.faults.sxid_fatal_word else
+                        "non-fatal" if NONFATAL_WORD.fullmatch(word) else "unknown")
+            known = events.get(key, "unknown")
+            events[key] = severity if known == "unknown" else ("fatal" if "fatal" in (known, severity)
+                                                                else known)
+        where = self.log_where(boot_log)
+        fatal = sorted("SXid %d on %s" % (sxid, at) for (at, sxid), sev in events.items() if sev == "fatal")
+        other = sorted("SXid %d on %s (%s)" % (sxid, at, sev) for (at, sxid), sev in events.items()
+                       if sev != "fatal")
+        value = sorted(set(sxid for _, sxid in events))
+        if fatal:
+            return self.fault("sxid-fatal", value, threshold, "fatal %s %s%s" % (
+                "; ".join(fatal), where, "; also " + "; ".join(other) if other else ""))
+        if other:
+            return self.fault("sxid-nonfatal", value, threshold, "%s %s" % ("; ".join(other), where))
+        return passed([], threshold, "no SXid %s" % where)
 
     def judge_missing_kernel_log(self, problem: str) -> Outcome:
         """No kernel log: XIDs raised since boot are invisible. Only NVML's recovery action, none
@@ -681,10 +780,10 @@ class Verifier(object):
         unvouched = ["GPU %d (%s)" % (gpu.index, recovery.get(gpu.index, "not run"))
                      for gpu in self.gpus if recovery.get(gpu.index) != "pass"]
         if self.gpus and not unvouched:
-            return warned(None, threshold, detail + "; the recovery_action check passed on every "
-                          "GPU (NVML recovery action none), so this warns")
-        return failed(None, threshold, detail + "; the recovery_action check did not pass on %s, "
-                      "so nothing vouches for those GPUs" % (", ".join(unvouched) or "any GPU"))
+            return Outcome("warn", None, threshold, detail + "; the recovery_action check passed on "
+                           "every GPU (NVML recovery action none), so this warns", "xid-unknown")
+        return self.error(detail + "; the recovery_action check did not pass on %s, so nothing "
+                          "vouches for those GPUs" % (", ".join(unvouched) or "any GPU"))
 
     def open_gpus(self) -> None:
         for index in range(self.nvml_count or 0):
@@ -719,7 +818,7 @@ class Verifier(object):
         if not self.xid_registered:
             if self.xid_setup_error is not None:
                 raise self.xid_setup_error
-            return failed(None, "no critical XID", "no GPU registered for XID events")
+            return self.error("no GPU registered for XID events")
         drain_until = time.monotonic() + min(XID_DRAIN_S, max(0.0, self.remaining()))
         timeout_error = getattr(self.nvml, "NVMLError_Timeout", _Never)
         sightings: List[Tuple[int, str, Optional[int]]] = []
@@ -731,12 +830,13 @@ class Verifier(object):
                 break  # nothing (more) queued
             if int(event.eventType) & int(self.nvml.nvmlEventTypeXidCriticalError):
                 xid = int(event.eventData)
-                action = self.recovery_action_after_event(event) if xid == RECOVERY_ACTION_XID else None
-                sightings.append((xid, self.event_gpu(event), action))
+                action = (self.recovery_action_after_event(event)
+                          if xid == self.faults.recovery_action_xid else None)
+                sightings.append(Sighting(xid, self.event_gpu(event), action, False))
             if time.monotonic() >= drain_until:
                 break
         where = "from NVML during the run (GPUs %s)" % ",".join(str(i) for i in self.xid_registered)
-        return classify_xids(sightings, where)
+        return classify_xids(self.faults, sightings, where)
 
     def recovery_action_after_event(self, event: Any) -> Optional[int]:
         """An XID 154 event carries no action: read the GPU's recovery action now (None when it
@@ -759,51 +859,76 @@ def recovery_action_name(action: Optional[int]) -> str:
     return "%s (%d)" % (RECOVERY_ACTION_NAMES.get(action, "unknown"), action)
 
 
-def classify_xids(sightings: List[Tuple[int, str, Optional[int]]], where: str) -> Outcome:
-    """Judge XIDs seen before any workload ran: (xid, where, new recovery action for XID 154).
+class Sighting(object):
+    """One XID seen: its number, where (PCI address or GPU), the new recovery action of an XID 154,
+    and whether the driver called the event non-fatal (NVML events carry no text: never)."""
 
-    Fail on critical XIDs and on an XID 154 whose new recovery action is not none; warn on XIDs
-    the trusted lists disagree on and on XIDs in none of them; application-caused ones are only
-    listed in the detail."""
+    __slots__ = ("xid", "where", "action", "nonfatal")
+
+    def __init__(self, xid: int, where: str, action: Optional[int], nonfatal: bool):
+        self.xid, self.where, self.action, self.nonfatal = xid, where, action, nonfatal
+
+
+def classify_xids(table: FaultTable, sightings: List[Sighting], where: str) -> Outcome:
+    """Judge XIDs by the fault table: fatal ones, Blackwell NVLink ones the driver did not call
+    non-fatal, and an XID 154 naming a recovery action fail; disputed, non-fatal NVLink and unknown
+    ones warn; application-caused ones are only listed in the detail."""
     threshold = "no critical XID"
-    recovery_changes = sorted(set((w, a) for x, w, a in sightings if x == RECOVERY_ACTION_XID),
-                              key=str)
-    needs_recovery = [(w, a) for w, a in recovery_changes if a != RECOVERY_ACTION_NONE]
-    fatal = sorted(set((x, w) for x, w, _ in sightings
-                       if x in CRITICAL_XIDS and x not in DISPUTED_XIDS))
-    disputed = sorted(set((x, w) for x, w, _ in sightings if x in DISPUTED_XIDS))
-    unknown = sorted(set((x, w) for x, w, _ in sightings if x not in CRITICAL_XIDS
-                         and x not in APPLICATION_XIDS and x != RECOVERY_ACTION_XID))
-    ignored = sorted(set(x for x, _, _ in sightings if x in APPLICATION_XIDS - CRITICAL_XIDS))
-    problems, notes = [], []
+    recovery = table.recovery_action_xid
+    changes = sorted(set((s.where, s.action) for s in sightings if s.xid == recovery), key=str)
+    needs_recovery = [(w, a) for w, a in changes if a != RECOVERY_ACTION_NONE]
+
+    def seen(test: Callable[[Sighting], bool]) -> List[Tuple[int, str]]:
+        return sorted(set((s.xid, s.where) for s in sightings if test(s)))
+
+    fatal = seen(lambda s: s.xid in table.fatal_xids)
+    nvlink = seen(lambda s: s.xid in table.nvlink_xids and not s.nonfatal)
+    nvlink_nonfatal = seen(lambda s: s.xid in table.nvlink_xids and s.nonfatal)
+    disputed = seen(lambda s: s.xid in table.disputed_xids)
+    known = (table.fatal_xids | table.nvlink_xids | table.disputed_xids | table.application_xids
+             | {recovery})
+    unknown = seen(lambda s: s.xid not in known)
+    ignored = sorted(set(s.xid for s in sightings if s.xid in table.application_xids))
+
+    def listed(found: List[Tuple[int, str]]) -> str:
+        return "; ".join("XID %d on %s" % (x, w) for x, w in found)
+
+    # (fault class, the XIDs it counts, what) in order of strength
+    found: List[Tuple[str, List[int], str]] = []
     if fatal:
-        problems.append("critical %s %s" % ("; ".join("XID %d on %s" % (x, w) for x, w in fatal),
-                                            where))
+        found.append(("xid-fatal", [x for x, _ in fatal], "critical %s %s" % (listed(fatal), where)))
+    if nvlink:
+        found.append(("xid-nvlink", [x for x, _ in nvlink],
+                      "NVLink %s %s (not marked non-fatal)" % (listed(nvlink), where)))
     if needs_recovery:
-        problems.append("XID %d %s: recovery action changed to %s" % (
-            RECOVERY_ACTION_XID, where,
-            "; ".join("%s on %s" % (recovery_action_name(a), w) for w, a in needs_recovery)))
-    if recovery_changes and not needs_recovery:
-        notes.append("XID %d: recovery action back to none on %s"
-                     % (RECOVERY_ACTION_XID, ", ".join(w for w, _ in recovery_changes)))
+        found.append(("xid-recovery-action", [recovery], "XID %d %s: recovery action changed to %s" % (
+            recovery, where, "; ".join("%s on %s" % (recovery_action_name(a), w)
+                                       for w, a in needs_recovery))))
+    if disputed:
+        found.append(("xid-disputed", [x for x, _ in disputed],
+                      "%s %s: fatal for the EKS node monitoring agent or Azure's health checks but "
+                      "ignored as application-caused by the NVIDIA device plugin; the lists disagree, "
+                      "so this warns" % (listed(disputed), where)))
+    if nvlink_nonfatal:
+        found.append(("xid-nvlink-nonfatal", [x for x, _ in nvlink_nonfatal],
+                      "NVLink %s %s, marked non-fatal by the driver" % (listed(nvlink_nonfatal), where)))
+    if unknown:
+        found.append(("xid-unknown", [x for x, _ in unknown], "%s %s: in none of the lists this gate "
+                      "trusts; like the EKS node monitoring agent with unknown XIDs, this warns"
+                      % (listed(unknown), where)))
+    notes = []
+    if changes and not needs_recovery:
+        notes.append("XID %d: recovery action back to none on %s" % (recovery, ", ".join(w for w, _ in changes)))
     if ignored:
         notes.append("not counted: XID %s (application-caused)" % ", ".join(str(x) for x in ignored))
-    if disputed:
-        notes.append("XID %s on %s: fatal for the EKS node monitoring agent or Azure NHC but ignored "
-                     "as application-caused by the NVIDIA device plugin; the lists disagree, so "
-                     "this warns rather than fails"
-                     % (", ".join(sorted(set(str(x) for x, _ in disputed))),
-                        ", ".join(sorted(set(w for _, w in disputed)))))
-    if unknown:
-        notes.append("%s %s: in none of the lists this gate trusts, seen before any workload "
-                     "ran; like the EKS node monitoring agent with unknown XIDs, this warns"
-                     % ("; ".join("XID %d on %s" % (x, w) for x, w in unknown), where))
-    if problems:
-        failing = set(x for x, _ in fatal) | ({RECOVERY_ACTION_XID} if needs_recovery else set())
-        return failed(sorted(failing), threshold, "; ".join(problems + notes))
-    if disputed or unknown:
-        return warned(sorted(set(x for x, _ in disputed + unknown)), threshold, "; ".join(notes))
-    return passed([], threshold, "; ".join(["no critical XID %s" % where] + notes))
+    if not found:
+        return passed([], threshold, "; ".join(["no critical XID %s" % where] + notes))
+    # The strongest class names the outcome (a failing one before a warning one, in the order above);
+    # the value is the XIDs of the classes with that outcome.
+    failing = [entry for entry in found if table.faults[entry[0]]["boot"] == "fail"]
+    judged = failing or found
+    value = sorted(set(x for _, xids, _ in judged for x in xids))
+    return table.outcome(judged[0][0], value, threshold, "; ".join([what for _, _, what in found] + notes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -817,18 +942,40 @@ def check_gpu_model(v: Verifier, gpu: Gpu) -> Outcome:
     expected = v.expect["gpuModel"]
     model = classify_gpu_name(name)
     if model != expected:
-        return failed(name, expected, "%r is %s, not %s" % (name, model or "an unknown model", expected))
+        return v.fault("gpu-missing", name, expected,
+                       "%r is %s, not %s" % (name, model or "an unknown model", expected))
     return passed(name, expected, "%r is %s" % (name, model))
+
+
+def ecc_memory_sizes(v: Verifier, gpu: Gpu, expected: int) -> Tuple[List[float], str]:
+    """The memory sizes this GPU may report: the catalog's, and on a GDDR board the same board with or
+    without the 1/16 ECC keeps, as far as the ECC mode it reports allows."""
+    if not v.expect["eccReservesMemory"]:
+        return [float(expected)], ""
+    try:
+        current, _ = v.gpu_call(gpu, "nvmlDeviceGetEccMode")
+        on: Optional[bool] = current == v.nvml.NVML_FEATURE_ENABLED
+    except v.skip_errors:
+        on = None
+    with_ecc, without_ecc = expected * (1 - ECC_RESERVED_SHARE), expected / (1 - ECC_RESERVED_SHARE)
+    sizes = {True: [expected, with_ecc], False: [expected, without_ecc],
+             None: [expected, with_ecc, without_ecc]}[on]
+    return [float(size) for size in sizes], {True: "ECC on", False: "ECC off", None: "ECC mode unknown"}[on]
 
 
 def check_gpu_memory(v: Verifier, gpu: Gpu) -> Outcome:
     total_mib = int(round(int(v.gpu_call(gpu, "nvmlDeviceGetMemoryInfo").total) / float(MIB)))
     expected = v.expect["gpuMemoryMiB"]
-    tolerance = MEMORY_TOLERANCE_BY_MODEL.get(v.expect["gpuModel"], MEMORY_TOLERANCE)
-    threshold = "%d MiB +/- %g%%" % (expected, tolerance * 100)
-    deviation = abs(total_mib - expected) / float(expected)
-    detail = "%d MiB is %.1f%% from %d MiB" % (total_mib, deviation * 100, expected)
-    return (passed if deviation <= tolerance else failed)(total_mib, threshold, detail)
+    tolerance = float(v.faults.limits["memoryTolerance"])
+    sizes, ecc = ecc_memory_sizes(v, gpu, expected)
+    nearest = min(sizes, key=lambda size: abs(total_mib - size))
+    threshold = " or ".join("%d MiB" % round(size) for size in sizes) + " +/- %g%%" % (tolerance * 100)
+    deviation = abs(total_mib - nearest) / nearest
+    detail = "%d MiB is %.1f%% from %d MiB%s" % (total_mib, deviation * 100, round(nearest),
+                                                   " (%s)" % ecc if ecc else "")
+    if deviation <= tolerance:
+        return passed(total_mib, threshold, detail)
+    return v.fault("gpu-missing", total_mib, threshold, detail)
 
 
 def check_ecc_mode(v: Verifier, gpu: Gpu) -> Outcome:
@@ -838,9 +985,10 @@ def check_ecc_mode(v: Verifier, gpu: Gpu) -> Outcome:
     enabled = v.nvml.NVML_FEATURE_ENABLED
     value = {"current": bool(current == enabled), "pending": bool(pending == enabled)}
     if current != enabled:
-        return failed(value, "enabled", "ECC is disabled")
+        return v.fault("ecc-off", value, "enabled", "ECC is disabled")
     if pending != enabled:
-        return warned(value, "enabled", "ECC is on now but is set to turn off at the next reset")
+        return v.fault("ecc-off-pending", value, "enabled",
+                       "ECC is on now but is set to turn off at the next reset")
     return passed(value, "enabled")
 
 
@@ -848,7 +996,8 @@ def check_ecc_uncorrected(v: Verifier, gpu: Gpu) -> Outcome:
     count = int(v.gpu_call(gpu, "nvmlDeviceGetTotalEccErrors",
                            v.nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, v.nvml.NVML_VOLATILE_ECC))
     if count > 0:
-        return failed(count, 0, "%d uncorrected ECC errors since the last driver load" % count)
+        return v.fault("ecc-uncorrected", count, 0,
+                       "%d uncorrected ECC errors since the last driver load" % count)
     return passed(count, 0)
 
 
@@ -858,14 +1007,14 @@ def check_sram_ecc(v: Verifier, gpu: Gpu) -> Outcome:
     try:
         v.gpu_call(gpu, "nvmlDeviceGetSramEccErrorStatus", ctypes.pointer(status))
     except v.nvml.NVMLError_NoPermission as err:  # NVML answers it to root only; the gate is root
-        return failed(None, threshold, "nvmlDeviceGetSramEccErrorStatus needs root: %s" % err)
+        return v.error("nvmlDeviceGetSramEccErrorStatus needs root: %s" % err)
     value = {"thresholdExceeded": bool(status.bThresholdExceeded),
              "volatileUncorrected": int(status.volatileUncParity + status.volatileUncSecDed),
              "aggregateUncorrected": int(status.aggregateUncParity + status.aggregateUncSecDed),
              "aggregateCorrected": int(status.aggregateCor)}
     if status.bThresholdExceeded:
-        return failed(value, threshold, "the driver reports the SRAM ECC error threshold exceeded: "
-                      "the GPU needs field diagnostics")
+        return v.fault("sram-ecc", value, threshold, "the driver reports the SRAM ECC error threshold "
+                       "exceeded: the GPU needs field diagnostics")
     return passed(value, threshold)
 
 
@@ -878,11 +1027,16 @@ def check_remapped_rows(v: Verifier, gpu: Gpu) -> Outcome:
     gpu.notes["row_remapping"] = True
     value = {"corrected": int(corrected), "uncorrected": int(uncorrected),
              "pending": bool(pending), "failure": bool(failure)}
-    threshold = "no pending remap, no remap failure"
+    limit = int(v.faults.limits["rowRemapUncorrectableMax"])
+    threshold = "no pending remap, no remap failure, fewer than %d uncorrectable remaps" % limit
     if failure:
-        return failed(value, threshold, "row remapping failed: the GPU needs replacing")
+        return v.fault("row-remap-failure", value, threshold, "row remapping failed: the GPU needs "
+                       "replacing")
+    if uncorrected >= limit:
+        return v.fault("row-remap-limit", value, threshold, "%d rows remapped for uncorrectable errors "
+                       "(DCGM fails at %d): the GPU is in a bad state" % (uncorrected, limit))
     if pending:
-        return failed(value, threshold, "row remap pending: the GPU needs a reset")
+        return v.fault("row-remap-pending", value, threshold, "row remap pending: the GPU needs a reset")
     return passed(value, threshold)
 
 
@@ -896,12 +1050,14 @@ def check_retired_pages(v: Verifier, gpu: Gpu) -> Outcome:
         nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
         nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
     value = {"pending": pending, "retired": retired}
-    threshold = "no pending retirement, fewer than %d retired pages" % RETIRED_PAGES_MAX
+    limit = int(v.faults.limits["retiredPagesMax"])
+    threshold = "no pending retirement, fewer than %d retired pages" % limit
+    if retired >= limit:
+        return v.fault("retired-pages-limit", value, threshold, "%d retired pages (DCGM fails at %d): "
+                       "the retired-page table is nearly full" % (retired, limit))
     if pending:
-        return failed(value, threshold, "page retirement pending: the GPU needs a reset")
-    if retired >= RETIRED_PAGES_MAX:
-        return failed(value, threshold, "retired-page table full (%d of %d): a failing page can no "
-                      "longer be retired" % (retired, RETIRED_PAGES_MAX))
+        return v.fault("retired-pages-pending", value, threshold, "page retirement pending: the GPU "
+                       "needs a reset")
     return passed(value, threshold)
 
 
@@ -909,9 +1065,29 @@ def check_recovery_action(v: Verifier, gpu: Gpu) -> Outcome:
     action = v.read_recovery_action(gpu.handle, gpu.index)
     name = recovery_action_name(action)
     if action != RECOVERY_ACTION_NONE:
-        return failed(name, recovery_action_name(RECOVERY_ACTION_NONE),
-                      "the driver asks for recovery before the GPU is used again: %s" % name)
+        return v.fault("recovery-action", name, recovery_action_name(RECOVERY_ACTION_NONE),
+                       "the driver asks for recovery before the GPU is used again: %s" % name)
     return passed(name, name)
+
+
+def check_inforom(v: Verifier, gpu: Gpu) -> Outcome:
+    """NVML validates the InfoROM's checksums; a corrupt one answers NVML_ERROR_CORRUPTED_INFOROM."""
+    try:
+        v.gpu_call(gpu, "nvmlDeviceValidateInforom")
+    except getattr(v.nvml, "NVMLError_CorruptedInforom", _Never) as err:
+        return v.fault("inforom", "corrupt", "valid", "the InfoROM is corrupt: %s" % err)
+    return passed("valid", "valid")
+
+
+def check_repair_status(v: Verifier, gpu: Gpu) -> Outcome:
+    """A channel or TPC repair the driver will apply at the next reset (NVML from R580)."""
+    channel, tpc = v.gpu_call(gpu, "nvmlDeviceGetRepairStatus")
+    value = {"channelRepairPending": bool(channel), "tpcRepairPending": bool(tpc)}
+    if channel or tpc:
+        pending = [what for what, flag in (("channel", channel), ("TPC", tpc)) if flag]
+        return v.fault("repair-pending", value, "no repair pending",
+                       "%s repair pending: applied at the next GPU reset" % " and ".join(pending))
+    return passed(value, "no repair pending")
 
 
 def check_nvlink(v: Verifier, gpu: Gpu) -> Outcome:
@@ -930,12 +1106,12 @@ def check_nvlink(v: Verifier, gpu: Gpu) -> Outcome:
         if state != v.nvml.NVML_FEATURE_ENABLED:
             inactive.append("%d (%s)" % (link, "inactive" if state == 0 else state))
     if unsupported is not None and len(inactive) == links:
-        return failed(0, links, "the catalog gives %s %d NVLinks per GPU, but NVML reports none "
-                      "(%s: %s)" % (v.expect["gpuModel"], links,
-                                    getattr(unsupported, "nvml_call", "NVML"), unsupported))
+        return v.fault("nvlink-down", 0, links, "the catalog gives %s %d NVLinks per GPU, but NVML "
+                       "reports none (%s: %s)" % (v.expect["gpuModel"], links,
+                                                  getattr(unsupported, "nvml_call", "NVML"), unsupported))
     active = links - len(inactive)
     if inactive:
-        return failed(active, links, "links not active: %s" % ", ".join(inactive))
+        return v.fault("nvlink-down", active, links, "links not active: %s" % ", ".join(inactive))
     return passed(active, links)
 
 
@@ -967,7 +1143,7 @@ def check_fabric(v: Verifier, gpu: Gpu) -> Outcome:
     try:
         reading, why = fabric_reading(v, gpu)
     except FabricMissing as err:
-        return failed(None, threshold, str(err))
+        return v.fault("fabric", None, threshold, str(err))
     if reading is None:
         return skipped("%s reports no GPU fabric state (NVML: Hopper and newer): %s"
                        % (v.expect["gpuModel"], why), threshold)
@@ -975,8 +1151,8 @@ def check_fabric(v: Verifier, gpu: Gpu) -> Outcome:
              "status": reading.status}
     if reading.state == nvml.NVML_GPU_FABRIC_STATE_COMPLETED and reading.status == nvml.NVML_SUCCESS:
         return passed(value, threshold, "from %s" % reading.call)
-    return failed(value, threshold, "fabric registration %s with NVML status %d (%s)"
-                  % (value["state"], reading.status, reading.call))
+    return v.fault("fabric", value, threshold, "fabric registration %s with NVML status %d (%s)"
+                   % (value["state"], reading.status, reading.call))
 
 
 def decode_fabric_health(mask: int) -> Dict[str, int]:
@@ -1001,8 +1177,8 @@ def check_fabric_health(v: Verifier, gpu: Gpu) -> Outcome:
     value = dict(decoded, mask="0x%x" % reading.health_mask)
     threshold = "no fault in %s" % ", ".join(name for name, _, _, _ in FABRIC_HEALTH_FIELDS)
     if unhealthy:
-        return failed(value, threshold, "fabric health mask 0x%x: %s"
-                      % (reading.health_mask, ", ".join(unhealthy)))
+        return v.fault("fabric-health", value, threshold, "fabric health mask 0x%x: %s"
+                       % (reading.health_mask, ", ".join(unhealthy)))
     return passed(value, threshold)
 
 
@@ -1011,7 +1187,7 @@ def check_pcie_width(v: Verifier, gpu: Gpu) -> Outcome:
     current = int(v.gpu_call(gpu, "nvmlDeviceGetCurrPcieLinkWidth"))
     maximum = int(v.gpu_call(gpu, "nvmlDeviceGetMaxPcieLinkWidth"))
     if current != maximum:
-        return failed(current, maximum, "PCIe link trained at x%d of x%d" % (current, maximum))
+        return v.fault("pcie-width", current, maximum, "PCIe link trained at x%d of x%d" % (current, maximum))
     return passed(current, maximum)
 
 
@@ -1027,10 +1203,11 @@ def check_clock_events(v: Verifier, gpu: Gpu) -> Outcome:
     active = [label for bit, label in HW_CLOCK_EVENT_REASONS if reasons & bit]
     threshold = "none of %s" % ", ".join(label for _, label in HW_CLOCK_EVENT_REASONS)
     if active:
-        return failed("0x%x" % reasons, threshold, "clocks held down by %s" % ", ".join(active))
+        return v.fault("clocks-hw-slowdown", "0x%x" % reasons, threshold,
+                       "clocks held down by %s" % ", ".join(active))
     if reasons & SW_THERMAL_SLOWDOWN:
-        return warned("0x%x" % reasons, threshold, "the driver is slowing the clocks to cool the "
-                      "GPU (SW thermal slowdown)")
+        return v.fault("clocks-sw-thermal", "0x%x" % reasons, threshold, "the driver is slowing the "
+                       "clocks to cool the GPU (SW thermal slowdown)")
     return passed("0x%x" % reasons, threshold)
 
 
@@ -1038,13 +1215,14 @@ def check_power_limit(v: Verifier, gpu: Gpu) -> Outcome:
     enforced_mw = int(v.gpu_call(gpu, "nvmlDeviceGetEnforcedPowerLimit"))
     default_mw = int(v.gpu_call(gpu, "nvmlDeviceGetPowerManagementDefaultLimit"))
     value = {"enforcedW": enforced_mw / 1000.0, "defaultW": default_mw / 1000.0}
-    threshold = ">= default %g W (fails below %d%%)" % (default_mw / 1000.0, POWER_LIMIT_FAIL_PERCENT)
+    fail_percent = int(v.faults.limits["powerLimitFailPercent"])
+    threshold = ">= default %g W (fails below %d%%)" % (default_mw / 1000.0, fail_percent)
     if enforced_mw >= default_mw:
         return passed(value, threshold)
     detail = "power capped at %g W of the default %g W" % (enforced_mw / 1000.0, default_mw / 1000.0)
-    if enforced_mw * 100 < default_mw * POWER_LIMIT_FAIL_PERCENT:
-        return failed(value, threshold, detail)
-    return warned(value, threshold, detail)
+    if enforced_mw * 100 < default_mw * fail_percent:
+        return v.fault("power-capped", value, threshold, detail)
+    return v.fault("power-below-default", value, threshold, detail)
 
 
 def read_temperature(v: Verifier, gpu: Gpu) -> int:
@@ -1058,15 +1236,15 @@ def read_temperature(v: Verifier, gpu: Gpu) -> int:
 def check_temperature(v: Verifier, gpu: Gpu) -> Outcome:
     celsius = read_temperature(v, gpu)
     limit = v.expect["maxTempC"]
-    if celsius >= limit:
-        return failed(celsius, "< %s C" % limit, "GPU at %d C" % celsius)
-    return passed(celsius, "< %s C" % limit)
+    if celsius > limit:      # "above 85 C" (the design requirements; the alert GpuTemperatureHigh agrees)
+        return v.fault("thermal", celsius, "<= %s C" % limit, "GPU at %d C" % celsius)
+    return passed(celsius, "<= %s C" % limit)
 
 
 def check_persistence_mode(v: Verifier, gpu: Gpu) -> Outcome:
     mode = v.gpu_call(gpu, "nvmlDeviceGetPersistenceMode")
     if mode != v.nvml.NVML_FEATURE_ENABLED:
-        return failed("disabled", "enabled", "persistence mode is off")
+        return v.fault("persistence-off", "disabled", "enabled", "persistence mode is off")
     return passed("enabled", "enabled")
 
 
@@ -1076,14 +1254,14 @@ def check_mig_mode(v: Verifier, gpu: Gpu) -> Outcome:
         current, pending = v.gpu_call(gpu, "nvmlDeviceGetMigMode")
     except v.skip_errors as err:
         if expected == "enabled":  # asked for MIG on a GPU without it: a real mismatch
-            return failed(None, expected, "MIG expected enabled but %s: %s"
-                          % (getattr(err, "nvml_call", "NVML"), err))
+            return v.fault("mig-mode", None, expected, "MIG expected enabled but %s: %s"
+                           % (getattr(err, "nvml_call", "NVML"), err))
         raise
     names = {v.nvml.NVML_DEVICE_MIG_ENABLE: "enabled", v.nvml.NVML_DEVICE_MIG_DISABLE: "disabled"}
     value = {"current": names.get(current, str(current)), "pending": names.get(pending, str(pending))}
     wrong = [which for which in ("current", "pending") if value[which] != expected]
     if wrong:
-        return failed(value, expected, "MIG %s mode is not %s" % (" and ".join(wrong), expected))
+        return v.fault("mig-mode", value, expected, "MIG %s mode is not %s" % (" and ".join(wrong), expected))
     return passed(value, expected)
 
 
@@ -1095,8 +1273,8 @@ def check_compute_processes(v: Verifier, gpu: Gpu) -> Outcome:
             used = getattr(process, "usedGpuMemory", None)
             holders.append("pid %s (%s)" % (process.pid, "unknown memory" if used is None
                                             else "%d MiB" % (int(used) // MIB)))
-        return failed(sorted(int(p.pid) for p in processes), "none",
-                      "compute processes hold GPU memory: %s" % ", ".join(holders))
+        return v.fault("gpu-busy-at-boot", sorted(int(p.pid) for p in processes), "none",
+                       "compute processes hold GPU memory: %s" % ", ".join(holders))
     return passed([], "none")
 
 
@@ -1110,6 +1288,8 @@ GPU_CHECKS: Tuple[Tuple[str, Callable[[Verifier, Gpu], Outcome]], ...] = (
     ("remapped_rows", check_remapped_rows),
     ("retired_pages", check_retired_pages),
     ("recovery_action", check_recovery_action),
+    ("inforom", check_inforom),
+    ("repair_status", check_repair_status),
     ("nvlink", check_nvlink),
     ("fabric", check_fabric),
     ("fabric_health", check_fabric_health),
@@ -1151,33 +1331,50 @@ def _label(value: Any) -> str:
     return text.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
 
 
+TEXTFILE_PREFIXES = {"boot": "gpu_cloud_node_verify", "runtime": "gpu_cloud_node_health"}
+
+
 def render_textfile(report: Dict[str, Any], finished_at: float) -> str:
-    """The report as Prometheus exposition text for node-exporter's textfile collector."""
+    """The report as Prometheus exposition text for node-exporter's textfile collector: the boot
+    gate's as gpu_cloud_node_verify_*, the run-time checker's as gpu_cloud_node_health_*."""
     lines: List[str] = []
+    prefix = TEXTFILE_PREFIXES[report.get("mode") or "boot"]
+    what = {"boot": "GPU node verification", "runtime": "GPU node health check"}[report.get("mode") or "boot"]
 
     def metric(name: str, help_text: str, samples: List[Tuple[str, Any]]) -> None:
         lines.append("# HELP %s %s" % (name, help_text))
         lines.append("# TYPE %s gauge" % name)
         lines.extend("%s%s %s" % (name, labels, value) for labels, value in samples)
 
-    metric("gpu_cloud_node_verify_pass",
-           "1 when the last GPU node verification passed, 0 when it failed or could not run.",
+    metric(prefix + "_pass", "1 when the last %s passed, 0 when it failed or could not run." % what,
            [("", 1 if report["verdict"] == "pass" else 0)])
     # State sets: every state has a sample, 1 for the one it had, so a change of state is a
     # change of value rather than a series that appears and another that goes stale.
-    metric("gpu_cloud_node_verify_verdict",
-           "Verdict of the last GPU node verification, a state set: 1 for the verdict it had.",
+    metric(prefix + "_verdict", "Verdict of the last %s, a state set: 1 for the verdict it had." % what,
            [('{verdict="%s"}' % verdict, int(report["verdict"] == verdict)) for verdict in EXIT_CODES])
-    metric("gpu_cloud_node_verify_check_status",
-           "Status of each check of the last GPU node verification, a state set: 1 for the status "
-           "it had.",
+    metric(prefix + "_check_status",
+           "Status of each check of the last %s, a state set: 1 for the status it had." % what,
            [('{check="%s",gpu="%s",status="%s"}' % (_label(c["name"]), _label(c["gpu"]), status),
              int(c["status"] == status))
             for c in report["checks"] for status in CHECK_STATUSES])
-    metric("gpu_cloud_node_verify_duration_seconds",
-           "How long the last GPU node verification took.", [("", "%.3f" % report["durationS"])])
-    metric("gpu_cloud_node_verify_timestamp_seconds",
-           "Unix time the last GPU node verification finished.", [("", "%.3f" % finished_at)])
+    # One series per fault class the last run found (failed or warned), valued 1, labelled with the
+    # table's remediation; the alert rules and the repair path read these.
+    found: Dict[Tuple[str, str], str] = {}
+    for c in report["checks"]:
+        if c.get("fault") and c["status"] in ("fail", "warn"):
+            key = (c["fault"], c["status"])
+            found.setdefault(key, report.get("remediations", {}).get(c["fault"], "none"))
+    metric(prefix + "_fault", "Fault classes the last %s found (spec/faults.yaml), with the check "
+           "status and the remediation the table gives." % what,
+           [('{fault="%s",status="%s",remediation="%s"}' % (_label(f), _label(st), _label(r)), 1)
+            for (f, st), r in sorted(found.items())])
+    metric(prefix + "_remediation", "The remediation the last %s asks for, a state set: 1 for the "
+           "strongest of its failed fault classes." % what,
+           [('{remediation="%s"}' % r, int(report.get("remediation", "none") == r)) for r in REMEDIATIONS])
+    metric(prefix + "_duration_seconds", "How long the last %s took." % what,
+           [("", "%.3f" % report["durationS"])])
+    metric(prefix + "_timestamp_seconds", "Unix time the last %s finished." % what,
+           [("", "%.3f" % finished_at)])
     return "\n".join(lines) + "\n"
 
 
@@ -1200,31 +1397,43 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         "(every boot the file holds counts)")
     parser.add_argument("--budget-s", type=positive, default=DEFAULT_BUDGET_S,
                         help="total time budget in seconds (default %(default)s)")
+    parser.add_argument("--faults", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         DEFAULT_FAULTS_NAME),
+                        help="the fault table (default: faults.json beside this script)")
+    parser.add_argument("--mode", choices=MODES, default="boot",
+                        help="boot: every check, before the kubelet; runtime: what a workload "
+                        "does not disturb, while the node works")
+    parser.add_argument("--since", type=float, help="runtime: read the kernel log from this Unix time")
     return parser.parse_args(argv)
 
 
 def verify(args: argparse.Namespace, nvml: Any = None) -> Dict[str, Any]:
     """Run the verification described by `args`; returns the report. Never raises."""
     started = time.monotonic()
-    report: Dict[str, Any] = {"verdict": "error", "instanceType": None,
+    report: Dict[str, Any] = {"verdict": "error", "mode": args.mode, "instanceType": None,
                               "instanceId": os.environ.get(INSTANCE_ID_ENV) or None,
-                              "durationS": 0.0, "checks": []}
+                              "durationS": 0.0, "faults": [], "remediation": "none", "checks": []}
     checks: List[Dict[str, Any]] = report["checks"]
 
     def could_not_run(name: str, detail: str) -> None:
         checks.append({"name": name, "status": "fail", "gpu": None, "value": None,
-                       "threshold": None, "detail": detail})
+                       "threshold": None, "detail": detail, "fault": CHECK_ERROR})
 
+    table = None
     try:
+        table = load_faults(args.faults)
         expect = load_expect(args.expect)
         report["instanceType"] = expect["instanceType"]
         if nvml is None:
             import pynvml as nvml  # noqa: F811  (only here, so a missing module is a verdict)
-        verifier = Verifier(nvml, expect, args.budget_s, args.kernel_log, started)
+        verifier = Verifier(nvml, expect, args.budget_s, table, args.kernel_log, started,
+                            mode=args.mode, since=args.since)
         try:
             report["verdict"] = verifier.run()
         finally:
             checks.extend(verifier.checks)
+    except FaultsError as err:
+        could_not_run("faults", str(err))
     except ExpectError as err:
         could_not_run("expect", str(err))
     except ImportError as err:
@@ -1232,6 +1441,15 @@ def verify(args: argparse.Namespace, nvml: Any = None) -> Dict[str, Any]:
     except Exception as err:  # a bug here must still produce a verdict
         report["verdict"] = "error"
         could_not_run("verifier", "verifier error: %s: %s" % (type(err).__name__, err))
+    found = [c["fault"] for c in checks if c.get("fault") and c["status"] in ("fail", "warn")]
+    report["faults"] = sorted(set(found))
+    failing = [c["fault"] for c in checks if c["status"] == "fail"]
+    if table is not None:
+        report["remediations"] = {fault: table.remediation(fault) for fault in report["faults"]}
+        report["remediation"] = max((table.remediation(f) for f in failing), key=REMEDIATIONS.index,
+                                    default="none")
+    elif failing:  # no table to ask: what a check that could not finish gets
+        report["remediation"] = "reboot"
     report["durationS"] = round(time.monotonic() - started, 3)
     return report
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
+from spec.faults import bundle_document
 from spec.model import kubelet_may_set_label
 
 USER_DATA_LIMIT_BYTES = 16384  # EC2 user-data limit, before base64
@@ -421,14 +422,16 @@ def build_verifier_artifact(
     *,
     verifier_source: Optional[Path] = None,
     pynvml_source: Optional[Path] = None,
+    faults: Optional[Mapping[str, Any]] = None,
 ) -> bytes:
     """The pool's verifier bundle: an uncompressed POSIX ustar archive of the gate scripts (gate.sh,
-    install.sh), gpu_verify.py, pynvml.py and expect/<instance type>.json per type.
+    install.sh), gpu_verify.py, pynvml.py, faults.json (spec/faults.py: the fault table the verifier
+    judges by) and expect/<instance type>.json per type.
 
     A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
 
-    ``verifier_source`` / ``pynvml_source`` default to userdata/gpu_verify.py and the installed
-    nvidia-ml-py's pynvml.py; tests pass stand-ins.
+    ``verifier_source`` / ``pynvml_source`` / ``faults`` default to userdata/gpu_verify.py, the installed
+    nvidia-ml-py's pynvml.py and spec/faults.py's table; tests pass stand-ins.
 
     The bytes depend only on the inputs, never on the machine that runs Pulumi: their sha256 is in every
     node's user-data, so a bundle that differed between machines would change every launch template and
@@ -443,6 +446,8 @@ def build_verifier_artifact(
         **{script: (HERE / script).read_bytes() for script in BUNDLE_SCRIPTS},
         "gpu_verify.py": Path(verifier_source or GPU_VERIFY_PY).read_bytes(),
         "pynvml.py": Path(pynvml_source or _pynvml_path()).read_bytes(),
+        "faults.json": (json.dumps(bundle_document() if faults is None else faults, sort_keys=True, indent=2)
+                        + "\n").encode("utf-8"),
         **{f"expect/{itype}.json": (json.dumps(expect, sort_keys=True, indent=2) + "\n").encode("utf-8")
            for itype, expect in expectations.items()},
     }
