@@ -4,7 +4,8 @@ Reads the stack config once, validates all of it and checks it against the accou
 own AWS provider, the only thing registered first), then composes:
 network -> EKS cluster -> buckets (logs, datasets, checkpoints, models, node artifacts; replicated to the DR peer
 from a primary) -> spot/scale-in draining -> one GPU node pool per `nodePools` entry -> cluster-autoscaler ->
-GPU operator (and EFA device plugin) -> monitoring (Prometheus, alert rules, dashboards) -> team tenancy -> FSx for
+monitoring (Prometheus, alert rules, dashboards) -> GPU node repair -> GPU operator (and EFA device plugin) -> team
+tenancy -> FSx for
 Lustre -> training queue (Kueue, MPI Operator) -> Triton behind an NLB, scaled on its queue time -> its half of the
 two regions' DNS record.
 """
@@ -25,6 +26,7 @@ from components.lustre import Lustre, LustreArgs
 from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
 from components.node_drain import NodeDrain, NodeDrainArgs
+from components.node_repair import NodeRepair, NodeRepairArgs
 from components.replication import ReplicatedBucket, Replication, ReplicationArgs
 from components.tenancy import Tenancy, TenancyArgs
 from components.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
@@ -171,6 +173,15 @@ monitoring = MonitoringStack("monitoring", MonitoringArgs(
     webhook_url=pulumi.Output.secret(webhook_url) if webhook_url else None,
     depends_on=[cluster.addons["aws-ebs-csi-driver"]]), opts=with_cluster)
 
+# Sick GPU nodes rebooted or replaced through their groups, within each pool's budget; the gate's verdicts as metrics;
+# a pool whose launches keep failing the gate braked. After monitoring: it asks Prometheus what the nodes' checkers say.
+NodeRepair("node-repair", NodeRepairArgs(
+    cluster_name=cluster.cluster_name, cluster_name_plain=cluster_name, region=spec.region, partition=partition,
+    account_id=account_id, pools=spec.pools, dry_run=spec.repair.dry_run,
+    max_per_pool_per_hour=spec.repair.max_per_pool_per_hour, reports_bucket=buckets["artifacts"].bucket_name,
+    reports_bucket_arn=buckets["artifacts"].bucket_arn, reports_key_arn=buckets["artifacts"].key_arn,
+    monitoring=monitoring.release), opts=with_cluster)
+
 # The GPU platform: NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG manager, DCGM exporter,
 # validator) and, when some pool has EFA, the EFA device plugin. After monitoring: the operator makes the DCGM
 # exporter's ServiceMonitor only once that CRD exists.
@@ -219,6 +230,7 @@ if spec.storage.lustre is not None:
 if operators is not None:   # none without a training or general pool (a warning says so)
     TrainingQueue("training", TrainingQueueArgs.for_pools(
         spec.pools, spec.catalog, operators=operators, nvlink_schedule=spec.training.nvlink_check_schedule,
+        across_node_schedule=spec.training.across_node_check_schedule,
         training_namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name), opts=with_cluster)
 
 # Inference: Triton on its pool, from the stack's models bucket unless the stack names another repository.

@@ -102,7 +102,8 @@ class SecureBucket(pulumi.ComponentResource):
 
 
 def _lifecycle_rules(lifecycle: Lifecycle) -> list:
-    """One rule for the whole bucket; the log bucket also clears the delete markers its expiry leaves."""
+    """One rule for the whole bucket, one for a prefix that expires; a bucket whose objects expire also clears the
+    delete markers the expiry leaves."""
     rule = aws.s3.BucketLifecycleConfigurationRuleArgs(
         id="versions-uploads-and-tiering", status="Enabled",
         filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
@@ -114,11 +115,18 @@ def _lifecycle_rules(lifecycle: Lifecycle) -> list:
             days=lifecycle.transition[0], storage_class=lifecycle.transition[1])] if lifecycle.transition else None,
         expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=lifecycle.expire_days)
         if lifecycle.expire_days else None)
-    if not lifecycle.expire_days:
-        return [rule]
+    rules = [rule]
+    if lifecycle.expire_prefix:
+        prefix, days = lifecycle.expire_prefix
+        rules.append(aws.s3.BucketLifecycleConfigurationRuleArgs(
+            id=f"expire-{prefix.strip('/')}", status="Enabled",
+            filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=prefix),
+            expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=days)))
+    if not (lifecycle.expire_days or lifecycle.expire_prefix):
+        return rules
     # In a versioned bucket an expiry leaves a delete marker; once its noncurrent version is gone it is clutter.
     # (S3 does not allow expired_object_delete_marker beside `days` in one rule.)
-    return [rule, aws.s3.BucketLifecycleConfigurationRuleArgs(
+    return [*rules, aws.s3.BucketLifecycleConfigurationRuleArgs(
         id="expired-delete-markers", status="Enabled", filter=aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix=""),
         expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(expired_object_delete_marker=True))]
 

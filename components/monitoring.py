@@ -16,7 +16,7 @@ from pulumi_kubernetes.helm.v3 import Release
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
-from spec import charts, dashboards, drain, monitoring
+from spec import charts, dashboards, drain, gpu_operator, kueue, monitoring
 from spec.model import Monitoring
 
 
@@ -36,6 +36,8 @@ class MonitoringStack(pulumi.ComponentResource):
     release: Release
     alert_rules: kubernetes.apiextensions.CustomResource
     drain_monitor: kubernetes.apiextensions.CustomResource
+    gpu_node_status_monitor: kubernetes.apiextensions.CustomResource
+    kueue_monitor: kubernetes.apiextensions.CustomResource
     dashboards: kubernetes.core.v1.ConfigMap
 
     def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None):
@@ -86,6 +88,20 @@ class MonitoringStack(pulumi.ComponentResource):
         self.drain_monitor = service_monitor(
             f"{name}-node-drain", "node-drain", drain.NAMESPACE,
             monitoring.service_monitor_spec(drain.NAMESPACE, drain.NTH_SERVICE_SELECTOR, drain.NTH_METRICS_PORT_NAME),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
+        # The GPU validator's verdicts and Kueue's queues: their own ServiceMonitors lack the labels this Prometheus
+        # selects and cannot be given them (spec/gpu_operator.py, spec/kueue.py). These sit in this namespace, which
+        # exists before either exporter's, and reach into theirs. Where the stack has no Kueue (no training or
+        # general pool), Kueue's finds nothing to scrape.
+        self.gpu_node_status_monitor = service_monitor(
+            f"{name}-gpu-node-status", "gpu-node-status", in_namespace,
+            monitoring.service_monitor_spec(gpu_operator.NAMESPACE, gpu_operator.NODE_STATUS_EXPORTER_SELECTOR,
+                                            gpu_operator.NODE_STATUS_EXPORTER_PORT_NAME),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
+        self.kueue_monitor = service_monitor(
+            f"{name}-kueue", "kueue", in_namespace,
+            monitoring.service_monitor_spec(kueue.NAMESPACE, kueue.METRICS_SERVICE_SELECTOR, kueue.METRICS_PORT_NAME,
+                                            kueue.METRICS_ENDPOINT),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
 
         # Grafana's sidecar loads every ConfigMap with the dashboard label, from any namespace.

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document
-from spec import boot, pods
+from spec import boot, pods, repair
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
 from spec.amis import NodeImage, load_amis
@@ -200,6 +200,8 @@ class GpuNodePool(pulumi.ComponentResource):
         mixed = pool.spec.capacity == "spot" or len(pool.types) > 1
         refresh = pool_rules.refresh_preferences(pool)
         hook_timeout = boot.verify_hook_timeout(args.image.source)
+        # Warmup and grace start at InService, after the gate's CONTINUE: they cover registration to GPUs, not the gate.
+        ready = boot.node_ready_seconds()
         hooks = {boot.VERIFY_HOOK_NAME: ("autoscaling:EC2_INSTANCE_LAUNCHING", "ABANDON", hook_timeout),
                  DRAIN_HOOK_NAME: ("autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE", LIFECYCLE_DRAIN_TIMEOUT_S)}
         tags = {**args.instance_tags, "Name": self.asg_name, NTH_MANAGED_TAG: "true",
@@ -223,9 +225,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 preferences=aws.autoscaling.GroupInstanceRefreshPreferencesArgs(
                     min_healthy_percentage=refresh.min_healthy_percentage,
                     max_healthy_percentage=refresh.max_healthy_percentage,
-                    skip_matching=True, instance_warmup=str(hook_timeout))),
+                    skip_matching=True, instance_warmup=str(ready))),
             health_check_type="EC2",
-            health_check_grace_period=hook_timeout,
+            health_check_grace_period=ready,
             # Nodes pass the verification hook on their own schedule (up to the hook timeout, longer for a
             # capacity block that has not started): do not hold `pulumi up` for capacity.
             wait_for_capacity_timeout="0",
@@ -234,8 +236,10 @@ class GpuNodePool(pulumi.ComponentResource):
                   for k, v in sorted(tags.items())],
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[self.access_entry, *args.depends_on],
-                # cluster-autoscaler owns the desired size once the pool exists; the hooks resources own the hooks.
-                ignore_changes=["desiredCapacity", "initialLifecycleHooks"],
+                # cluster-autoscaler owns the desired size once the pool exists; the hooks resources own the hooks;
+                # the repair controller's brake suspends Launch and only a person resumes it (`pulumi up --refresh`
+                # would read the suspension and, the program setting none, resume it: spec/repair.py).
+                ignore_changes=["desiredCapacity", "initialLifecycleHooks", "suspendedProcesses"],
                 # Deleting a pool with nodes drains each through the termination hook first.
                 custom_timeouts=pulumi.CustomTimeouts(delete=f"{ASG_DELETE_TIMEOUT_S // 60}m")))
         # The hooks go with the group: deleted on their own, before it (they depend on it), the termination hook
@@ -262,11 +266,21 @@ class GpuNodePool(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(f"{name}-node-policy-{i}", role=role.name,
                                          policy_arn=f"arn:{args.partition}:iam::aws:policy/{policy}", opts=child)
             for i, policy in enumerate(NODE_MANAGED_POLICIES)]
-        # The bootstrap gate: complete this ASG's lifecycle action, tag only the instance itself with
-        # the verdict keys, and read this pool's verifier bundle. Nothing else.
+        # The bootstrap gate: complete this ASG's lifecycle action (first boot) or report an instance of it
+        # unhealthy (a later boot that fails), tag only the instance itself with the verdict keys, read this pool's
+        # verifier bundle and publish its verdicts under this pool's report prefix. Nothing else. Auto Scaling
+        # authorizes both actions on the group, not the instance, so a node may act on its pool's peers too.
+        reports = pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/",
+                                       repair.gate_reports_prefix(args.pool.name), "*")
         grants.append(aws.iam.RolePolicy(f"{name}-node-gate", role=role.id, policy=policy_document(
             {"Sid": "CompleteOwnLifecycleAction", "Effect": "Allow", "Action": "autoscaling:CompleteLifecycleAction",
              "Resource": asg_arn_pattern},
+            {"Sid": "ReportOwnGroupInstanceUnhealthy", "Effect": "Allow", "Action": "autoscaling:SetInstanceHealth",
+             "Resource": asg_arn_pattern},
+            {"Sid": "PublishGateReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": reports},
+            {"Sid": "EncryptGateReport", "Effect": "Allow", "Action": "kms:GenerateDataKey",
+             "Resource": args.artifact_key_arn,
+             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}},
             {"Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
              "Resource": f"arn:{args.partition}:ec2:{args.region}:{args.account_id}:instance/*",
              "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},

@@ -7,7 +7,8 @@ with its chart).
 
 `TrainingQueue`: one ResourceFlavor per capacity type of the queue's pools, the `training` ClusterQueue over them,
 its LocalQueue in the training namespace, and the NCCL acceptance test's standing parts (the judge's ConfigMap and
-service account, one NVLink-check CronJob per NVLink pool).
+service account, one NVLink-check CronJob per NVLink pool, and on EFA pools that keep two nodes a CronJob that starts
+the across-node test, with the account that may start it).
 
 What is queued where, and why, is in spec/kueue.py; this file only turns it into resources, in the order the API
 server needs: the MPIJob CRD before Kueue starts (Kueue sets up its MPIJob integration only for a CRD it finds),
@@ -34,12 +35,15 @@ class TrainingQueueArgs:
     operators: "TrainingOperators"             # Kueue, whose answering webhooks the flavors and queue wait for
     training_namespace: pulumi.Input[str]      # the Namespace resource's name output, so the LocalQueue waits
     nvlink_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per NVLink pool
+    across_node_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per EFA pool
 
     @classmethod
     def for_pools(cls, pools: Sequence, catalog, *, operators: "TrainingOperators",
-                  training_namespace: pulumi.Input[str], nvlink_schedule: Optional[str]) -> "TrainingQueueArgs":
+                  training_namespace: pulumi.Input[str], nvlink_schedule: Optional[str],
+                  across_node_schedule: str) -> "TrainingQueueArgs":
         """From the stack's pools: the NVLink check on every queue pool it can run on, suspended where it does not
-        run by itself (spec.acceptance.nvlink_check_schedule)."""
+        run by itself (spec.acceptance.nvlink_check_schedule), and the across-node check on `across_node_schedule`
+        on the pools that keep two nodes (spec.acceptance.across_node_check_pools)."""
         def check(pool) -> Mapping[str, Any]:
             schedule = acceptance.nvlink_check_schedule(pool, nvlink_schedule)
             return acceptance.nvlink_cronjob_manifest(
@@ -48,8 +52,13 @@ class TrainingQueueArgs:
                 judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT)
 
         checks = tuple(check(pool) for pool in acceptance.nvlink_check_pools(pools, catalog))
+        across = tuple(acceptance.across_node_cronjob_manifest(
+            pool, catalog, namespace=TRAINING_NAMESPACE, queue_name=kueue.LOCAL_QUEUE, schedule=across_node_schedule,
+            system_node_labels=SYSTEM_NODE_LABELS, judge_configmap=acceptance.JUDGE_CONFIGMAP,
+            service_account=acceptance.SERVICE_ACCOUNT, scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)
+            for pool in acceptance.across_node_check_pools(pools, catalog))
         return cls(flavors=kueue.flavors(pools, catalog), operators=operators,
-                   training_namespace=training_namespace, nvlink_checks=checks)
+                   training_namespace=training_namespace, nvlink_checks=checks, across_node_checks=across)
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,7 @@ class TrainingQueue(pulumi.ComponentResource):
     cluster_queue: kubernetes.apiextensions.CustomResource
     local_queue: kubernetes.apiextensions.CustomResource
     nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
+    across_node_checks: Dict[str, kubernetes.batch.v1.CronJob]
 
     def __init__(self, name: str, args: TrainingQueueArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
@@ -141,48 +151,66 @@ class TrainingQueue(pulumi.ComponentResource):
             f"{name}-local-queue", "LocalQueue", kueue.LOCAL_QUEUE, kueue.local_queue_spec(),
             pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_queue]), namespace=args.training_namespace)
 
-        self.nvlink_checks = self._acceptance(name, args, after=self.local_queue)
+        self.nvlink_checks, self.across_node_checks = self._acceptance(name, args, after=self.local_queue)
 
         self.register_outputs({
             "flavors": list(self.flavors),
             "clusterQueue": kueue.CLUSTER_QUEUE,
             "localQueue": kueue.LOCAL_QUEUE,
             "nvlinkChecks": [check["metadata"]["name"] for check in args.nvlink_checks],
+            "acrossNodeChecks": [check["metadata"]["name"] for check in args.across_node_checks],
         })
 
     def _acceptance(self, name: str, args: TrainingQueueArgs, after: pulumi.Resource
-                    ) -> Dict[str, kubernetes.batch.v1.CronJob]:
-        """The judge script, its service account (allowed to post Events, nothing else), and the NVLink checks."""
-        child = pulumi.ResourceOptions(parent=self)
-        def metadata(object_name: str) -> kubernetes.meta.v1.ObjectMetaArgs:
-            return kubernetes.meta.v1.ObjectMetaArgs(name=object_name, namespace=args.training_namespace)
-
+                    ) -> Tuple[Dict[str, kubernetes.batch.v1.CronJob], Dict[str, kubernetes.batch.v1.CronJob]]:
+        """The judge script, its service account (allowed to post Events, nothing else), the NVLink checks, and the
+        across-node checks with their own account (allowed to list and create MPIJobs, nothing else)."""
         judge = acceptance.judge_configmap_manifest(acceptance.JUDGE_CONFIGMAP, TRAINING_NAMESPACE)
-        configmap = kubernetes.core.v1.ConfigMap(f"{name}-nccl-judge", metadata=metadata(acceptance.JUDGE_CONFIGMAP),
-                                                 data=judge["data"], opts=child)
-        account = kubernetes.core.v1.ServiceAccount(
-            f"{name}-nccl-acceptance", metadata=metadata(acceptance.SERVICE_ACCOUNT),
-            automount_service_account_token=False, opts=child)
+        configmap = kubernetes.core.v1.ConfigMap(
+            f"{name}-nccl-judge", metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=acceptance.JUDGE_CONFIGMAP, namespace=args.training_namespace),
+            data=judge["data"], opts=pulumi.ResourceOptions(parent=self))
+        binding = self._account(name, "nccl-acceptance", acceptance.SERVICE_ACCOUNT, acceptance.JUDGE_RBAC_RULES,
+                                args.training_namespace, automount=False)
+        nvlink = self._cronjobs(name, args.nvlink_checks, args.training_namespace,
+                                pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, after]))
+        if not args.across_node_checks:     # the account exists only where a check uses it
+            return nvlink, {}
+        scheduler = self._account(name, "nccl-scheduler", acceptance.SCHEDULER_SERVICE_ACCOUNT,
+                                  acceptance.SCHEDULER_RBAC_RULES, args.training_namespace, automount=True)
+        # The MPIJobs they create run the judge as the judge's account, so they wait for both.
+        across = self._cronjobs(name, args.across_node_checks, args.training_namespace, pulumi.ResourceOptions(
+            parent=self, depends_on=[configmap, binding, scheduler, after]))
+        return nvlink, across
+
+    def _account(self, name: str, resource_name: str, account_name: str, rules: Sequence[Mapping[str, Any]],
+                 namespace: pulumi.Input[str], automount: bool) -> kubernetes.rbac.v1.RoleBinding:
+        """A service account in the training namespace bound to a Role of exactly `rules`; returns the binding."""
+        child = pulumi.ResourceOptions(parent=self)
+        metadata = kubernetes.meta.v1.ObjectMetaArgs(name=account_name, namespace=namespace)
+        account = kubernetes.core.v1.ServiceAccount(f"{name}-{resource_name}", metadata=metadata,
+                                                    automount_service_account_token=automount, opts=child)
         role = kubernetes.rbac.v1.Role(
-            f"{name}-nccl-acceptance-role", metadata=metadata(acceptance.SERVICE_ACCOUNT),
+            f"{name}-{resource_name}-role", metadata=metadata,
             rules=[kubernetes.rbac.v1.PolicyRuleArgs(api_groups=rule["apiGroups"], resources=rule["resources"],
-                                                     verbs=rule["verbs"]) for rule in acceptance.JUDGE_RBAC_RULES],
-            opts=child)
-        binding = kubernetes.rbac.v1.RoleBinding(
-            f"{name}-nccl-acceptance-binding", metadata=metadata(acceptance.SERVICE_ACCOUNT),
+                                                     verbs=rule["verbs"]) for rule in rules], opts=child)
+        return kubernetes.rbac.v1.RoleBinding(
+            f"{name}-{resource_name}-binding", metadata=metadata,
             role_ref=kubernetes.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role",
                                                     name=role.metadata.name),
             subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name,
-                                                     namespace=args.training_namespace)], opts=child)
+                                                     namespace=namespace)], opts=child)
+
+    @staticmethod
+    def _cronjobs(name: str, checks: Sequence[Mapping[str, Any]], namespace: pulumi.Input[str],
+                  opts: pulumi.ResourceOptions) -> Dict[str, kubernetes.batch.v1.CronJob]:
         # The CronJob spec is spec/acceptance.py's manifest as is, the same one `python -m jobs` prints, so the two
         # cannot drift; tests validate it strictly against Kubernetes' schema (unknown fields fail).
-        ready = pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, after])
         return {check["metadata"]["name"]: kubernetes.batch.v1.CronJob(
             f"{name}-{check['metadata']['name']}",
-            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=check["metadata"]["name"],
-                                                       namespace=args.training_namespace,
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=check["metadata"]["name"], namespace=namespace,
                                                        labels=check["metadata"]["labels"]),
-            spec=check["spec"], opts=ready) for check in args.nvlink_checks}
+            spec=check["spec"], opts=opts) for check in checks}
 
     @staticmethod
     def _custom(resource_name: str, kind: str, object_name: str, spec: dict, opts: pulumi.ResourceOptions,

@@ -202,6 +202,9 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
             "nvlinkChecks": [{"pool": pool.spec.name,
                               "schedule": acceptance.nvlink_check_schedule(pool, spec.training.nvlink_check_schedule)}
                              for pool in acceptance.nvlink_check_pools(spec.pools, spec.catalog)],
+            # On EFA pools that keep two nodes, on gpu-cloud:training.acrossNodeCheckSchedule (weekly by default).
+            "acrossNodeChecks": [{"pool": pool.spec.name, "schedule": spec.training.across_node_check_schedule}
+                                 for pool in acceptance.across_node_check_pools(spec.pools, spec.catalog)],
         },
     }
 
@@ -467,6 +470,9 @@ def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
     checks = [f"{c['pool']} ({c['schedule'] + ' UTC' if c['schedule'] else 'suspended: run by hand'})"
               for c in queue["nvlinkChecks"]]
     lines.append("  NVLink bandwidth check: " + (", ".join(checks) or "none (no NVLink pool with a minimum)"))
+    across = [f"{c['pool']} ({c['schedule']} UTC)" for c in queue["acrossNodeChecks"]]
+    lines.append("  EFA bandwidth check across two nodes: " + (", ".join(across) or
+                                                               "none (no EFA pool with a minimum keeps two nodes)"))
     return lines
 
 

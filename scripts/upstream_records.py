@@ -28,6 +28,13 @@ from tests import crds, upstream_records  # noqa: E402
 KUEUE = ("kubernetes-sigs/kueue", "v0.19.2", "apis/config/v1beta2/configuration_types.go")
 FSX_CSI = ("kubernetes-sigs/aws-fsx-csi-driver", "helm-chart-aws-fsx-csi-driver-1.17.0",
            "charts/aws-fsx-csi-driver/values.yaml")
+# The AMI's boot units the gate's own unit hooks into (tests/test_bootstrap.py boots a sandbox with them), at the
+# default AMI release (spec/amis.yaml).
+AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
+    "nodeadm-config.service": "templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-config.service",
+    "nodeadm-run.service": "templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service",
+    "kubelet.service": "templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service",
+    "nvidia-kmod-load.service": "templates/al2023/runtime/gpu/nvidia-kmod-load.service"})
 # The tests that validate custom resources against their CRDs (tests/crds.py validate_against_crd), less the one
 # that tests the loader on the record itself.
 CRD_TESTS = ("tests/test_acceptance.py", "tests/test_jobs.py", "tests/test_mpijob.py", "tests/test_monitoring.py",
@@ -53,6 +60,15 @@ def kueue_fields(mirror: Path) -> Dict[str, Any]:
 def fsx_csi_values(mirror: Path) -> Dict[str, Any]:
     where, text = _source(*FSX_CSI, mirror)
     return {**where, "keys": upstream_records.yaml_key_lines(text)}
+
+
+def al2023_units(mirror: Path) -> Dict[str, Any]:
+    repo, tag, paths = AL2023_UNITS
+    units = {}
+    for unit, path in paths.items():
+        where, text = _source(repo, tag, path, mirror)
+        units[unit] = {"path": path, "blob": where["blob"], "text": text}
+    return {"repo": repo, "tag": tag, "units": units}
 
 
 def crd_uses(mirror: Path) -> List[Dict[str, Any]]:
@@ -85,7 +101,7 @@ def crd_schemas(mirror: Path) -> Dict[str, Any]:
 
 
 MAKERS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
-           crds.RECORD: crd_schemas}
+           "al2023-units.json": al2023_units, crds.RECORD: crd_schemas}
 
 
 def main(argv=None) -> int:

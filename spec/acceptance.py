@@ -1,8 +1,10 @@
 """The NCCL acceptance test as plain Kubernetes manifests (no Pulumi): what a pool's fabric must deliver.
 
 - `mpijob_manifest`: nccl-tests all_reduce_perf over two nodes of an EFA pool (a kubeflow.org/v2beta1 MPIJob,
-  mpi-operator v0.8.0), judged against the type's `acrossNodes` minimum (spec/catalog.yaml). Rendered, never
-  applied: an operator starts it with `kubectl create -f` (generateName gives each run its own name).
+  mpi-operator v0.8.0), judged against the type's `acrossNodes` minimum (spec/catalog.yaml). Rendered for an
+  operator to start with `kubectl create -f` (generateName gives each run its own name).
+- `across_node_cronjob_manifest`: that MPIJob on a schedule, on pools that keep two or more nodes: a CronJob whose
+  Job creates it (jobs/nccl_submit.py), so a degraded EFA pair shows up between deployments.
 - `nvlink_cronjob_manifest`: all_reduce_perf on one node over NVLink, judged against `withinNode`, as a
   periodic CronJob so a degraded node shows up between deployments.
 
@@ -13,10 +15,12 @@ exits with the verdict, so the Job's (and the MPIJob's) own status is the verdic
 """
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
+from spec.catalog import NcclScope
 from spec.mpijob import (GENERATE_NAME_MAX, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME, bounded_name,
                          check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector, tolerations)
 from spec.pools import GPU_RESOURCE, queue_flavor
@@ -34,11 +38,17 @@ JUDGE_SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "nccl_judge.py"
 JUDGE_SCRIPT_KEY = "nccl_judge.py"
 JUDGE_CONFIGMAP = "nccl-judge"
 SERVICE_ACCOUNT = "nccl-acceptance"
+SUBMIT_SCRIPT = JUDGE_SCRIPT.with_name("nccl_submit.py")       # shipped in the judge's ConfigMap beside it
+SUBMIT_SCRIPT_KEY = "nccl_submit.py"
+SCHEDULER_SERVICE_ACCOUNT = "nccl-scheduler"
 # When a pool's NVLink check runs unless gpu-cloud:training.nvlinkCheckSchedule says otherwise: the CronJob is
 # then created suspended, with this schedule for when it is resumed by hand.
 DEFAULT_NVLINK_SCHEDULE = "0 4 * * 0"        # Sundays 04:00 UTC
 # What the judge's service account needs: posting an Event in its own namespace.
 JUDGE_RBAC_RULES = ({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},)
+# What the scheduled across-node check's account needs: its pool's unfinished runs, and starting one.
+SCHEDULER_RBAC_RULES = ({"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["list", "create"]},)
+SUBMIT_DEADLINE_S = 300     # listing and creating take seconds; a Job still running after this is stuck
 
 ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
 
@@ -50,22 +60,28 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEADLINE_S = 3600       # activeDeadlineSeconds of a run (the MPIJob's counts from the launcher, after the workers)
 JUDGE_WAIT_S = 3300     # the judge gives up first, so a silent NCCL side still ends with an Event
 TTL_S = 86400           # finished MPIJobs stay a day for `kubectl logs`
-# 8 B to 16 GiB, doubling: the small sizes show latency when diagnosing, the large ones the bus-bandwidth plateau
-# the verdict reads at the largest size (the sizes awsome-distributed-training's EKS MPIJob uses). nccl-tests
-# lowers -e to what fits in GPU memory (A100 40GB: its last row is 8 GiB). -c 1 checks the data (a #wrong
-# column, never N/A); -n 100 iterations per size steady the figure.
-ALL_REDUCE_ARGS = ("-b", "8", "-e", "16G", "-f", "2", "-c", "1", "-n", "100")
+# From 8 B, doubling: the small sizes show latency when diagnosing, the large ones the bus-bandwidth plateau the
+# verdict reads at the largest size. -c 1 checks the data (a #wrong column, never N/A); -n 100 iterations per size
+# steady the figure. The NVLink check goes to 16 GiB, the size Azure's health checks judge H100, H200 and A100 80GB
+# at (nccl-tests lowers -e to what fits in GPU memory: on A100 40GB its last row is 8 GiB, Azure's size there). The
+# across-node test goes to the size of the AWS figure its minimum is a fraction of (spec/catalog.yaml messageBytes),
+# so the verdict reads that very row.
+NVLINK_MAX_BYTES = "16G"
 
-def minimum_gbps(pool, scope: str) -> float:
+
+def all_reduce_args(max_bytes: str) -> Tuple[str, ...]:
+    return ("-b", "8", "-e", max_bytes, "-f", "2", "-c", "1", "-n", "100")
+
+
+def minimum_gbps(pool, catalog, scope: NcclScope) -> float:
     """The pool's bus-bandwidth minimum for scope 'acrossNodes' or 'withinNode': the lowest over its types."""
-    field = {"acrossNodes": "across_nodes", "withinNode": "within_node"}[scope]
     values = {}
     for itype in pool.types:
-        nccl = itype.nccl_bus_bandwidth_gbps
-        if nccl is None or getattr(nccl, field) is None:
+        minimum = catalog.nccl_minimum_gbps(itype.name, scope)
+        if minimum is None:
             raise ValueError(f"pool {pool.name}: {itype.name} has no NCCL {scope} minimum in spec/catalog.yaml "
-                             f"(only the types gpu-facts.md names have one)")
-        values[itype.name] = getattr(nccl, field)
+                             f"(a type has one only from a published figure)")
+        values[itype.name] = minimum
     return min(values.values())
 
 
@@ -121,8 +137,10 @@ def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: st
                     judge_configmap: str, service_account: str) -> dict:
     """all_reduce_perf over two nodes of an EFA pool (pool: a spec.validate.ResolvedPool), as an MPIJob."""
     check_pool(pool, workers=2)
-    minimum = minimum_gbps(pool, "acrossNodes")
-    mpirun = mpirun_command(pool, 2, [ALL_REDUCE_PERF, *ALL_REDUCE_ARGS, "-g", "1"])
+    minimum = minimum_gbps(pool, catalog, "acrossNodes")
+    # An EFA pool has one instance type (spec/validate.py), so one published figure and its message size.
+    max_bytes = pool.primary_type.nccl_bus_bandwidth_gbps.across_nodes.message_bytes
+    mpirun = mpirun_command(pool, 2, [ALL_REDUCE_PERF, *all_reduce_args(str(max_bytes)), "-g", "1"])
     launcher = {
         "name": "launcher", "image": image, "command": ["bash", "-c", _run_script(mpirun)],
         "env": env_list(efa_env(pool)),
@@ -152,8 +170,9 @@ def nvlink_check_refusal(pool, catalog) -> Optional[str]:
         return f"pool {pool.name}: maxNodes 0; the NVLink test needs a node"
     if pool.spec.gpu_sharing.mode != "none":
         return f"pool {pool.name}: GPU sharing mode {pool.spec.gpu_sharing.mode!r}; the NCCL test needs whole GPUs"
-    if any(t.nccl_bus_bandwidth_gbps is None or t.nccl_bus_bandwidth_gbps.within_node is None for t in pool.types):
-        return f"pool {pool.name}: {pool.primary_type.name} has no NCCL withinNode minimum in spec/catalog.yaml"
+    unsourced = [t.name for t in pool.types if catalog.nccl_minimum_gbps(t.name, "withinNode") is None]
+    if unsourced:
+        return f"pool {pool.name}: {unsourced[0]} has no NCCL withinNode minimum in spec/catalog.yaml"
     return None
 
 
@@ -174,10 +193,10 @@ def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, s
     refusal = nvlink_check_refusal(pool, catalog)
     if refusal:
         raise ValueError(refusal)
-    minimum = minimum_gbps(pool, "withinNode")
+    minimum = minimum_gbps(pool, catalog, "withinNode")
     gpus = pool.gpus_per_node
     # One process drives every GPU (-g): NCCL connects them over NVLink/NVSwitch by itself; no network is involved.
-    command = [ALL_REDUCE_PERF, *ALL_REDUCE_ARGS, "-g", str(gpus)]
+    command = [ALL_REDUCE_PERF, *all_reduce_args(NVLINK_MAX_BYTES), "-g", str(gpus)]
     nccl = {
         "name": "nccl", "image": image, "command": ["bash", "-c", _run_script(command)],
         "env": env_list({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}),
@@ -206,7 +225,67 @@ def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, s
     }
 
 
+def _can_run_across_nodes(pool, catalog) -> bool:
+    try:
+        check_pool(pool, workers=2)
+        minimum_gbps(pool, catalog, "acrossNodes")
+    except ValueError:      # not an EFA pool, shared GPUs, fewer than 2 nodes, or no published figure
+        return False
+    return True
+
+
+def across_node_check_pools(pools, catalog) -> tuple:
+    """The training queue's pools whose across-node test runs on a schedule: those that keep two or more nodes
+    (minNodes >= 2) and that the test can run on. The check never scales a pool up just to test it; on other pools it
+    runs by hand (`python -m jobs nccl-acceptance`)."""
+    return tuple(pool for pool in pools
+                 if queue_flavor(pool) and pool.spec.min_nodes >= 2 and _can_run_across_nodes(pool, catalog))
+
+
+def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, schedule: str,
+                                 system_node_labels: Mapping[str, str], image: str = NCCL_TESTS_IMAGE,
+                                 judge_configmap: str, service_account: str, scheduler_account: str) -> dict:
+    """The across-node test on `schedule`, as a CronJob whose Job creates `mpijob_manifest`'s MPIJob (a CronJob can
+    only create Jobs) unless the pool's last run has not finished (jobs/nccl_submit.py)."""
+    mpijob = mpijob_manifest(pool, catalog, namespace=namespace, queue_name=queue_name, image=image,
+                             judge_configmap=judge_configmap, service_account=service_account)
+    labels = _labels(pool, "across-nodes-start")
+    start = {
+        "name": "start", "image": JUDGE_IMAGE, "command": ["python3", f"{JUDGE_DIR}/{SUBMIT_SCRIPT_KEY}"],
+        "env": env_list({"MPIJOB": json.dumps(mpijob, sort_keys=True), "PYTHONDONTWRITEBYTECODE": "1",
+                         "PYTHONUNBUFFERED": "1"}),
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": "judge", "mountPath": JUDGE_DIR, "readOnly": True}],
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        # Job names add 11 characters to the CronJob's, so a CronJob name has at most 52.
+        "metadata": {"name": bounded_name("nccl-efa-start-", pool.name, 52), "namespace": namespace,
+                     "labels": labels},
+        "spec": {
+            "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
+            # No queue label: this Job takes no GPU and Kueue leaves unlabelled Jobs alone
+            # (manageJobsWithoutQueueName: false, spec/kueue.py); the MPIJob it creates carries the label.
+            "jobTemplate": {
+                "metadata": {"labels": labels},
+                # One retry (a lost node, an API server that did not answer); a retry after a create that went
+                # through finds that run unfinished and skips.
+                "spec": {"backoffLimit": 1, "activeDeadlineSeconds": SUBMIT_DEADLINE_S, "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"restartPolicy": "Never", "nodeSelector": dict(system_node_labels),
+                             "serviceAccountName": scheduler_account, "containers": [start],
+                             "volumes": [{"name": "judge",
+                                          "configMap": {"name": judge_configmap, "defaultMode": 0o444}}]}}}},
+        },
+    }
+
+
 def judge_configmap_manifest(name: str, namespace: str) -> dict:
-    """The ConfigMap both jobs mount the judge script from."""
+    """The ConfigMap the jobs mount their scripts from: the judge, and what starts a scheduled across-node run."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
-            "data": {JUDGE_SCRIPT_KEY: JUDGE_SCRIPT.read_text(encoding="utf-8")}}
+            "data": {JUDGE_SCRIPT_KEY: JUDGE_SCRIPT.read_text(encoding="utf-8"),
+                     SUBMIT_SCRIPT_KEY: SUBMIT_SCRIPT.read_text(encoding="utf-8")}}

@@ -32,6 +32,7 @@ from spec.faults import load_faults
 from spec.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from spec.efa import ip_bandwidth_gbps
 from spec.pools import offered_gpu_resources
+from spec.repair import INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
 from spec.tenancy import TRAINING_NAMESPACE
 
 # --- what the monitoring stack must configure ---------------------------------------------------------------------
@@ -74,6 +75,10 @@ MIN_DISK_IOPS = 1
 POOL_SHORT_FOR = "15m"
 
 RATE_WINDOW = "5m"
+# A run-time check older than the repair controller trusts (spec/repair.py): five missed runs of the minutely timer.
+HEALTH_CHECK_STALE_S = STALE_CHECK_S
+# Twenty missed passes of the repair controller's loop.
+REPAIR_CONTROLLER_STALE_S = 20 * REPAIR_INTERVAL_S
 GROUP_PREFIX = "gpu-cloud"
 
 
@@ -202,12 +207,25 @@ def node_rules(pools, catalog) -> List[Dict[str, Any]]:
         _rule("GpuNodeHealthWarning", on_gpu_nodes('gpu_cloud_node_health_fault{status="warn"} == 1'), "0m",
               "info", "GPU node health check warned",
               f"The run-time health check found {{{{ $labels.fault }}}} on {_where()}: a warning, nothing to repair."),
-        # userdata/gpu_verify.py render_textfile writes gpu_cloud_node_verify_pass (1 pass, 0 fail or error) into
-        # node-exporter's textfile directory (userdata/gate.sh).
-        _rule("GpuNodeVerificationFailed", on_gpu_nodes("gpu_cloud_node_verify_pass == 0"), "0m", "critical",
-              "GPU node failed verification",
-              f"The GPU verifier failed on {_where()}; see gpu_cloud_node_verify_check_status for the checks that "
-              "failed, then drain and replace the node."),
+        # A node whose checker stopped reporting is not watched; the repair controller ignores faults this old too.
+        _rule("GpuNodeHealthCheckStale", on_gpu_nodes(
+            f"time() - gpu_cloud_node_health_timestamp_seconds > {HEALTH_CHECK_STALE_S}"), "5m", "warning",
+              "GPU node health check not running",
+              f"The run-time health check on {_where()} has not reported for more than {HEALTH_CHECK_STALE_S} s "
+              "(gpu-cloud-health.timer on the node; journalctl -u gpu-cloud-health)."),
+        # A rejected node never joins, so nothing of it is scraped: the gate publishes every verdict to S3, and the
+        # repair controller (jobs/node_repair.py) serves the last hour's rejections, one series per instance.
+        _rule("GpuNodeVerificationFailed", "max by (pool, instance_id, instance_type, mode, reason) "
+              "(gpu_cloud_gate_rejection_timestamp_seconds) > 0", "0m", "warning",
+              "GPU node rejected by its boot gate",
+              "Instance {{ $labels.instance_id }} ({{ $labels.instance_type }}, pool {{ $labels.pool }}) failed its "
+              "{{ $labels.mode }} gate: {{ $labels.reason }}. Its group replaces it; the report is in the artifact "
+              "bucket under gate-reports/{{ $labels.pool }}/ (docs/node-gate.md)."),
+        _rule("GpuNodeVerificationWarning", "max by (pool, instance_id, fault) "
+              "(gpu_cloud_gate_warning_timestamp_seconds) > 0", "0m", "info",
+              "GPU node joined with a warning",
+              "Instance {{ $labels.instance_id }} (pool {{ $labels.pool }}) passed its gate with a warning: "
+              "{{ $labels.fault }}."),
         _rule("GpuNodeNotReady", on_gpu_nodes('kube_node_status_condition{condition="Ready",status="true"} == 0'),
               "5m", "critical", "GPU node not Ready", f"{_where()} has not been Ready for 5 minutes."),
     ]
@@ -231,6 +249,37 @@ def node_rules(pools, catalog) -> List[Dict[str, Any]]:
                 f"Pool {pool.name} has had fewer than {need} {resource} on Ready, schedulable nodes (minNodes "
                 f"{pool.spec.min_nodes} x {per_node}) for {POOL_SHORT_FOR}.", labels={"pool": pool.name}))
     return rules
+
+
+def repair_rules() -> List[Dict[str, Any]]:
+    """The repair controller (jobs/node_repair.py): a braked pool, a sick node it will not touch, a repair that does
+    not finish, and the controller itself."""
+    return [
+        _rule("GpuPoolLaunchSuspended", "gpu_cloud_pool_launch_suspended == 1", "0m", "critical",
+              "Pool {{ $labels.pool }} launches no nodes",
+              "The Auto Scaling group of pool {{ $labels.pool }} has its Launch process suspended: the repair "
+              "controller braked it after launches its gate rejected in a row (GpuNodeVerificationFailed says why), "
+              "or a person did. Fix the cause, then: aws autoscaling resume-processes --auto-scaling-group-name "
+              "<group> --scaling-processes Launch (docs/node-gate.md)."),
+        # Pre-set to 0 for every pool, action and outcome, so the first refusal is an increase.
+        _rule("GpuRepairRefused", 'increase(gpu_cloud_repair_decisions_total{outcome="refused"}[15m]) > 0', "0m",
+              "warning", "A sick GPU node in pool {{ $labels.pool }} is not being repaired",
+              "The repair controller refused to {{ $labels.action }} a node of pool {{ $labels.pool }} (budget, "
+              "minimum healthy, one at a time, or too many faulty at once); kubectl get events -A "
+              "--field-selector reason=GpuRepairRefused says which node and why."),
+        _rule("GpuRepairStuck", "gpu_cloud_repairs_stuck > 0", "0m", "critical",
+              "A GPU node repair in pool {{ $labels.pool }} has not finished",
+              f"A repair in pool {{{{ $labels.pool }}}} is past its {REPAIR_TIMEOUT_S // 60} minutes; the pool "
+              "starts no other repair until it ends (kubectl get events -A --field-selector reason=GpuRepairStuck)."),
+        _rule("GpuRepairControllerDown",
+              f"time() - gpu_cloud_repair_last_success_timestamp_seconds > {REPAIR_CONTROLLER_STALE_S} "
+              "or absent(gpu_cloud_repair_last_success_timestamp_seconds)", "5m", "critical",
+              "The GPU node repair controller is not working",
+              f"No pass of gpu-node-repair has completed for more than {REPAIR_CONTROLLER_STALE_S // 60} minutes: "
+              "sick nodes are not repaired, rejections not counted, looping pools not braked. "
+              "gpu_cloud_repair_errors_total says what it fails to call; kubectl -n kube-system logs "
+              "deploy/gpu-node-repair."),
+    ]
 
 
 def network_rules(alerts, pools) -> List[Dict[str, Any]]:
@@ -362,6 +411,7 @@ def rule_groups(alerts, pools, catalog, triton_target_queue_ms: Optional[float] 
     groups = [
         {"name": f"{GROUP_PREFIX}.gpu", "rules": gpu_rules(alerts)},
         {"name": f"{GROUP_PREFIX}.gpu-nodes", "rules": node_rules(pools, catalog)},
+        {"name": f"{GROUP_PREFIX}.repair", "rules": repair_rules()},
         {"name": f"{GROUP_PREFIX}.network", "rules": network_rules(alerts, pools)},
         {"name": f"{GROUP_PREFIX}.storage", "rules": storage_rules(alerts)},
         {"name": f"{GROUP_PREFIX}.nccl", "rules": nccl_rules(pools, catalog)},

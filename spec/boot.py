@@ -6,6 +6,10 @@ CONTINUE: instance start and cloud-init before the gate runs, every step's worst
 report the verdict. `worst_case` lists those steps; a test holds every pool shape inside its timeout.
 cluster-autoscaler treats a node that has not registered within `--max-node-provision-time` as a failed
 scale-up and removes it, so that flag must outlast the slowest hook plus the kubelet's registration.
+
+An instance refresh and the ASG's health checks wait only from InService, which a node reaches when the gate sends
+CONTINUE; the gate's time is spent before it, in Pending:Wait. So the refresh's warmup and the health-check grace
+are the node's time from CONTINUE to offering its GPUs (`node_ready_seconds`), never the hook timeout.
 """
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ _INSTALL_S = {                       # gpuDriver.source: install, on the standar
 VERIFY_HOOK_TIMEOUT_S = {"ami": 1200, "install": 3000}
 # After CONTINUE: nodeadm-run starts containerd and the kubelet, which registers the node.
 NODE_REGISTRATION_S = 300
+# After registration, until the node offers its GPUs: NFD labels it, the GPU operator's validator checks the driver
+# and the toolkit, then the device plugin advertises nvidia.com/gpu. The validator gives the plugin 150 s to do so
+# (NVIDIA/gpu-operator v26.7.0 cmd/nvidia-validator/main.go: gpuResourceDiscoveryWaitRetries 30 x
+# gpuResourceDiscoveryIntervalSeconds 5); as much again for what runs before it on a new node (image pulls, NFD's
+# labels, the validator's driver and toolkit checks).
+GPU_ADVERTISE_S = 300
 
 
 def worst_case(source: str, *, nvswitch: bool, efa: bool, lustre: bool = False) -> Dict[str, int]:
@@ -63,6 +73,15 @@ def worst_case(source: str, *, nvswitch: bool, efa: bool, lustre: bool = False) 
 
 def verify_hook_timeout(source: str) -> int:
     return VERIFY_HOOK_TIMEOUT_S[source]
+
+
+def node_ready_seconds() -> int:
+    """From InService (the gate's CONTINUE) to a node that offers its GPUs: the instance refresh's warmup and the
+    health-check grace period. Both start at InService, once the launch hook is complete, so they hold only this,
+    not the gate (read 2026-12-04: docs.aws.amazon.com/autoscaling/ec2/userguide/lifecycle-hooks-overview.html,
+    step 3; docs.aws.amazon.com/autoscaling/ec2/APIReference/API_RefreshPreferences.html, InstanceWarmup). The
+    same for both driver sources: either has its driver before CONTINUE."""
+    return NODE_REGISTRATION_S + GPU_ADVERTISE_S
 
 
 def max_node_provision_seconds(source: str) -> int:

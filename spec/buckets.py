@@ -12,7 +12,8 @@ customer-managed KMS key (bucket keys on), versioned, private, TLS-only, logged 
   noncurrent versions of terabyte files is not kept).
 - **models**: Triton's model repository; replicated to the DR peer. Small and read at every model load:
   no transition.
-- **artifacts**: node verifier bundles (read by nodes at boot; rebuilt by the program).
+- **artifacts**: node verifier bundles (read by nodes at boot; rebuilt by the program), and the gate's verdicts
+  (gate-reports/<pool>/, one per boot, written by the nodes, read by the repair controller; expire after 90 days).
 - **logs**: S3 server access logs of the other four; kept `monitoring.retentionDays`.
 
 Names carry the project, the stack and the account, so two regions, or two accounts, never collide (S3 names
@@ -25,6 +26,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
+
+from spec.repair import GATE_REPORT_RETENTION_DAYS, GATE_REPORTS_PREFIX
 
 PURPOSES = ("datasets", "checkpoints", "models", "artifacts", "logs")
 LOGS = "logs"
@@ -44,6 +47,7 @@ class Lifecycle:
     abort_upload_days: int                     # incomplete multipart uploads are aborted after this
     transition: Optional[Tuple[int, str]] = None   # (days after creation, storage class)
     expire_days: Optional[int] = None          # current objects expire (the log bucket only)
+    expire_prefix: Optional[Tuple[str, int]] = None   # (key prefix, days): current objects under it expire
 
 
 LIFECYCLE: Mapping[str, Lifecycle] = {
@@ -51,8 +55,10 @@ LIFECYCLE: Mapping[str, Lifecycle] = {
     "datasets": Lifecycle(noncurrent_days=30, abort_upload_days=7, transition=(0, INTELLIGENT_TIERING)),
     "checkpoints": Lifecycle(noncurrent_days=7, abort_upload_days=1, transition=(7, INTELLIGENT_TIERING)),
     "models": Lifecycle(noncurrent_days=30, abort_upload_days=1),
-    # Bundles a pool no longer uses become noncurrent when Pulumi deletes them; nodes read them only at boot.
-    "artifacts": Lifecycle(noncurrent_days=30, abort_upload_days=1),
+    # Bundles a pool no longer uses become noncurrent when Pulumi deletes them; nodes read them only at boot. The
+    # gate's verdicts (spec/repair.py) are kept for a quarter: long enough to look back on a pool's rejections.
+    "artifacts": Lifecycle(noncurrent_days=30, abort_upload_days=1,
+                           expire_prefix=(GATE_REPORTS_PREFIX, GATE_REPORT_RETENTION_DAYS)),
 }
 
 

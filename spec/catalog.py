@@ -8,12 +8,13 @@ from __future__ import annotations
 import difflib
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Literal, Optional, Tuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+NcclScope = Literal["acrossNodes", "withinNode"]
 
 
 class _Frozen(BaseModel):
@@ -73,10 +74,43 @@ class EniSpec(_Frozen):
     ipv4_per_interface: int = Field(alias="ipv4PerInterface", ge=2)
 
 
+class AcrossNodesFigure(_Frozen):
+    """AWS's published two-node all_reduce_perf result that the across-node minimum is a fraction of."""
+    published_gbps: float = Field(alias="publishedGBps", gt=0)
+    message_bytes: int = Field(alias="messageBytes", ge=8)           # the row the figure was read at
+    measured_on: Optional[str] = Field(default=None, alias="measuredOn")   # another type with the same network
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _a_row_of_the_sweep(self) -> "AcrossNodesFigure":
+        # The MPIJob sweeps from 8 bytes, doubling, up to this size: only a power of two is one of its rows.
+        if self.message_bytes & (self.message_bytes - 1):
+            raise ValueError(f"messageBytes {self.message_bytes} is not a power of two, so no row of all_reduce_perf's "
+                             "doubling sweep from 8 bytes")
+        return self
+
+
+class WithinNodeMinimum(_Frozen):
+    """A production health check's pass mark for one node over NVLink, below what a healthy node shows."""
+    minimum_gbps: float = Field(alias="minimumGBps", gt=0)
+    source: str = Field(min_length=1)
+    healthy_gbps: Optional[float] = Field(default=None, alias="healthyGBps", gt=0)
+    healthy_source: Optional[str] = Field(default=None, alias="healthySource", min_length=1)
+
+    @model_validator(mode="after")
+    def _below_healthy(self) -> "WithinNodeMinimum":
+        if (self.healthy_gbps is None) != (self.healthy_source is None):
+            raise ValueError("healthyGBps and healthySource go together")
+        if self.healthy_gbps is not None and self.minimum_gbps >= self.healthy_gbps:
+            raise ValueError(f"minimumGBps {self.minimum_gbps:g} is not below what a healthy node shows "
+                             f"({self.healthy_gbps:g} GB/s)")
+        return self
+
+
 class NcclBusBandwidth(_Frozen):
-    """NCCL acceptance minimums, all_reduce_perf bus bandwidth in GB/s (see catalog.yaml for the source)."""
-    across_nodes: Optional[float] = Field(default=None, alias="acrossNodes", gt=0)   # two nodes over EFA
-    within_node: Optional[float] = Field(default=None, alias="withinNode", gt=0)     # one node over NVLink
+    """What NCCL acceptance holds a type to, all_reduce_perf bus bandwidth in GB/s (catalog.yaml: the sources)."""
+    across_nodes: Optional[AcrossNodesFigure] = Field(default=None, alias="acrossNodes")   # two nodes over EFA
+    within_node: Optional[WithinNodeMinimum] = Field(default=None, alias="withinNode")     # one node over NVLink
 
     @model_validator(mode="after")
     def _not_empty(self) -> "NcclBusBandwidth":
@@ -100,7 +134,7 @@ class InstanceType(_Frozen):
     instance_store: InstanceStore = Field(alias="instanceStore")
     eni: EniSpec
     regions: Dict[str, RegionOffer]
-    # None where no vetted minimum exists: the acceptance test refuses such types instead of inventing one.
+    # None where no figure is published: the acceptance test refuses such types instead of inventing one.
     nccl_bus_bandwidth_gbps: Optional[NcclBusBandwidth] = Field(default=None, alias="ncclBusBandwidthGBps")
 
     @property
@@ -133,6 +167,8 @@ class Catalog(_Frozen):
     prices_as_of: str = Field(alias="pricesAsOf")
     price_source: str = Field(alias="priceSource")
     default_spot_discount: float = Field(alias="defaultSpotDiscount", ge=0, lt=1)
+    # The across-node minimum as a share of AWS's published two-node figure (catalog.yaml says why this share).
+    nccl_across_nodes_fraction: float = Field(alias="ncclAcrossNodesFraction", gt=0, lt=1)
     gpus: Dict[str, GpuModel]
     instance_types: Dict[str, InstanceType] = Field(alias="instanceTypes")
 
@@ -152,12 +188,37 @@ class Catalog(_Frozen):
             if nccl and nccl.within_node and not self.gpus[itype.gpu.model].nvlink_links_per_gpu:
                 raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.withinNode is an NVLink minimum, "
                                  f"but {itype.gpu.model} has no NVLink")
-            ceiling = across_nodes_ceiling_gbps(itype.network_gbps, itype.gpu.count)
-            if nccl and nccl.across_nodes and nccl.across_nodes > ceiling:
-                raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes {nccl.across_nodes:g} GB/s is more "
-                                 f"than two nodes with {itype.network_gbps:g} Gbps can reach ({ceiling:g} GB/s of "
-                                 "bus bandwidth)")
+            if nccl and nccl.across_nodes:
+                self._check_across_nodes(itype, nccl.across_nodes)
         return self
+
+    def _check_across_nodes(self, itype: InstanceType, figure: AcrossNodesFigure) -> None:
+        ceiling = across_nodes_ceiling_gbps(itype.network_gbps, itype.gpu.count)
+        if figure.published_gbps > ceiling:
+            raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes.publishedGBps {figure.published_gbps:g} "
+                             f"GB/s is more than two nodes with {itype.network_gbps:g} Gbps can reach ({ceiling:g} GB/s "
+                             "of bus bandwidth)")
+        if figure.measured_on is None:
+            return
+        # Another type's figure holds only for the same network and ranks: the test is bound by EFA, not the GPU.
+        other = self.instance_types.get(figure.measured_on)
+        if other is None:
+            raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes.measuredOn {figure.measured_on!r} is "
+                             "not a catalog type")
+        shape = lambda t: (t.network_gbps, t.efa.cards, t.gpu.count)     # noqa: E731
+        if shape(other) != shape(itype):
+            raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes.measuredOn {other.name} has another "
+                             f"network (Gbps, EFA cards, GPUs: {shape(other)} vs {shape(itype)})")
+
+    def nccl_minimum_gbps(self, instance_type: str, scope: NcclScope) -> Optional[float]:
+        """The type's bus-bandwidth minimum: across nodes the fraction of AWS's published two-node figure, within a
+        node the health check's pass mark; None when no figure is published."""
+        nccl = self.instance_types[instance_type].nccl_bus_bandwidth_gbps
+        if scope == "acrossNodes":
+            figure = nccl.across_nodes if nccl else None
+            return figure.published_gbps * self.nccl_across_nodes_fraction if figure else None
+        within = nccl.within_node if nccl else None
+        return within.minimum_gbps if within else None
 
     def gpu_model(self, instance_type: str) -> GpuModel:
         return self.gpus[self.instance_types[instance_type].gpu.model]

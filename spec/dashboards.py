@@ -424,11 +424,41 @@ def node_verification() -> Dict[str, Any]:
         "the failing ones.")
     b.panel("table", "Remediation asked now", [
         (f"max by (node, remediation) ({health('remediation == 1')})", "")], table=True)
+
+    # The repair controller (jobs/node_repair.py): the gate's published verdicts, its repairs and its brakes.
+    pools = 'pool=~"$pool"'
+    b.row("Rejections and repairs")
+    b.panel("stat", "Gate rejections, last hour", [(f'sum(gpu_cloud_gate_verdicts{{verdict="fail", {pools}}}) '
+                                                    "or vector(0)", "")], w=6, h=4,
+            thresholds=((None, "green"), (1, "orange")),
+            description="Boots the gate refused (launch or reboot), from the verdicts it publishes to S3.")
+    b.panel("stat", "Pools braked", [(f"sum(gpu_cloud_pool_launch_suspended{{{pools}}}) or vector(0)", "")], w=6, h=4,
+            thresholds=((None, "green"), (1, "red")),
+            description="Pools whose Launch process is suspended: rejected launches in a row, until a person resumes.")
+    b.panel("stat", "Repairs in flight", [(f"sum(gpu_cloud_repairs_in_flight{{{pools}}}) or vector(0)", "")],
+            w=6, h=4)
+    b.panel("stat", "Dry run", [("max(gpu_cloud_repair_dry_run)", "")], w=6, h=4,
+            description="1: the controller decides and reports every repair and carries out none.")
+    b.panel("table", "Rejected boots, last hour", [
+        (f"max by (pool, instance_id, instance_type, mode, reason) "
+         f"(gpu_cloud_gate_rejection_timestamp_seconds{{{pools}}}) * 1000", "")], table=True, unit="dateTimeAsIso",
+        description="Each rejected boot with the gate's reason; the full report is in the artifact bucket under "
+        "gate-reports/<pool>/.")
+    b.panel("timeseries", "Repair decisions", [
+        (f"sum by (pool, action, outcome) (increase(gpu_cloud_repair_decisions_total{{{pools}}}[{RATE}]))",
+         "{{pool}} {{action}} {{outcome}}")],
+        description="Repairs started, dry-run decisions and refusals (budget, minimum healthy, one at a time, too "
+        "many faulty at once); kubectl get events -A --field-selector involvedObject.kind=Node says which node.")
+    b.panel("table", "Budget and rejections in a row", [
+        (f"max by (pool) (gpu_cloud_repair_budget_remaining{{{pools}}})", ""),
+        (f"max by (pool) (gpu_cloud_gate_consecutive_rejections{{{pools}}})", "")], table=True, w=24,
+        description="Repairs each pool may still start this hour, and its launches rejected in a row (a pool is "
+        "braked at three).")
     return _dashboard(
         "gpu-cloud-node-verification", "gpu-cloud / Node verification",
         "The GPU verifier's textfile metrics, scraped by node-exporter: the boot gate's (gpu_cloud_node_verify_*) and "
-        "the run-time checker's (gpu_cloud_node_health_*). A node whose boot verification fails is abandoned before "
-        "its kubelet starts, so it is rarely scraped: the launch lifecycle hook's tag on the instance is the record.",
+        "the run-time checker's (gpu_cloud_node_health_*); and the repair controller's (gpu_cloud_gate_*, "
+        "gpu_cloud_repair_*): a node the gate rejects never joins, so its verdict comes from the report it published.",
         b, _pool_node_variables())
 
 

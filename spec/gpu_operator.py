@@ -92,9 +92,23 @@ GPU_OPERATOR_VALUE_PATHS: Mapping[str, int] = {
 # `# config:` / `# name: custom-dcgm-exporter-metrics`) names the ConfigMap with the exporter's counter file
 # (templates/clusterpolicy.yaml lines 561-563 copy it into the ClusterPolicy; spec/dcgm.py says what the operator does
 # with it). The program makes that ConfigMap itself, so the chart's own create/data stay unset.
+# operator.metrics.serviceMonitor.additionalLabels (values.yaml lines 121-125, all commented) labels the operator's
+# own metrics ServiceMonitor (templates/clusterpolicy.yaml lines 32-37 copy operator.metrics into the ClusterPolicy;
+# controllers/object_controls.go lines 5070-5084 add the labels).
 GPU_OPERATOR_COMMENTED_VALUE_PATHS: Mapping[str, Tuple[int, str]] = {
     "dcgmExporter.config.name": (349, "templates/clusterpolicy.yaml:561"),
+    "operator.metrics.serviceMonitor.additionalLabels": (125, "templates/clusterpolicy.yaml:35"),
 }
+
+# The node-status exporter's own ServiceMonitor carries only `app: nvidia-node-status-exporter`: the operator adds
+# no labels to it (controllers/object_controls.go lines 5086-5093, against 5045-5084 for the others) and the
+# ClusterPolicy has no field for them (api/nvidia/v1/clusterpolicy_types.go lines 1216-1241; unchanged on main at
+# a22dbf67, 2026-08-21). So the stack's Prometheus, which selects by SELECTOR_LABELS, never selects it, and the
+# monitoring stack scrapes the exporter's Service with a ServiceMonitor of its own (components/monitoring.py). The
+# Service: assets/state-node-status-exporter/0500_service.yaml lines 5-17 (in the operator's namespace); its series
+# carry the node already (cmd/nvidia-validator/metrics.go lines 75-81: label `node`).
+NODE_STATUS_EXPORTER_SELECTOR: Mapping[str, str] = {"app": "nvidia-node-status-exporter"}
+NODE_STATUS_EXPORTER_PORT_NAME = "node-status"
 
 # The same for aws/eks-charts bfe91c4b92 stable/aws-efa-k8s-device-plugin/values.yaml (templates/daemonset.yaml
 # renders both into the DaemonSet's pod spec; tolerations after its own CriticalAddonsOnly one).
@@ -200,13 +214,17 @@ def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[st
                                             "relabelings": [dict(r) for r in monitoring.NODE_LABEL_RELABELINGS]},
                          "config": {"name": dcgm.CONFIGMAP}},
         # The validator's per-node verdict as metrics (gpu_operator_node_driver_ready, _toolkit_ready,
-        # _plugin_ready, _cuda_ready, _device_plugin_devices_total); off in the chart by default.
+        # _plugin_ready, _cuda_ready, _device_plugin_devices_total); off in the chart by default. Scraped through the
+        # monitoring stack's own ServiceMonitor (NODE_STATUS_EXPORTER_SELECTOR says why).
         "nodeStatusExporter": {"enabled": True},
         # Every operand DaemonSet (ClusterPolicy spec.daemonsets) and the NFD worker must reach every GPU node.
         "daemonsets": {"tolerations": tolerations},
         "node-feature-discovery": {"worker": {"tolerations": tolerations}},
-        # Merged with the chart's kubernetes.io/os=linux.
-        "operator": {"nodeSelector": dict(system_node_labels)},
+        # Merged with the chart's kubernetes.io/os=linux. The operator's own metrics' ServiceMonitor carries the
+        # labels the stack's Prometheus selects (its reconciliation status and GPU node count: v26.7.0
+        # controllers/operator_metrics.go lines 76-115).
+        "operator": {"nodeSelector": dict(system_node_labels),
+                     "metrics": {"serviceMonitor": {"additionalLabels": dict(monitoring.SELECTOR_LABELS)}}},
     }
 
 

@@ -83,6 +83,22 @@ WEBHOOK_PROBE_TIMEOUT_S = WEBHOOK_PROBE_DEADLINE_S + WEBHOOK_PROBE_START_ALLOWAN
 # A dry-run create needs the create permission itself (the API server authorizes it like a real one).
 WEBHOOK_PROBE_RBAC_RULES = ({"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]},)
 
+# Kueue's metrics, scraped by a ServiceMonitor of the monitoring stack's (components/monitoring.py): the chart's own
+# (enablePrometheus, values.yaml line 10) carries only the chart's labels, which that Prometheus does not select, and
+# no value adds one (kubernetes-sigs/kueue tag v0.19.2 charts/kueue/templates/prometheus/monitor.yaml lines 19-37).
+# Its Service (templates/manager/auth_proxy_service.yaml lines 17-33, always rendered) carries these labels
+# (templates/_helpers.tpl lines 52-76) and serves port https (values.yaml metricsService.ports, lines 209-215) with
+# authentication and authorization (cmd/kueue/main.go lines 188-192): the endpoint is the chart's own monitor's
+# (monitor.yaml lines 32-37, tlsConfig from values.yaml lines 370-371), and the stack's Prometheus may GET /metrics
+# (kube-prometheus-stack 88.5.3 templates/prometheus/clusterrole.yaml lines 30-31).
+METRICS_SERVICE_SELECTOR: Mapping[str, str] = {"app.kubernetes.io/name": "kueue",
+                                               "app.kubernetes.io/instance": RELEASE_NAME,
+                                               "app.kubernetes.io/component": "metrics-service"}
+METRICS_PORT_NAME = "https"
+METRICS_ENDPOINT: Mapping[str, Any] = {"scheme": "https",
+                                       "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                                       "tlsConfig": {"insecureSkipVerify": True}}
+
 # Helm value paths this program sets -> line of that key in kubernetes-sigs/kueue tag v0.19.2
 # charts/kueue/values.yaml. templates/manager/manager-config.yaml writes managerConfig.controllerManagerConfigYaml
 # into the kueue-manager-config ConfigMap the manager reads; templates/manager/manager.yaml renders

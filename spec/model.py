@@ -385,6 +385,19 @@ class Training(ConfigModel):
     # time zone, UTC on EKS). Left out: its CronJob exists but is suspended, and runs when started by hand.
     nvlink_check_schedule: Optional[Annotated[str, _matches(
         CRON_SCHEDULE, "a five-field cron schedule such as '0 4 * * 0'")]] = None
+    # When the two-node EFA bandwidth check runs on each EFA training pool that keeps two or more nodes. By default
+    # weekly, two hours after the NVLink check's suggested Sunday 04:00 and so after that run's one-hour deadline.
+    across_node_check_schedule: Annotated[str, _matches(
+        CRON_SCHEDULE, "a five-field cron schedule such as '0 6 * * 0'")] = "0 6 * * 0"
+
+
+class Repair(ConfigModel):
+    """The GPU node repair controller (spec/repair.py, jobs/node_repair.py)."""
+    # Decide and report every repair (Events, metrics, alerts) but carry out none: for a first rollout, or while a
+    # fault class is in doubt.
+    dry_run: bool = False
+    # At most this many nodes of one pool rebooted or replaced in any hour, whatever the faults.
+    max_per_pool_per_hour: int = Field(default=2, ge=1, le=20)
 
 
 Environment = Literal["prod", "staging", "dev"]
@@ -407,6 +420,7 @@ SECTIONS = {
     "inference": (Inference, False),
     "monitoring": (Monitoring, False),
     "dr": (Dr, False),
+    "repair": (Repair, False),
     "budget": (Budget, False),
     "tenancy": (Tenancy, False),
     "training": (Training, False),

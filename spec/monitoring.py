@@ -3,16 +3,19 @@ and where node-exporter finds the node verifier's metrics. Pure: no Pulumi (comp
 
 Prometheus keeps the chart's default selectors. With `*SelectorNilUsesHelmValues: true` (values.yaml defaults) and
 no selector of our own, the chart renders `matchLabels: {release: <release name>}` for ServiceMonitors, PodMonitors
-and PrometheusRules, in every namespace (prometheus-community/helm-charts tag kube-prometheus-stack-88.5.3,
-charts/kube-prometheus-stack/templates/prometheus/prometheus.yaml lines 193-202 and 277-283). So every
-ServiceMonitor and PrometheusRule gpu-cloud creates, and the DCGM exporter's ServiceMonitor that the GPU operator
-creates, carries SELECTOR_LABELS; tests hold that.
+and PrometheusRules, and an empty namespace selector, which matches every namespace (prometheus-community/helm-charts
+tag kube-prometheus-stack-88.5.3, charts/kube-prometheus-stack/templates/prometheus/prometheus.yaml lines 193-224
+and 277-283). So every ServiceMonitor and PrometheusRule gpu-cloud creates, and those the GPU operator creates for
+the DCGM exporter and itself, carry SELECTOR_LABELS. Exporters whose chart cannot label its own ServiceMonitor (the
+node-status exporter, Kueue) or installs it before the CRD (the termination handler) are scraped by ServiceMonitors
+of components/monitoring.py. tests/test_monitoring.py holds every exporter the stack relies on against the monitors
+as the pinned charts render them (tests/chart_values.py models their templates).
 """
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from spec.model import Monitoring
 from spec.pools import LABEL_PREFIX
@@ -84,11 +87,13 @@ SUBCHART_VALUE_PATHS: Mapping[str, Mapping[str, int]] = {
 }
 
 
-def service_monitor_spec(namespace: str, selector: Mapping[str, str], port: str) -> Dict[str, Any]:
+def service_monitor_spec(namespace: str, selector: Mapping[str, str], port: str,
+                         endpoint: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """A ServiceMonitor's spec: scrape `port` (a Service port name) of the Services with `selector` in `namespace`
-    every 30 s (the chart's default interval), job named after the Service."""
+    every 30 s (the chart's default interval), job named after the Service. `endpoint`: more endpoint settings (the
+    scheme, TLS, credentials)."""
     return {"namespaceSelector": {"matchNames": [namespace]}, "selector": {"matchLabels": dict(selector)},
-            "endpoints": [{"port": port, "path": "/metrics", "interval": "30s"}]}
+            "endpoints": [{"port": port, "path": "/metrics", "interval": "30s", **(endpoint or {})}]}
 
 
 # How a series finds its node and pool.

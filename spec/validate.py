@@ -22,8 +22,8 @@ from spec.amis import NodeImage, image_warnings, resolve_node_image
 from spec.catalog import Catalog, InstanceType, load_catalog
 from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Storage, Tenancy,
-                        Training)
+from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Repair,
+                        Storage, Tenancy, Training)
 from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 from spec.zones import is_zone_id
 
@@ -71,6 +71,7 @@ class StackSpec:
     budget: Budget
     tenancy: Tenancy
     training: Training
+    repair: Repair
     catalog: Catalog = field(repr=False, compare=False)
 
     @property
@@ -170,7 +171,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
         network=parsed["network"], cluster=parsed["cluster"], node_image=image, pools=resolved,
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
         dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"],
-        training=parsed["training"], catalog=catalog,
+        training=parsed["training"], repair=parsed["repair"], catalog=catalog,
     )
 
 

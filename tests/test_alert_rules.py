@@ -107,9 +107,11 @@ def test_promtool_accepts_every_stacks_rules(stack, specs, tmp_path):
 def test_every_rule_has_a_severity_a_summary_and_a_description_that_promtool_tests_can_fill(specs):
     for stack in STACKS:
         for rule in rules_of(groups_of(specs[stack])):
-            # info: the run-time checker's warnings, for receivers that want them (nothing to repair)
+            # info: the warnings of the run-time checker and of the gate, for receivers that want them (nothing to
+            # repair)
             assert rule["labels"]["severity"] in ("warning", "critical") or (
-                rule["alert"], rule["labels"]["severity"]) == ("GpuNodeHealthWarning", "info"), rule["alert"]
+                rule["alert"] in ("GpuNodeHealthWarning", "GpuNodeVerificationWarning")
+                and rule["labels"]["severity"] == "info"), rule["alert"]
             assert set(rule["annotations"]) == {"summary", "description"}
             for text in rule["annotations"].values():
                 # Only {{ $labels.x }}: anything else ($value, functions) would be left unchecked by these tests.
@@ -298,19 +300,78 @@ def test_mig_gpu_instances_alert_on_their_engine_activity(spec, tmp_path):
 
 # --- GPU nodes -------------------------------------------------------------------------------------------------------
 
-def test_a_node_that_failed_verification_pages(spec, tmp_path):
+def test_a_node_its_gate_rejected_alerts_and_one_that_warned_informs(spec, tmp_path):
+    """The series the repair controller serves from the gate's published verdicts (a rejected node is never
+    scraped itself): one per rejection of the last hour."""
     groups = groups_of(spec)
-    failed = {"node": NODE, "job": "node-exporter"}
-    inputs = [node_info(), node_info(OTHER), series("gpu_cloud_node_verify_pass", failed, "0x3"),
-              series("gpu_cloud_node_verify_pass", {"node": OTHER, "job": "node-exporter"}, "1x3")]
+    rejected = {"job": "gpu-node-repair", "pool": "train-h100", "instance_id": "i-0abc", "instance_type": "p5.48xlarge",
+                "mode": "launch", "reason": "efa: sysfs has 31 EFA devices, expected 32"}
+    warned = {"job": "gpu-node-repair", "pool": "train-h100", "instance_id": "i-0def", "fault": "power-below-default"}
+    inputs = [series("gpu_cloud_gate_rejection_timestamp_seconds", rejected, "1796389200x3"),
+              series("gpu_cloud_gate_warning_timestamp_seconds", warned, "1796389300x3")]
+    drop = lambda labels: {k: v for k, v in labels.items() if k != "job"}     # noqa: E731  (max by drops it)
     run_promtool_tests(tmp_path, groups, [
-        case(inputs, "GpuNodeVerificationFailed", "1m", [on_node(failed, severity="critical")], groups)])
+        case(inputs, "GpuNodeVerificationFailed", "1m", [{**drop(rejected), "severity": "warning"}], groups),
+        case(inputs, "GpuNodeVerificationWarning", "1m", [{**drop(warned), "severity": "info"}], groups),
+        case([], "GpuNodeVerificationFailed", "1m", [], groups)])
 
 
-def test_the_verifier_metric_name_is_the_one_it_writes():
-    from userdata.gpu_verify import render_textfile
-    text = render_textfile({"verdict": "fail", "checks": [], "durationS": 1.0}, 0.0)
-    assert "\ngpu_cloud_node_verify_pass 0\n" in "\n" + text
+def test_a_health_check_that_stops_reporting_alerts_after_five_minutes_more(spec, tmp_path):
+    groups = groups_of(spec)
+    fresh = {"node": OTHER, "job": "node-exporter"}
+    stale = {"node": NODE, "job": "node-exporter"}
+    # one node's checker stops at minute 0 (its last timestamp stays 0); the other's keeps writing the time
+    inputs = [node_info(minutes=20), node_info(OTHER, minutes=20),
+              series("gpu_cloud_node_health_timestamp_seconds", stale, "0x20"),
+              series("gpu_cloud_node_health_timestamp_seconds", fresh, "0+60x20")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuNodeHealthCheckStale", "9m", [], groups),     # 300 s old at 5m, pending until 10m
+        case(inputs, "GpuNodeHealthCheckStale", "11m", [on_node(stale)], groups)])
+
+
+# --- the repair controller -------------------------------------------------------------------------------------------
+
+def test_a_braked_pool_pages(spec, tmp_path):
+    groups = groups_of(spec)
+    braked = {"job": "gpu-node-repair", "pool": "train-h100"}
+    inputs = [series("gpu_cloud_pool_launch_suspended", braked, "0 1 1"),
+              series("gpu_cloud_pool_launch_suspended", {"job": "gpu-node-repair", "pool": "infer-l40s"}, "0 0 0")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuPoolLaunchSuspended", "0m", [], groups),
+        case(inputs, "GpuPoolLaunchSuspended", "1m", [{**braked, "severity": "critical"}], groups)])
+
+
+def test_a_refused_repair_warns_from_the_first_refusal_and_stops_after_15_minutes(spec, tmp_path):
+    groups = groups_of(spec)
+    refused = {"job": "gpu-node-repair", "pool": "train-h100", "action": "replace", "outcome": "refused"}
+    done = {**refused, "outcome": "repair"}
+    # the controller serves every counter from 0: the first refusal, at minute 2, is an increase
+    inputs = [series("gpu_cloud_repair_decisions_total", refused, "0 0 1 1 1x20"),
+              series("gpu_cloud_repair_decisions_total", done, "0 1 1 1 1x20")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuRepairRefused", "1m", [], groups),
+        case(inputs, "GpuRepairRefused", "3m", [{**refused, "severity": "warning"}], groups),
+        case(inputs, "GpuRepairRefused", "20m", [], groups)])
+
+
+def test_a_stuck_repair_pages(spec, tmp_path):
+    groups = groups_of(spec)
+    stuck = {"job": "gpu-node-repair", "pool": "train-h100"}
+    inputs = [series("gpu_cloud_repairs_stuck", stuck, "0 1"),
+              series("gpu_cloud_repairs_stuck", {**stuck, "pool": "infer-l40s"}, "0 0")]
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuRepairStuck", "1m", [{**stuck, "severity": "critical"}],
+                                               groups)])
+
+
+def test_the_repair_controller_is_watched(spec, tmp_path):
+    groups = groups_of(spec)
+    last = {"job": "gpu-node-repair"}
+    # it completes a pass every minute until minute 5, then none: 600 s later, and 5 minutes on, it pages
+    working_then_stuck = series("gpu_cloud_repair_last_success_timestamp_seconds", last, "0+60x5 300x30")
+    run_promtool_tests(tmp_path, groups, [
+        case([working_then_stuck], "GpuRepairControllerDown", "19m", [], groups),
+        case([working_then_stuck], "GpuRepairControllerDown", "21m", [{**last, "severity": "critical"}], groups),
+        case([], "GpuRepairControllerDown", "6m", [{"severity": "critical"}], groups)])
 
 
 def test_a_gpu_node_not_ready_for_5_minutes_pages_and_system_nodes_do_not(spec, tmp_path):
@@ -480,7 +541,7 @@ def test_nccl_jobs_are_the_ones_the_stack_runs(spec):
     from spec import acceptance
     jobs = {(pool, scope): pattern for pool, scope, pattern in ar.nccl_acceptance_jobs(spec.pools, spec.catalog)}
     assert set(jobs) == {("train-h100", "across-nodes"), ("train-h100", "within-node"),
-                         ("finetune-a100-40gb-spot", "within-node")}
+                         ("finetune-a100-80gb-spot", "within-node"), ("finetune-a100-40gb-spot", "within-node")}
     assert re.fullmatch(jobs["train-h100", "across-nodes"], "nccl-efa-train-h100-x7k2q-launcher")
     assert not re.fullmatch(jobs["train-h100", "across-nodes"], "nccl-efa-train-h100-x7k2q-worker-0")
     assert re.fullmatch(jobs["train-h100", "within-node"], "nccl-nvlink-train-h100-29581440")

@@ -1,11 +1,13 @@
 """bench/plan_bench.py: its floors must register what they claim to, or its ratios mean nothing. Nothing here is timed
-(speed is measured by the bench itself)."""
+(speed is measured by the bench itself). bench/rollout_bench.py: its batches and step times follow EC2 Auto Scaling's
+pacing."""
 import json
 
 import pytest
 
 from bench.plan_bench import (fit_line, floor_run, large_stack, record_constructions,
                               same_inputs_run, typed_floor_run)
+from bench.rollout_bench import batch_size, rollout_seconds, stack_rollouts
 from conftest import stack_config
 from plan.stackfile import project_keys
 from spec.validate import NAMESPACE, load_stack_spec
@@ -67,3 +69,33 @@ def test_fit_line_recovers_a_line_and_scores_scatter():
     # By hand: means (1, 1); sum dx*dy 1, sum dx^2 2; fitted 0.5, 1, 1.5; squared residuals 1.5 of a total 2.
     assert (round(intercept, 9), round(slope, 9), round(r2, 9)) == (0.5, 0.5, 0.25)
 
+
+@pytest.mark.parametrize("nodes,min_healthy,max_healthy,batch", [
+    (4, 75, 100, 1),     # a 4-node reservation: keep 3, never above 4
+    (10, 90, 120, 3),    # keep 9, up to 12 in service or pending
+    (20, 90, 110, 4),    # keep 18, up to 22
+    (2, 90, 120, 1),     # keep 2 (1.8 rounded up), at most 2 (2.4 rounded down): no room, still one at a time
+    (3, 50, 100, 1),     # keep 2 (1.5 rounded up, not down to 1)
+    (5, 80, 130, 2),     # keep 4, at most 6 (6.5 rounded down, not up to 7)
+    (3, 0, 100, 3),      # nothing kept: all at once
+    (0, 90, 120, 0),     # an empty group replaces nothing
+])
+def test_refresh_batches_are_the_room_between_min_and_max_healthy(nodes, min_healthy, max_healthy, batch):
+    assert batch_size(nodes, min_healthy, max_healthy) == batch
+
+
+def test_rollout_steps_wait_for_the_warmup_or_the_node_whichever_is_longer():
+    # 4 nodes one at a time: 4 steps of 1170 s to CONTINUE + the warmup (the old 1200, the new 600 = ready).
+    assert rollout_seconds(4, 1, 1170, 600, 1200) == 4 * 2370
+    assert rollout_seconds(4, 1, 1170, 600, 600) == rollout_seconds(4, 1, 1170, 600, 0) == 4 * 1770
+    # 5 nodes two at a time: 3 steps; a warmup shorter than readiness does not shorten them.
+    assert rollout_seconds(5, 2, 100, 50, 10) == 3 * 150
+    assert rollout_seconds(0, 0, 1170, 600, 1200) == 0
+
+
+def test_the_reserved_p5_pool_rolls_40_minutes_faster_and_at_its_floor():
+    (train,) = [r for r in stack_rollouts("prod-us-east-1") if r.pool == "train-h100"]
+    assert (train.nodes, train.batch, train.to_in_service_s, train.ready_s) == (4, 1, 1170, 600)
+    assert (train.old_s, train.new_s, train.floor_s) == (9480, 7080, 7080)      # 158, 118, 118 minutes
+    install = [r for r in stack_rollouts("prod-us-east-1", driver_source="install") if r.pool == "train-h100"][0]
+    assert (install.old_s, install.new_s) == (4 * (2790 + 3000), 4 * (2790 + 600))

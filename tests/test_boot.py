@@ -1,4 +1,5 @@
-"""spec/boot.py: every pool shape's worst-case boot fits inside its launch hook, and cluster-autoscaler waits longer."""
+"""spec/boot.py: every pool shape's worst-case boot fits inside its launch hook, cluster-autoscaler waits longer,
+and a rollout waits only for what follows the gate."""
 import pytest
 
 from spec import boot
@@ -38,3 +39,12 @@ def test_fabric_manager_gets_minutes():
 @pytest.mark.parametrize("source", ["ami", "install"])
 def test_hook_timeouts_are_within_what_ec2_auto_scaling_accepts(source):
     assert 30 <= boot.verify_hook_timeout(source) <= 7200     # heartbeat timeout limits of lifecycle hooks
+
+
+def test_nodes_offer_their_gpus_ten_minutes_after_continue():
+    # Registration 300 s, then 300 s for the device plugin: the GPU operator's validator allows it 150 s
+    # (30 x 5 s) after the operands before it, which take as long again.
+    assert boot.node_ready_seconds() == boot.NODE_REGISTRATION_S + boot.GPU_ADVERTISE_S == 600
+    assert boot.GPU_ADVERTISE_S >= 30 * 5
+    # The gate is spent before InService, so readiness after it is shorter than either hook.
+    assert all(boot.node_ready_seconds() < boot.verify_hook_timeout(s) for s in boot.VERIFY_HOOK_TIMEOUT_S)

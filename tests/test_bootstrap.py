@@ -17,10 +17,14 @@ The host is modelled on awslabs/amazon-eks-ami templates/al2023 (v20260714, Kube
 - Standard AMI (gpuDriver.source install): no nvidia-smi, no NVIDIA units, kernel 6.12.94-123.180.amzn2023;
   packages appear only when the gate installs them.
 A background thread plays systemd's part of the boot (the one-shot finishing, the fabric manager training).
+The AMI's own boot units (nodeadm-run.service, kubelet.service, ... at v20260714, tests/upstream/al2023-units.json)
+sit in the sandbox's /etc/systemd/system; the real `systemctl --root=DIR enable` links the gate's units among them,
+and a reboot (`reboot()` below) starts nodeadm-run.service as systemd would: first the units it requires and that
+come before it, run from their unit files; if one fails, nodeadm-run and so the kubelet never start.
 
 Stand-ins (PATH shims) exist only for what this machine lacks or must not touch: `nvidia-smi`,
 `nv-fabricmanager`, `systemctl` (unit states in files; `start` waits for an activating job as systemd does;
-`--root=DIR mask` makes the /dev/null links), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and, on the
+`--root=DIR mask` makes the /dev/null links; `--root=DIR enable` is the real systemctl), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and, on the
 install path, the EFA installer's script and the `fi_info` it installs. The verifier inside the bundle is a
 small stand-in gpu_verify.py that writes a pass or fail report chosen by FAKE_VERIFY; the real verifier is
 tested in test_gpu_verify.py.
@@ -32,13 +36,13 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tarfile
 import textwrap
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
@@ -47,7 +51,9 @@ from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import EmptyResult
 from moto.server import ThreadedMotoServer
 
+from tests import upstream_records
 from tests.conftest import VENV_BIN, require_tool
+from tests.loopback import LoopbackServer, QuietHandler
 from userdata.render import NodeBootstrap, build_verifier_artifact, render_shell_part
 
 REGION = "us-east-1"
@@ -58,6 +64,7 @@ AMI_DRIVER = "580.159.03"        # kmod-nvidia-latest-dkms of amazon-eks-node-al
 AMI_NAME = "amazon-eks-node-al2023-x86_64-nvidia-1.33-v20260714"
 STANDARD_AMI = "amazon-eks-node-al2023-x86_64-standard-1.33-v20260714"
 AMI_KERNEL = "6.12.94-123.180.amzn2023.x86_64"
+AMI_UNITS = upstream_records.record("al2023-units.json")
 REPO_DRIVER = "580.159.03"       # what `dnf install nvidia-open` resolves to on the 580-open stream
 EFA_INSTALLER = "1.41.0"
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
@@ -97,30 +104,6 @@ def _client(service, endpoint):
                         aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
-class _Server:
-    """A loopback HTTP server around one handler class."""
-
-    def __init__(self, handler):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class _Quiet(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _send(self, code, body=b""):
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 class FakeImds:
     """IMDSv2 only: PUT /latest/api/token (TTL header required), GET needs the token."""
 
@@ -131,24 +114,24 @@ class FakeImds:
         self.token_puts = 0
         owner = self
 
-        class Handler(_Quiet):
+        class Handler(QuietHandler):
             def do_PUT(self):
                 owner.token_puts += 1
                 if self.path != "/latest/api/token" or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-                    return self._send(400)
+                    return self.answer(400)
                 if owner.fail_token_puts > 0:
                     owner.fail_token_puts -= 1
-                    return self._send(500, b"transient")
-                self._send(200, b"tok-123")
+                    return self.answer(500, b"transient")
+                self.answer(200, b"tok-123")
 
             def do_GET(self):
                 if self.headers.get("X-aws-ec2-metadata-token") != "tok-123":
-                    return self._send(401)
+                    return self.answer(401)
                 found = {"/latest/meta-data/instance-id": owner.instance_id,
                          "/latest/meta-data/instance-type": owner.instance_type}.get(self.path)
-                self._send(200, found.encode()) if found is not None else self._send(404)
+                self.answer(200, found.encode()) if found is not None else self.answer(404)
 
-        self._server = _Server(Handler)
+        self._server = LoopbackServer(Handler)
         self.url = self._server.url
 
     def close(self):
@@ -195,14 +178,14 @@ def efa_download():
     tarball = _efa_installer_tarball()
     hits = []
 
-    class Handler(_Quiet):
+    class Handler(QuietHandler):
         def do_GET(self):
             hits.append(self.path)
             if self.path == f"/aws-efa-installer-{EFA_INSTALLER}.tar.gz":
-                return self._send(200, tarball)
-            self._send(404)
+                return self.answer(200, tarball)
+            self.answer(404)
 
-    server = _Server(Handler)
+    server = LoopbackServer(Handler)
     yield server.url, hashlib.sha256(tarball).hexdigest(), hits
     server.close()
 
@@ -261,7 +244,8 @@ SHIMS = {
           is-active) [ "$1" = --quiet ] && { q=1; shift; }
                      s=$(state "$1"); [ -z "$q" ] && echo "$s"; [ "$s" = active ] ;;
           start) for u in "$@"; do begin "$u" || exit $?; done ;;
-          enable) [ "$1" = --now ] && { now=1; shift; }
+          enable) if [ -n "$root" ]; then exec "$FAKE_REAL_SYSTEMCTL" --root="$root" enable "$@"; fi
+                  [ "$1" = --now ] && { now=1; shift; }
                   for u in "$@"; do [ -e "$(unit "$u")" ] || exit 1; [ -n "$now" ] && { begin "$u" || exit $?; }; done; true ;;
           mask) mkdir -p "$root/etc/systemd/system"
                 for u in "$@"; do ln -sf /dev/null "$root/etc/systemd/system/$u"; done ;;
@@ -291,9 +275,12 @@ SHIMS = {
     # Modules live under /lib/modules/<kernel>: one built for another kernel is invisible to modinfo and modprobe.
     "modinfo": r"""
         echo "modinfo $*" >>"$FAKE_STATE/calls.log"
-        [ "$1" = lustre ] && [ "$(cat "$FAKE_STATE/lustre_kmod" 2>/dev/null)" = "$FAKE_KERNEL" ] ||
-          { echo "modinfo: ERROR: Module $1 not found." >&2; exit 1; }
-        echo "filename: /lib/modules/$FAKE_KERNEL/extra/lustre/lustre.ko"
+        case "$1" in
+          nvidia) [ -s "$FAKE_STATE/dkms" ] && { echo "filename: /lib/modules/$FAKE_KERNEL/extra/nvidia.ko.xz"; exit 0; } ;;
+          lustre) [ "$(cat "$FAKE_STATE/lustre_kmod" 2>/dev/null)" = "$FAKE_KERNEL" ] &&
+                    { echo "filename: /lib/modules/$FAKE_KERNEL/extra/lustre/lustre.ko"; exit 0; } ;;
+        esac
+        echo "modinfo: ERROR: Module $1 not found." >&2; exit 1
     """,
     "modprobe": r"""
         echo "modprobe $*" >>"$FAKE_STATE/calls.log"
@@ -317,6 +304,7 @@ import pynvml  # must come from the artifact via PYTHONPATH
 p = argparse.ArgumentParser()
 for a in ("--expect", "--report", "--textfile", "--budget-s"):
     p.add_argument(a, required=True)
+p.add_argument("--mode", default="boot")
 args = p.parse_args()
 expect = json.load(open(args.expect))
 mode = os.environ.get("FAKE_VERIFY", "pass")
@@ -333,7 +321,7 @@ if mode == "fail":
         {"name": "temperature", "status": "pass", "gpu": 1, "value": 40, "threshold": 85, "detail": ""},
         {"name": "ecc_uncorrected", "status": "fail", "gpu": 1, "value": 2, "threshold": 0, "detail": ""},
     ]
-report = {"verdict": "fail" if mode == "fail" else "pass", "instanceType": expect["instanceType"],
+report = {"verdict": "fail" if mode == "fail" else "pass", "mode": args.mode, "instanceType": expect["instanceType"],
           "instanceId": os.environ["GPU_CLOUD_INSTANCE_ID"], "durationS": 0.1, "checks": checks,
           "argv": {"budget_s": args.budget_s, "textfile": args.textfile}, "pynvml": pynvml.MARKER}
 open(args.report, "w").write(json.dumps(report))
@@ -360,6 +348,20 @@ def artifact(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------- the harness
+
+
+def _pool_group(ec2, autoscaling):
+    """The pool's Auto Scaling group in moto (made once): every test instance is attached to it, as the group's
+    own launches are, so that SetInstanceHealth finds it."""
+    if not autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[ASG])["AutoScalingGroups"]:
+        ec2.create_launch_template(LaunchTemplateName="gpu-cloud-p5", LaunchTemplateData={"ImageId": "ami-12c6146b"})
+        autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=ASG, MinSize=0, MaxSize=1000, DesiredCapacity=0, AvailabilityZones=[f"{REGION}a"],
+            LaunchTemplate={"LaunchTemplateName": "gpu-cloud-p5", "Version": "$Latest"})
+    return autoscaling
+
+
+_LIST_KEYS = {"After", "Before", "Requires", "Wants", "RequiredBy", "WantedBy"}
 
 
 class Node:
@@ -396,6 +398,12 @@ class Node:
         self.ec2 = _client("ec2", endpoint)
         self.instance_id = self.ec2.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)["Instances"][0]["InstanceId"]
         imds.instance_id = self.instance_id
+        self.s3, self.autoscaling = s3, _client("autoscaling", endpoint)
+        _pool_group(self.ec2, self.autoscaling).attach_instances(AutoScalingGroupName=ASG, InstanceIds=[self.instance_id])
+        units = self.root / "etc/systemd/system"    # the AMI's boot units, as it installs them
+        units.mkdir(parents=True)
+        for unit, found in AMI_UNITS["units"].items():
+            (units / unit).write_text(found["text"])
         efa_url, efa_sha, _ = efa_download
         params = dict(
             cluster_name="gpu", api_server_endpoint="https://example.eks.amazonaws.com", certificate_authority=CA,
@@ -422,6 +430,7 @@ class Node:
             "GPU_CLOUD_RETRY_BASE_S": "0.05", "GPU_CLOUD_POLL_S": "0.1",
             "FAKE_STATE": str(self.state), "FAKE_BIN": str(self.bin), "FAKE_KERNEL": AMI_KERNEL,
             "FAKE_REPO_DRIVER": REPO_DRIVER, "FAKE_VERIFY": "pass",
+            "FAKE_REAL_SYSTEMCTL": require_tool("systemctl"),
         }
 
     def _sysfs(self, count):
@@ -466,8 +475,9 @@ class Node:
 
     # --- observations
     def tags(self):
+        """The gate's tags (the group adds aws:autoscaling:groupName itself)."""
         found = self.ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [self.instance_id]}])
-        return {t["Key"]: t["Value"] for t in found["Tags"]}
+        return {t["Key"]: t["Value"] for t in found["Tags"] if not t["Key"].startswith("aws:")}
 
     def lifecycle(self):
         return [c for c in LIFECYCLE_CALLS if c["instance"] == self.instance_id]
@@ -482,6 +492,68 @@ class Node:
     def report(self):
         return json.loads((self.root / "var/lib/gpu-cloud/verify.json").read_text())
 
+    def published(self):
+        """This instance's reports in the artifact bucket's gate-reports/, oldest first."""
+        found = self.s3.list_objects_v2(Bucket=BUCKET, Prefix="gate-reports/p5/").get("Contents", [])
+        keys = [o["Key"] for o in found if f"-{self.instance_id}-" in o["Key"]]
+        return [(k, json.loads(self.s3.get_object(Bucket=BUCKET, Key=k)["Body"].read())) for k in keys]
+
+    def health(self):
+        found = self.autoscaling.describe_auto_scaling_instances(InstanceIds=[self.instance_id])
+        return found["AutoScalingInstances"][0]["HealthStatus"]
+
+    def unit(self, name):
+        """A unit file of the sandbox, as {key: [values]} per section (systemd's list settings accumulate)."""
+        sections: dict = {}
+        current = None
+        for line in (self.root / "etc/systemd/system" / name).read_text().splitlines():
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                current = sections.setdefault(line.strip("[]"), {})
+                continue
+            key, _, value = line.partition("=")
+            current.setdefault(key, []).extend(value.split() if key in _LIST_KEYS else [value])
+        return sections
+
+    def reboot(self, boot=None, **env):
+        """The instance boots again: its modules and daemons start afresh (boot(**boot) plays them), and systemd starts
+        nodeadm-run.service, which nodeadm uses to (re)start the kubelet. Before it, every unit it requires that is
+        ordered before it runs from its unit file (ExecStart, Environment); a failed one fails nodeadm-run's start
+        job, as systemd's Requires= with After= does. Returns whether the kubelet started."""
+        for path in ("kmod", "pm"):
+            (self.state / path).unlink(missing_ok=True)
+        for unit in ("nvidia-kmod-load", "nvidia-fabricmanager", "nvidia-persistenced"):
+            if (self.state / "units" / unit).exists():
+                (self.state / "units" / unit).write_text("activating\n" if unit == "nvidia-kmod-load" else "inactive\n")
+        if self.ami == "nvidia":
+            self.boot(**(boot or {}))
+        units = self.root / "etc/systemd/system"
+        run = units / "nodeadm-run.service"
+        self.boot_runs = []
+        if run.is_symlink() and os.readlink(run) == "/dev/null":
+            return False                                   # masked: nothing starts it
+        nodeadm_run = self.unit("nodeadm-run.service")
+        required = set(nodeadm_run["Unit"].get("Requires", []))
+        required |= {p.name for p in (units / "nodeadm-run.service.requires").glob("*")}
+        for name in sorted(required):
+            if not (units / name).exists():
+                continue                                   # the AMI's nodeadm-config: not modelled here
+            unit = self.unit(name)
+            if "nodeadm-run.service" not in unit["Unit"].get("Before", []):
+                continue
+            environment = dict(item.split("=", 1) for item in unit["Service"].get("Environment", []))
+            command = unit["Service"]["ExecStart"][0].split()
+            command[0] = str(self.root) + command[0]       # the unit's command, in the sandbox
+            self.boot_runs.append(name)
+            self.proc = subprocess.run(command, env={**self.env, **environment, **env}, capture_output=True,
+                                       text=True, timeout=120)
+            if self.proc.returncode != 0:
+                return False                               # "Dependency failed for EKS Nodeadm Run"
+        kubelet = units / "kubelet.service"
+        return not (kubelet.is_symlink() and os.readlink(kubelet) == "/dev/null")
+
     def masked(self):
         unit_dir = self.root / "etc/systemd/system"
         return sorted(p.name for p in unit_dir.glob("*") if p.is_symlink() and os.readlink(p) == "/dev/null") \
@@ -494,6 +566,7 @@ class Node:
 @pytest.fixture
 def node(tmp_path, moto_endpoint, imds, artifact, efa_download):
     require_tool("aws")
+    require_tool("systemctl")
     created = []
 
     def make(**overrides):
@@ -509,6 +582,7 @@ def default_node(tmp_path_factory, moto_endpoint, imds, artifact, efa_download):
     """One node with every default (accelerated AMI, boot at once), run once: the tests that assert different
     things about that same run share it and only read it."""
     require_tool("aws")
+    require_tool("systemctl")
     n = Node(tmp_path_factory.mktemp("default-node"), moto_endpoint, imds, artifact, efa_download)
     n.boot()
     n.run()
@@ -529,6 +603,14 @@ def _assert_abandoned(n, reason_part):
     # the report (the verifier's, or the bootstrap's own stub) is printed into the log
     assert n.report()["verdict"] == "fail"
     assert (n.root / "var/lib/gpu-cloud/verify.json").read_text().strip() in n.log()
+    # ... and published where it outlives the instance, with the reason and what booted
+    (key, published), = n.published()
+    assert key.endswith(f"-{n.instance_id}-launch.json") and published["verdict"] == "fail"
+    assert " ".join(published["boot"]["reason"].split())[:256] == reason
+    assert published["boot"]["mode"] == "launch" and published["boot"]["pool"] == "p5"
+    assert published["checks"] == n.report()["checks"]
+    # a rejected launch never installs the boot units
+    assert not (n.root / "etc/systemd/system/nodeadm-run.service.requires").exists()
     return reason
 
 
@@ -537,6 +619,8 @@ def _assert_continued(n):
     assert n.lifecycle() == [{"hook": HOOK, "asg": ASG, "instance": n.instance_id, "result": "CONTINUE"}]
     assert n.tags() == {"gpu-cloud:verify": "pass"}
     assert n.masked() == []
+    (key, published), = n.published()
+    assert published["verdict"] == "pass" and published["boot"]["mode"] == "launch" and key.endswith("-launch.json")
 
 
 # ----------------------------------------------------------------------------- the accelerated AMI
@@ -762,6 +846,110 @@ def test_bad_config_fails_closed(node):
     _assert_abandoned(n, "config")
 
 
+# ----------------------------------------------------------------------------- every boot
+
+
+def test_a_passing_gate_installs_itself_to_run_before_nodeadm_at_every_later_boot(default_node):
+    n = default_node
+    _assert_continued(n)
+    units = n.root / "etc/systemd/system"
+    # real `systemctl enable` links: nodeadm-run requires the gate, and the timers target wants the health timer
+    assert os.readlink(units / "nodeadm-run.service.requires/gpu-cloud-gate.service") == \
+        "/etc/systemd/system/gpu-cloud-gate.service"
+    assert os.readlink(units / "timers.target.wants/gpu-cloud-health.timer") == \
+        "/etc/systemd/system/gpu-cloud-health.timer"
+    gate, run = n.unit("gpu-cloud-gate.service"), n.unit("nodeadm-run.service")
+    assert gate["Unit"]["Before"] == ["nodeadm-run.service"] and gate["Install"]["RequiredBy"] == ["nodeadm-run.service"]
+    # no ordering cycle: nodeadm-run waits for cloud-final (the AMI's unit), the gate for neither
+    assert "cloud-final.service" in run["Unit"]["After"]
+    assert not {"cloud-final.service", "nodeadm-run.service", "kubelet.service"} & set(gate["Unit"]["After"])
+    assert gate["Service"]["Environment"] == ["GPU_CLOUD_BOOT=reboot"]
+    # the unit's command is this very user-data script, exports and all, executable
+    command = n.root / gate["Service"]["ExecStart"][0].lstrip("/")
+    assert command.read_bytes() == n.script.read_bytes() and os.access(command, os.X_OK)
+    assert (n.root / "etc/gpu-cloud/health.env").read_text() == (
+        "GPU_CLOUD_EXPECT=/opt/gpu-cloud/verify/expect/p5.48xlarge.json\n"
+        f"GPU_CLOUD_INSTANCE_ID={n.instance_id}\nGPU_CLOUD_VERIFY_BUDGET_S=30\nGPU_CLOUD_VERIFY_KILL_GRACE_S=60\n")
+
+
+def test_a_reboot_runs_the_gate_again_before_the_kubelet_starts(node):
+    n = node()
+    n.boot()
+    n.run()
+    _assert_continued(n)
+    textfiles = n.root / "var/lib/node_exporter/textfile_collector"
+    (textfiles / "gpu_cloud_health.prom").write_text("gpu_cloud_node_health_pass 0\n")   # last boot's
+    assert n.reboot(boot={"kmod_after": 1.0}), n.explain()
+    assert n.boot_runs == ["gpu-cloud-gate.service"]
+    assert "instance %s (p5.48xlarge) pool p5 asg %s, reboot boot" % (n.instance_id, ASG) in n.log()
+    assert "bundle from an earlier boot matches its sha256" in n.log()
+    # it waited for this boot's driver module again, and verified again
+    assert n.shim_log("systemctl").count("systemctl start nvidia-kmod-load.service") == 2
+    assert n.report()["mode"] == "boot" and n.report()["instanceId"] == n.instance_id
+    # in service already: no lifecycle action; this boot's verdict published beside the first
+    assert [c["result"] for c in n.lifecycle()] == ["CONTINUE"]
+    assert [(p["verdict"], p["boot"]["mode"]) for _, p in n.published()] == [("pass", "launch"), ("pass", "reboot")]
+    assert not (textfiles / "gpu_cloud_health.prom").exists()
+    assert n.health() == "Healthy" and n.masked() == []
+
+
+def test_a_node_that_fails_its_gate_after_a_reboot_keeps_the_kubelet_down_and_is_replaced(node):
+    n = node()
+    n.boot()
+    n.run()
+    _assert_continued(n)
+    assert not n.reboot(FAKE_VERIFY="fail")
+    assert n.proc.returncode != 0
+    assert n.masked() == ["kubelet.service", "nodeadm-run.service"]
+    assert n.tags() == {"gpu-cloud:verify": "fail", "gpu-cloud:verify-reason": "nvlink_active gpu3; ecc_uncorrected gpu1"}
+    # its group replaces it (through the termination hook); no launch hook to answer any more
+    assert n.health() == "Unhealthy"
+    assert [c["result"] for c in n.lifecycle()] == ["CONTINUE"]
+    (_, first), (key, last) = n.published()
+    assert key.endswith("-reboot.json") and last["verdict"] == "fail" and last["boot"]["mode"] == "reboot"
+    assert last["boot"]["reason"] == "nvlink_active gpu3; ecc_uncorrected gpu1"
+    # and the next boot stays down: nothing starts a masked nodeadm-run
+    assert not n.reboot() and n.boot_runs == []
+
+
+def test_the_health_unit_runs_the_verifier_in_runtime_mode_and_a_fault_is_not_its_failure(default_node, tmp_path):
+    n = default_node
+    unit = n.unit("gpu-cloud-health.service")["Service"]
+    env = dict(line.split("=", 1) for line in
+               (n.root / unit["EnvironmentFile"][0].lstrip("/")).read_text().splitlines())
+    command = unit["ExecStart"][0].split()
+    assert command[0] == "/bin/bash"
+    script = str(n.root) + command[1]
+    for verdict in ("pass", "fail"):
+        ran = subprocess.run(["bash", script], env={**n.env, **env, "FAKE_VERIFY": verdict}, capture_output=True,
+                             text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        report = json.loads((n.root / "var/lib/gpu-cloud/health.json").read_text())
+        assert report["mode"] == "runtime" and report["verdict"] == verdict
+        assert report["argv"]["textfile"].endswith("/textfile_collector/gpu_cloud_health.prom")
+    ran = subprocess.run(["bash", script], env={**n.env, **env, "FAKE_VERIFY": "crash"}, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 2 and "could not run (exit 2)" in ran.stderr
+
+
+def test_the_boot_units_pass_systemd_analyze_verify(default_node, tmp_path):
+    """systemd's own parser over the gate's units beside the AMI's (commands moved into the sandbox, the AMI's
+    binaries, absent here, stood in by /bin/true): unknown keys, bad values and missing commands are reported."""
+    analyze = require_tool("systemd-analyze")
+    n = default_node
+    units = tmp_path / "units"
+    units.mkdir()
+    names = ["gpu-cloud-gate.service", "gpu-cloud-health.service", "gpu-cloud-health.timer", *AMI_UNITS["units"]]
+    for name in names:
+        text = (n.root / "etc/systemd/system" / name).read_text().replace("/opt/gpu-cloud", f"{n.root}/opt/gpu-cloud")
+        text = re.sub(r"^(ExecStart(?:Pre)?)=(/usr/bin/nodeadm|/usr/bin/kubelet|/etc/eks/|/sbin/iptables)\S*",
+                      r"\1=/bin/true", text, flags=re.M)
+        (units / name).write_text(text)
+    checked = subprocess.run([analyze, "verify", "--man=no", *(str(units / u) for u in names)],
+                             env={**os.environ, "SYSTEMD_UNIT_PATH": f"{units}:"}, capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+
+
 # ----------------------------------------------------------------------------- the standard AMI (source: install)
 
 
@@ -800,12 +988,15 @@ def test_install_path_is_idempotent_on_a_second_boot(node, efa_download):
     _assert_continued(n)
     installs, hits = len(n.shim_log("dnf")), efa_download[2]
     downloads = len(hits)
-    n.run()      # the same node boots again: module, packages and EFA software are in place
+    assert n.reboot()      # the gate unit runs again: module, packages and EFA software are in place
     assert n.proc.returncode == 0, n.explain()
     again = n.shim_log("dnf")[installs:]
     assert not [line for line in again if "nvidia-open" in line or "module" in line or "kernel" in line], again
     assert len(hits) == downloads and n.shim_log("efa_installer") == ["efa_installer.sh -y"]
     assert "not reinstalling" in n.log()
+    assert [p["boot"]["mode"] for _, p in n.published()] == ["launch", "reboot"]
+    # the module the first boot built, loaded by the gate when udev has not yet
+    assert n.shim_log("calls").count("modprobe nvidia") == 2
 
 
 def test_install_path_pins_an_exact_version_and_abandons_if_it_does_not_take(node):

@@ -53,15 +53,15 @@ def test_bad_account_or_purpose_is_refused(account, purpose, message):
 
 
 # --- lifecycle ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("purpose, noncurrent, abort, transition, expire", [
-    ("datasets", 30, 7, (0, "INTELLIGENT_TIERING"), None),
-    ("checkpoints", 7, 1, (7, "INTELLIGENT_TIERING"), None),
-    ("models", 30, 1, None, None),
-    ("artifacts", 30, 1, None, None),
-    ("logs", 1, 1, None, 30),
+@pytest.mark.parametrize("purpose, noncurrent, abort, transition, expire, expire_prefix", [
+    ("datasets", 30, 7, (0, "INTELLIGENT_TIERING"), None, None),
+    ("checkpoints", 7, 1, (7, "INTELLIGENT_TIERING"), None, None),
+    ("models", 30, 1, None, None, None),
+    ("artifacts", 30, 1, None, None, ("gate-reports/", 90)),
+    ("logs", 1, 1, None, 30, None),
 ])
-def test_lifecycle_per_purpose(purpose, noncurrent, abort, transition, expire):
-    assert buckets.lifecycle(purpose, 30) == buckets.Lifecycle(noncurrent, abort, transition, expire)
+def test_lifecycle_per_purpose(purpose, noncurrent, abort, transition, expire, expire_prefix):
+    assert buckets.lifecycle(purpose, 30) == buckets.Lifecycle(noncurrent, abort, transition, expire, expire_prefix)
 
 
 def test_logs_expire_after_the_stacks_retention_and_not_below_a_day():
@@ -162,6 +162,13 @@ def test_lifecycle_rules_are_the_purposes(run, purpose):
     assert (main.get("expiration") or {}).get("days") == life.expire_days
     # noncurrent-version rules need versioning on first
     assert one(run, purpose, "aws:s3/bucketVersioning:BucketVersioning").urn in config.dependencies
+
+
+def test_the_gates_verdicts_expire_after_a_quarter_and_the_bundles_never(run):
+    rules = one(run, "artifacts", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration").inputs["rules"]
+    assert [r["id"] for r in rules] == ["versions-uploads-and-tiering", "expire-gate-reports", "expired-delete-markers"]
+    assert rules[1]["filter"] == {"prefix": "gate-reports/"} and rules[1]["expiration"] == {"days": 90}
+    assert rules[2]["expiration"] == {"expiredObjectDeleteMarker": True}
 
 
 def test_the_log_bucket_clears_the_delete_markers_its_expiry_leaves(run):

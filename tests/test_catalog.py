@@ -105,17 +105,72 @@ def test_efa_cards_never_exceed_network_cards():
         assert itype.efa.cards <= itype.network_cards
 
 
-# NCCL acceptance minimums, entry by entry. Within a node: shared/reference/gpu-facts.md, "NCCL acceptance"
-# (aws-samples/awsome-distributed-training). Across two nodes: 80 % of the node's network bandwidth in GB/s (the
-# reference's 300/800/900 exceed what two nodes can carry; spec/catalog.yaml says why). Every other type has none:
-# no minimum is invented for p4de or the g families.
-NCCL_MINIMUMS = {
-    "p4d.24xlarge": (40, 200),
-    "p5.48xlarge": (320, 500),
-    "p5e.48xlarge": (320, 500),
-    "p5en.48xlarge": (320, 500),
-    "p6-b200.48xlarge": (320, 600),
+# NCCL acceptance, entry by entry, from the published figures themselves (read at the cited tag and line).
+# Across two nodes: AWS's two-node all_reduce_perf results, aws-samples/awsome-distributed-training v1.2.0
+# micro-benchmarks/nccl-tests/README.md (2 x p4de: 78.33 GB/s at 2 GiB, line 187; 2 x p5: 487.09 GB/s at 16 GiB,
+# line 225). Within a node: Azure/azurehpc-health-checks v0.4.5 check_nccl_allreduce pass marks (nd96asr_v4 228 at
+# 8G, nd96amsr_a100_v4 228 at 16G, nd96isr_h100_v5 460, nd96isr_h200_v5 431) below what healthy nodes show (NVIDIA/nccl
+# issue 527: 230.77 on a p4d; NVIDIA/nccl-tests issues 212: ~480 on H100, 272: 475 on H200). No figure, no minimum:
+# p5en across nodes, p6-b200 and the g families.
+FRACTION = 0.9      # the share of AWS's two-node figure a pair must show
+GIB = 1 << 30
+AWS_README = "aws-samples/awsome-distributed-training v1.2.0 micro-benchmarks/nccl-tests/README.md line"
+ACROSS_NODES = {
+    # type:              (published GB/s, at bytes, measured on,     source cites)
+    "p4d.24xlarge":      (78.33, 2 * GIB, "p4de.24xlarge", f"{AWS_README} 187"),
+    "p4de.24xlarge":     (78.33, 2 * GIB, None, f"{AWS_README} 187"),
+    "p5.48xlarge":       (487.09, 16 * GIB, None, f"{AWS_README} 225"),
+    "p5e.48xlarge":      (487.09, 16 * GIB, "p5.48xlarge", f"{AWS_README} 225"),
 }
+AZURE = "Azure/azurehpc-health-checks v0.4.5 conf/"
+WITHIN_NODE = {
+    # type:              (minimum, source cites,                        healthy, healthy source cites)
+    "p4d.24xlarge":      (228, f"{AZURE}nd96asr_v4.conf line 57", 230.77, "NVIDIA/nccl issue 527"),
+    "p4de.24xlarge":     (228, f"{AZURE}nd96amsr_a100_v4.conf line 57", None, None),
+    "p5.48xlarge":       (460, f"{AZURE}nd96isr_h100_v5.conf line 52", 480, "NVIDIA/nccl-tests issue 212"),
+    "p5e.48xlarge":      (431, f"{AZURE}nd96isr_h200_v5.conf line 53", 475, "NVIDIA/nccl-tests issue 272"),
+    "p5en.48xlarge":     (431, f"{AZURE}nd96isr_h200_v5.conf line 53", 475, "NVIDIA/nccl-tests issue 272"),
+}
+
+
+def test_the_across_node_fraction_is_stored_once():
+    assert CATALOG.nccl_across_nodes_fraction == FRACTION
+
+
+@pytest.mark.parametrize("scope, field, table", [("acrossNodes", "across_nodes", ACROSS_NODES),
+                                                 ("withinNode", "within_node", WITHIN_NODE)])
+def test_a_type_without_a_published_figure_has_no_minimum(scope, field, table):
+    for name in (row[0] for row in HARDWARE if row[0] not in table):
+        nccl = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps
+        assert (getattr(nccl, field) if nccl else None) is None, name
+        assert CATALOG.nccl_minimum_gbps(name, scope) is None, name
+
+
+@pytest.mark.parametrize("name", sorted(ACROSS_NODES))
+def test_across_node_figures_entry_by_entry(name):
+    from spec.catalog import across_nodes_ceiling_gbps
+    figure = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps.across_nodes
+    published, size, measured_on, cites = ACROSS_NODES[name]
+    assert (figure.published_gbps, figure.message_bytes, figure.measured_on) == (published, size, measured_on)
+    assert figure.source.startswith(cites + ":") and f"{published:g} GB/s" in figure.source
+    minimum = CATALOG.nccl_minimum_gbps(name, "acrossNodes")
+    assert minimum == pytest.approx(FRACTION * published)
+    itype = CATALOG.instance_types[name]
+    assert minimum < published <= across_nodes_ceiling_gbps(itype.network_gbps, itype.gpu.count)
+
+
+@pytest.mark.parametrize("name", sorted(WITHIN_NODE))
+def test_within_node_minimums_entry_by_entry(name):
+    within = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps.within_node
+    minimum, cites, healthy, healthy_cites = WITHIN_NODE[name]
+    assert (within.minimum_gbps, within.healthy_gbps) == (minimum, healthy)
+    assert within.source.startswith(cites + ":") and f"check_nccl_allreduce {minimum:.1f} 1 " in within.source
+    assert CATALOG.nccl_minimum_gbps(name, "withinNode") == minimum
+    if healthy is None:
+        assert within.healthy_source is None
+    else:
+        assert within.healthy_source.startswith(healthy_cites) and f"{healthy:g} GB/s" in within.healthy_source
+        assert minimum < healthy
 
 
 @pytest.mark.parametrize("network_gbps, gpus, ceiling", [(400, 8, 93.75), (3200, 8, 750.0), (400, 4, 87.5)])
@@ -124,42 +179,61 @@ def test_the_across_node_ceiling_is_the_network_times_the_bus_factor(network_gbp
     assert across_nodes_ceiling_gbps(network_gbps, gpus) == ceiling
 
 
-def test_a_minimum_two_nodes_cannot_reach_is_refused_and_the_ceiling_itself_is_not():
+P5_WITHIN = {"minimumGBps": 460, "source": "s"}
+
+
+def _across(published=487.09, size=16 * GIB, **more):
+    return {"publishedGBps": published, "messageBytes": size, "source": "s", **more}
+
+
+def test_a_figure_two_nodes_cannot_reach_is_refused_and_the_ceiling_itself_is_not():
     from pydantic import ValidationError
     from spec.catalog import Catalog
-    assert Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": 750, "withinNode": 500}))
-    with pytest.raises(ValidationError, match="acrossNodes 751 GB/s is more than two nodes with 3200 Gbps can reach"):
-        Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": 751, "withinNode": 500}))
+    assert Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": _across(750), "withinNode": P5_WITHIN}))
+    with pytest.raises(ValidationError, match="publishedGBps 751 GB/s is more than two nodes with 3200 Gbps can reach"):
+        Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": _across(751), "withinNode": P5_WITHIN}))
 
 
-@pytest.mark.parametrize("name", [row[0] for row in HARDWARE])
-def test_nccl_minimums_entry_by_entry(name):
-    nccl = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps
-    if name in NCCL_MINIMUMS:
-        assert (nccl.across_nodes, nccl.within_node) == NCCL_MINIMUMS[name]
-    else:
-        assert nccl is None
-
-
-def _catalog_with(instance_type: str, nccl) -> dict:
+def _catalog_with(instance_type: str, nccl, **top) -> dict:
     import yaml
     from spec.catalog import CATALOG_PATH
     data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
     data["instanceTypes"][instance_type]["ncclBusBandwidthGBps"] = nccl
-    return data
+    return {**data, **top}
 
 
 @pytest.mark.parametrize("instance_type,nccl,message", [
     ("p5.48xlarge", {}, "needs acrossNodes or withinNode"),
-    ("p5.48xlarge", {"acrossNodes": 0}, "greater than 0"),
-    ("p5.48xlarge", {"acrossNodes": 800, "withinNodes": 500}, "withinNodes"),           # misspelt key
-    ("g6e.48xlarge", {"withinNode": 100}, "g6e.48xlarge: ncclBusBandwidthGBps.withinNode is an NVLink minimum"),
+    ("p5.48xlarge", {"acrossNodes": _across(0)}, "greater than 0"),
+    ("p5.48xlarge", {"acrossNodes": _across(), "withinNodes": P5_WITHIN}, "withinNodes"),       # misspelt key
+    ("p5.48xlarge", {"acrossNodes": {k: v for k, v in _across().items() if k != "source"}}, "source"),
+    ("p5.48xlarge", {"acrossNodes": _across(size=12 * GIB)}, "messageBytes 12884901888 is not a power of two"),
+    ("p5.48xlarge", {"acrossNodes": _across(measuredOn="p5.4xlarge")}, "measuredOn 'p5.4xlarge' is not a catalog type"),
+    ("p5en.48xlarge", {"acrossNodes": _across(measuredOn="p5.48xlarge")},
+     r"measuredOn p5.48xlarge has another network \(Gbps, EFA cards, GPUs: \(3200, 32, 8\) vs \(3200, 16, 8\)\)"),
+    ("p5.48xlarge", {"withinNode": {"minimumGBps": 460}}, "source"),
+    ("p5.48xlarge", {"withinNode": {**P5_WITHIN, "healthyGBps": 480}}, "healthyGBps and healthySource go together"),
+    ("p5.48xlarge", {"withinNode": {"minimumGBps": 500, "source": "s", "healthyGBps": 480, "healthySource": "s"}},
+     "minimumGBps 500 is not below what a healthy node shows"),
+    ("p5.48xlarge", {"withinNode": {"minimumGBps": 480, "source": "s", "healthyGBps": 480, "healthySource": "s"}},
+     r"minimumGBps 480 is not below what a healthy node shows \(480 GB/s\)"),
+    ("g6e.48xlarge", {"withinNode": {"minimumGBps": 100, "source": "s"}},
+     "g6e.48xlarge: ncclBusBandwidthGBps.withinNode is an NVLink minimum"),
 ])
-def test_nccl_minimums_are_validated_strictly(instance_type, nccl, message):
+def test_nccl_figures_are_validated_strictly(instance_type, nccl, message):
     from pydantic import ValidationError
     from spec.catalog import Catalog
     with pytest.raises(ValidationError, match=message):
         Catalog.model_validate(_catalog_with(instance_type, nccl))
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.1])
+def test_the_fraction_is_a_share_below_the_whole(fraction):
+    from pydantic import ValidationError
+    from spec.catalog import Catalog
+    with pytest.raises(ValidationError, match="ncclAcrossNodesFraction"):
+        Catalog.model_validate(_catalog_with("p5.48xlarge", {"withinNode": P5_WITHIN},
+                                             ncclAcrossNodesFraction=fraction))
 
 
 # Instance store IOPS, entry by entry: AWS, EC2 Instance Types guide, accelerated computing, "Instance store

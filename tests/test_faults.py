@@ -187,3 +187,40 @@ def test_each_fault_gets_the_tables_verdict_class_and_remediation(verify, monkey
 
 def _with(parse_args, extra):
     return lambda argv: parse_args(list(argv) + extra)
+
+
+def test_each_fault_found_at_run_time_raises_the_alert_the_table_implies_through_promtool(verify, monkeypatch,
+                                                                                         tmp_path):
+    """The run-time half of the corpus, to the alert: each class the checker still judges while the node runs,
+    injected on the fakes, gives a textfile whose gpu_cloud_node_health_fault series (as node-exporter serves it,
+    with the node label its ServiceMonitor adds) makes promtool fire GpuNodeHealthCheckFailed (a class that fails
+    the gate) or GpuNodeHealthWarning (one that warns), labelled with the class and the table's remediation."""
+    import re
+
+    from plan.stackfile import load_stack
+    from tests.test_alert_rules import NODE, case, groups_of, node_info, on_node, run_promtool_tests, series
+
+    groups = groups_of(load_stack("prod-us-east-1")[1])
+    textfile = tmp_path / "health.prom"
+    monkeypatch.setattr(gv, "parse_args", _with(gv.parse_args, ["--mode", "runtime", "--textfile", str(textfile)]))
+    cases = []
+    for fault in sorted(INJECTIONS):
+        fault_class = TABLE.fault(fault)
+        if set(fault_class.checks) <= gv.RUNTIME_SKIPPED:
+            continue
+        instance_type, inject = INJECTIONS[fault]
+        node, expect = fk.healthy(instance_type), fk.expect_for(instance_type)
+        inject(node, expect)
+        verify(node, expect)
+        found = [dict(re.findall(r'(\w+)="([^"]*)"', labels)) for labels, value in re.findall(
+            r"^gpu_cloud_node_health_fault\{([^}]*)\} (\S+)$", textfile.read_text(), re.M) if value == "1"]
+        mine = [labels for labels in found if labels["fault"] == fault]
+        assert mine == [{"fault": fault, "status": "fail" if fault_class.boot == "fail" else "warn",
+                         "remediation": fault_class.remediation}], (fault, found)
+        labels = {**mine[0], "node": NODE, "job": "node-exporter"}
+        alert = "GpuNodeHealthCheckFailed" if fault_class.boot == "fail" else "GpuNodeHealthWarning"
+        severity = "critical" if fault_class.boot == "fail" else "info"
+        cases.append(case([node_info(itype=instance_type), series("gpu_cloud_node_health_fault", labels, "1x3")],
+                          alert, "1m", [on_node(labels, itype=instance_type, severity=severity)], groups))
+    assert len(cases) >= 30
+    run_promtool_tests(tmp_path, groups, cases)

@@ -305,12 +305,13 @@ def test_every_value_the_program_sets_is_in_the_pinned_values_file(run, chart, v
     values = copy.deepcopy(values_of(run))
     if chart == charts.GPU_OPERATOR:     # documented in a comment only: held below
         del values["dcgmExporter"]["config"]
+        del values["operator"]["metrics"]
     assert_values_confirmed(values, charts.chart(chart), confirmed)
 
 
 def test_the_counter_file_value_is_documented_by_the_chart_and_names_the_configmap_made(run):
     lines = values_file(charts.chart(charts.GPU_OPERATOR)).read_text().splitlines()
-    (line, _template), = gpu_operator.GPU_OPERATOR_COMMENTED_VALUE_PATHS.values()
+    line, _template = gpu_operator.GPU_OPERATOR_COMMENTED_VALUE_PATHS["dcgmExporter.config.name"]
     assert lines[line - 2].strip() == "# config:" and lines[line - 1].strip().startswith("# name:")
     assert lines[line - 3].strip().startswith("#") and "dcgmExporter:" in "\n".join(lines[line - 60:line])
     assert _operator_values(run)["dcgmExporter"]["config"] == {"name": dcgm.CONFIGMAP}
@@ -325,6 +326,17 @@ def test_dcgm_series_are_labelled_with_their_node_and_selected_by_prometheus(run
     assert monitor["additionalLabels"] == dict(monitoring.SELECTOR_LABELS)
     assert monitor["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
                                        "action": "replace"}]
+
+
+def test_the_operators_own_service_monitor_is_labelled_for_prometheus_by_the_value_the_chart_documents(run):
+    lines = values_file(charts.chart(charts.GPU_OPERATOR)).read_text().splitlines()
+    line, _template = gpu_operator.GPU_OPERATOR_COMMENTED_VALUE_PATHS["operator.metrics.serviceMonitor.additionalLabels"]
+    assert [text.strip() for text in lines[line - 5:line]] == [
+        "# metrics:", "#   serviceMonitor:", "#     interval: 15s", "#     honorLabels: false", "#     additionalLabels: {}"]
+    top_level = [text for text in lines[:line] if text[:1].isalpha()]
+    assert top_level[-1] == "operator:"                      # the comment sits in the operator's section
+    assert _operator_values(run)["operator"]["metrics"] == {
+        "serviceMonitor": {"additionalLabels": dict(monitoring.SELECTOR_LABELS)}}
 
 
 def test_every_object_created_directly_is_valid_kubernetes_1_35(run, run_without_efa):

@@ -117,6 +117,12 @@ def test_prometheus_scrapes_triton_metrics(run):
     assert monitor.inputs["spec"]["selector"]["matchLabels"] == metrics.inputs["metadata"]["labels"]
     assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["inference"]}
     assert monitor.inputs["spec"]["endpoints"][0]["port"] == metrics.inputs["spec"]["ports"][0]["name"] == "metrics"
+    # Triton serves /metrics on 8002 unless told otherwise (spec/triton.py: docs/user_guide/metrics.md at v2.71.0).
+    assert monitor.inputs["spec"]["endpoints"][0]["path"] == "/metrics"
+    (container,) = named(run, DEPLOYMENT, "inference-deployment").inputs["spec"]["template"]["spec"]["containers"]
+    assert {"name": "metrics", "containerPort": 8002} in container["ports"]
+    assert metrics.inputs["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert not [arg for arg in container["args"] if arg.startswith(("--metrics-port", "--allow-metrics"))]
 
 
 def _policy(run, name):

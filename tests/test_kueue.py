@@ -16,7 +16,7 @@ from spec.pools import DEFAULT_PRIORITY, GPU_TAINT, INTERRUPTIBLE_TAINT, QUEUE_F
     node_taints
 from spec.validate import ResolvedPool
 from tests import upstream_records
-from tests.chart_values import assert_values_confirmed
+from tests.chart_values import assert_values_confirmed, merged_values
 from tests.conftest import STACKS
 
 catalog = load_catalog()
@@ -197,6 +197,17 @@ def test_kueue_values_are_in_the_pinned_chart_and_run_the_manager_on_system_node
     assert_values_confirmed(values, charts.chart(charts.KUEUE), kueue.KUEUE_VALUE_PATHS)
     assert values["controllerManager"]["nodeSelector"] == SYSTEM_NODE_LABELS
     assert yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"]) == kueue.manager_configuration("ami")
+
+
+def test_kueues_metrics_are_scraped_as_its_chart_would_and_the_charts_own_monitor_stays_off():
+    values = kueue.kueue_values(SYSTEM_NODE_LABELS, "ami")
+    chart = merged_values(charts.chart(charts.KUEUE), values)
+    assert not chart["enablePrometheus"]          # its labels are not the ones Prometheus selects
+    assert kueue.METRICS_PORT_NAME in [port["name"] for port in chart["metricsService"]["ports"]]
+    assert kueue.METRICS_ENDPOINT["tlsConfig"] == chart["metrics"]["serviceMonitor"]["tlsConfig"]
+    # The manager serves metrics on the port the Service forwards to.
+    (port,) = [p for p in chart["metricsService"]["ports"] if p["name"] == kueue.METRICS_PORT_NAME]
+    assert kueue.manager_configuration("ami")["metrics"]["bindAddress"] == f":{port['targetPort']}"
 
 
 def test_kueue_and_the_mpi_operator_are_pinned():

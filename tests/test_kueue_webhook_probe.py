@@ -7,14 +7,10 @@ kubernetes-sigs/kueue issue 13036 shows), 404 while the CRD is not served yet, a
 webhooks admit it (a dry-run create answers like a real one and stores nothing)."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import ssl
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -23,6 +19,7 @@ import pytest
 from jobs import kueue_webhook_probe as probe
 from spec import kueue
 from tests.conftest import ROOT, missing
+from tests.loopback import LoopbackServer, QuietHandler
 
 TOKEN = "probe-token"
 WEBHOOK_502 = ('Internal error occurred: failed calling webhook "mresourceflavor.kb.io": failed to call webhook: Post '
@@ -44,10 +41,10 @@ class FakeApiServer:
         self.script, self.requests = list(script), []
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):  # noqa: N802 (http.server's name)
                 url = urlparse(self.path)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 server.requests.append({"path": url.path, "query": parse_qs(url.query), "body": body,
                                         "authorization": self.headers.get("Authorization")})
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
@@ -59,25 +56,13 @@ class FakeApiServer:
                     code, answer = {"404": (404, _status(404, "NotFound", NOT_SERVED)),
                                     "500": (500, _status(500, "InternalError", WEBHOOK_502)),
                                     "201": (201, {**body, "metadata": {**body["metadata"], "uid": "dry-run"}})}[step]
-                data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.answer(code, answer)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(tls_dir / "tls.crt", tls_dir / "tls.key")
-        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.httpd = LoopbackServer(Handler, tls=(tls_dir / "tls.crt", tls_dir / "tls.key"))
+        self.port = self.httpd.port
 
     def close(self):
-        self.httpd.shutdown()
+        self.httpd.close()
 
 
 @pytest.fixture(scope="module")

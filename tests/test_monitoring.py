@@ -1,14 +1,16 @@
 """components/monitoring.py under the mock engine, and the pure decisions in spec/monitoring.py.
 
 What users rely on: Prometheus keeps `monitoring.retentionDays` on an encrypted gp3 volume it never fills; every
-ServiceMonitor and PrometheusRule gpu-cloud creates (and the DCGM exporter's, which the GPU operator creates) is one
-Prometheus selects; alerts reach the stack's webhook without its URL appearing anywhere but a Kubernetes Secret;
+PrometheusRule gpu-cloud creates is one Prometheus selects, and every exporter the stack relies on is scraped by a
+ServiceMonitor Prometheus selects (held over gpu-cloud's own objects and the monitors the pinned charts render,
+tests/chart_values.py); alerts reach the stack's webhook without its URL appearing anywhere but a Kubernetes Secret;
 node-exporter reads the node verifier's textfile where the gate writes it; every Helm value set is one the pinned
 chart (or its pinned subchart) has; every object created directly is valid Kubernetes.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 
@@ -22,12 +24,16 @@ from components.monitoring import MonitoringArgs, MonitoringStack
 from spec import alert_rules as ar, charts, dashboards, monitoring
 from spec.charts import ChartPin
 from spec.model import Monitoring
-from tests.chart_values import assert_values_confirmed, values_file
+from tests.chart_values import Monitor, Service, assert_values_confirmed, merged_values, prometheus_selection, \
+    release_monitors, values_file
 from plan.engine import REDACTED
 from tests.conftest import ROOT, run_component, validate_kubernetes
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
+SERVICE_MONITOR = "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"
+POD_MONITOR = "kubernetes:monitoring.coreos.com/v1:PodMonitor"
+SERVICE = "kubernetes:core/v1:Service"
 SECRET = "kubernetes:core/v1:Secret"
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
 CONFIGMAP = "kubernetes:core/v1:ConfigMap"
@@ -113,6 +119,89 @@ def test_the_dcgm_service_monitor_is_labelled_for_prometheus(stack_runs):
         assert labels == dict(monitoring.SELECTOR_LABELS), stack
 
 
+# Every exporter the stack relies on, by its Service (namespace, name) as its chart or the program renders it.
+RELIED_ON = {
+    ("monitoring", "kube-prometheus-stack-operator"): "the prometheus-operator's own metrics",
+    ("monitoring", "kube-prometheus-stack-prometheus-node-exporter"): "node metrics, the verifier's textfile",
+    ("monitoring", "kube-prometheus-stack-kube-state-metrics"): "node labels and conditions, Jobs",
+    ("gpu-operator", "nvidia-dcgm-exporter"): "GPU metrics",
+    ("gpu-operator", "nvidia-node-status-exporter"): "the GPU validator's verdicts",
+    ("gpu-operator", "gpu-operator"): "the GPU operator's own metrics",
+    ("kueue-system", "kueue-controller-manager-metrics-service"): "Kueue's queues",
+    ("kube-system", "aws-node-termination-handler"): "spot interruptions and drains",
+    ("inference", "triton-metrics"): "Triton",
+    ("kube-system", "gpu-node-repair"): "the gate's rejections, repairs and brakes",
+}
+
+
+def _scrape_view(run):
+    """The stack's Prometheus CR selection, and every monitor and Service: the program's own objects and what each
+    Helm release's chart renders (tests/chart_values.py)."""
+    releases = [r.inputs for r in run.of_type(RELEASE)]
+    stack = next(r for r in releases if r["chart"] == charts.KUBE_PROMETHEUS_STACK)
+    prometheus = prometheus_selection(merged_values(charts.chart(charts.KUBE_PROMETHEUS_STACK), stack["values"]),
+                                      stack["name"])
+    monitors = [Monitor("ServiceMonitor", r.inputs["metadata"]["name"], r.inputs["metadata"]["namespace"],
+                        r.inputs["metadata"].get("labels", {}),
+                        tuple(r.inputs["spec"]["namespaceSelector"]["matchNames"]),
+                        r.inputs["spec"]["selector"]["matchLabels"],
+                        tuple(e["port"] for e in r.inputs["spec"]["endpoints"]))
+                for r in run.of_type(SERVICE_MONITOR)]
+    assert not run.of_type(POD_MONITOR), "PodMonitors are not modelled here"
+    services = [Service(r.inputs["metadata"]["name"], r.inputs["metadata"]["namespace"],
+                        r.inputs["metadata"].get("labels", {}), tuple(p["name"] for p in r.inputs["spec"]["ports"]))
+                for r in run.of_type(SERVICE)]
+    for release in releases:
+        rendered_monitors, rendered_services = release_monitors(release, monitoring.SUBCHARTS)
+        monitors += rendered_monitors
+        services += rendered_services
+    return prometheus, monitors, services
+
+
+def test_prometheus_selects_monitors_labelled_with_its_release_in_every_namespace(stack_runs):
+    for stack, run in stack_runs.items():
+        prometheus, _, _ = _scrape_view(run)
+        assert prometheus.selectors == {"ServiceMonitor": ({"matchLabels": dict(monitoring.SELECTOR_LABELS)}, {}),
+                                        "PodMonitor": ({"matchLabels": dict(monitoring.SELECTOR_LABELS)}, {})}, stack
+        assert not prometheus.ignore_namespace_selectors, stack
+
+
+def test_every_exporter_the_stack_relies_on_is_scraped_by_a_monitor_prometheus_selects(stack_runs):
+    """Selected (labels and namespace), reaching the exporter's Service (namespace, labels) at a port it has."""
+    seen = set()
+    for stack, run in stack_runs.items():
+        prometheus, monitors, services = _scrape_view(run)
+        for service in services:
+            if (service.namespace, service.name) in RELIED_ON:
+                seen.add((service.namespace, service.name))
+                assert any(prometheus.scrapes(m, service) for m in monitors), \
+                    f"{stack}: nothing Prometheus selects scrapes {service}, " \
+                    f"{RELIED_ON[service.namespace, service.name]}"
+    assert seen == set(RELIED_ON), f"not rendered in any shipped stack: {sorted(set(RELIED_ON) - seen)}"
+
+
+def test_the_only_monitor_prometheus_leaves_is_the_node_status_exporters_own(stack_runs):
+    # The GPU operator gives it no labels of ours (spec/gpu_operator.py NODE_STATUS_EXPORTER_SELECTOR); the monitoring
+    # stack's gpu-node-status scrapes the same Service instead.
+    for stack, run in stack_runs.items():
+        prometheus, monitors, _ = _scrape_view(run)
+        left = [(m.kind, m.namespace, m.name) for m in monitors if not prometheus.selects(m)]
+        assert left == [("ServiceMonitor", "gpu-operator", "nvidia-node-status-exporter")], stack
+
+
+def test_a_monitor_without_the_release_label_or_of_another_release_scrapes_nothing(stack_runs):
+    prometheus, monitors, services = _scrape_view(stack_runs["prod-us-east-1"])
+    triton = next(s for s in services if s.name == "triton-metrics")
+    (monitor,) = [m for m in monitors if prometheus.scrapes(m, triton)]
+    unlabelled = dataclasses.replace(monitor, labels={k: v for k, v in monitor.labels.items() if k != "release"})
+    assert not prometheus.scrapes(unlabelled, triton)
+    assert not prometheus.scrapes(dataclasses.replace(monitor, ports=("http",)), triton)
+    other = dataclasses.replace(prometheus, selectors={
+        kind: ({"matchLabels": {"release": "monitoring"}}, namespaces)
+        for kind, (_, namespaces) in prometheus.selectors.items()})
+    assert not any(other.scrapes(m, s) for m in monitors for s in services)
+
+
 # --- alerts reach the webhook, the URL stays secret ------------------------------------------------------------------
 def test_alerts_go_to_the_webhook_and_the_watchdog_never_pages():
     config = values()["alertmanager"]["config"]
@@ -150,9 +239,13 @@ def test_the_webhook_url_is_only_in_a_secret_the_alertmanager_mounts(run, run_wi
 
 
 # --- node-exporter reads the verifier's textfile ----------------------------------------------------------------------
-def test_node_exporter_reads_the_directory_the_gate_writes():
+def test_node_exporter_reads_the_directory_the_gate_and_the_health_check_write():
+    bootstrap = (ROOT / "userdata" / "bootstrap.sh").read_text()
     gate = (ROOT / "userdata" / "gate.sh").read_text()
-    written = re.search(r"^PROM=\$R(\S+)/gpu_cloud_verify\.prom$", gate, re.M).group(1)
+    health = (ROOT / "userdata" / "health.sh").read_text()
+    written = re.search(r"^TEXTFILES=\$R(\S+)$", bootstrap, re.M).group(1)
+    assert re.search(r"^PROM=\$TEXTFILES/gpu_cloud_verify\.prom$", gate, re.M)
+    assert re.search(r"^PROM=\$R(\S+)/gpu_cloud_health\.prom$", health, re.M).group(1) == written
     assert written == monitoring.HOST_TEXTFILE_DIR
     args = values()["prometheus-node-exporter"]["extraArgs"]
     assert f"--collector.textfile.directory=/host/root{written}" in args
@@ -224,6 +317,22 @@ def test_the_termination_handlers_metrics_are_scraped(run):
                                                "app.kubernetes.io/component": "deployment"}
     assert spec["endpoints"][0]["port"] == "http-metrics"
     assert run.one(RELEASE).urn in monitor.dependencies
+
+
+def test_the_gpu_validators_and_kueues_metrics_are_scraped_from_the_monitoring_namespace(run):
+    monitors = {r.inputs["metadata"]["name"]: r for r in run.of_type(SERVICE_MONITOR)}
+    status, queue = monitors["gpu-node-status"], monitors["kueue"]
+    for monitor in (status, queue):
+        assert monitor.inputs["metadata"]["namespace"] == monitoring.NAMESPACE
+        assert run.one(RELEASE).urn in monitor.dependencies               # the release installs the CRD
+    assert status.inputs["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
+    assert status.inputs["spec"]["endpoints"] == [{"port": "node-status", "path": "/metrics", "interval": "30s"}]
+    # As the Kueue chart's own monitor scrapes it (spec/kueue.py METRICS_ENDPOINT).
+    assert queue.inputs["spec"]["namespaceSelector"] == {"matchNames": ["kueue-system"]}
+    assert queue.inputs["spec"]["endpoints"] == [{
+        "port": "https", "path": "/metrics", "interval": "30s", "scheme": "https",
+        "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "tlsConfig": {"insecureSkipVerify": True}}]
 
 
 def test_prometheus_is_where_the_chart_puts_its_service():

@@ -247,8 +247,7 @@ def test_install_pools_wait_longer_in_the_hook_and_configure_the_nvidia_runtime(
     run, _ = pool_run(mutate=lambda c: c.update(gpuDriver={"source": "install", "branch": "580"}))
     asg = run.one(ASG).inputs
     (launch,) = [h for h in asg["initialLifecycleHooks"] if h["lifecycleTransition"].endswith("LAUNCHING")]
-    assert launch["heartbeatTimeout"] == 3000 == asg["healthCheckGracePeriod"]
-    assert asg["instanceRefresh"]["preferences"]["instanceWarmup"] == "3000"
+    assert launch["heartbeatTimeout"] == 3000
     user_data = base64.b64decode(run.one(LT).inputs["userData"]).decode()
     parts = {p.get_content_type(): p.get_payload() for p in email.message_from_string(user_data).walk()
              if not p.is_multipart()}
@@ -256,6 +255,15 @@ def test_install_pools_wait_longer_in_the_hook_and_configure_the_nvidia_runtime(
     assert 'default_runtime_name = "nvidia"' in containerd and "/usr/bin/nvidia-container-runtime" in containerd
     shell = parts["text/x-shellscript"]
     assert "GPU_CLOUD_DRIVER_SOURCE=install" in shell and "GPU_CLOUD_DRIVER_VERSION=''" in shell
+
+
+@pytest.mark.parametrize("source", ["ami", "install"])
+def test_refresh_warmup_and_grace_wait_for_registration_not_the_hook(source):
+    # Both start at InService, after the gate's CONTINUE: waiting the hook's timeout again would idle every step.
+    run, _ = pool_run(mutate=lambda c: c.update(gpuDriver={"source": source, "branch": "580"}))
+    asg = run.one(ASG).inputs
+    assert asg["instanceRefresh"]["preferences"]["instanceWarmup"] == "600" and asg["healthCheckGracePeriod"] == 600
+    assert boot.node_ready_seconds() == 600 < boot.verify_hook_timeout(source)
 
 
 def test_reserved_refresh_never_surges_and_cluster_autoscaler_owns_desired():
@@ -306,8 +314,17 @@ def test_node_role_may_only_gate_itself():
         "Sid": "DecryptVerifierBundle", "Effect": "Allow", "Action": "kms:Decrypt",
         "Resource": "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-artifacts",
         "Condition": {"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}}}
-    assert set(by_sid) == {"CompleteOwnLifecycleAction", "TagSelfWithVerdict", "ReadVerifierBundle",
-                           "DecryptVerifierBundle"}
+    # a later boot that fails reports its instance unhealthy to its own group; every verdict goes under the pool's
+    # report prefix, encrypted with the bucket's key through S3 only
+    assert by_sid["ReportOwnGroupInstanceUnhealthy"] == {
+        "Sid": "ReportOwnGroupInstanceUnhealthy", "Effect": "Allow", "Action": "autoscaling:SetInstanceHealth",
+        "Resource": by_sid["CompleteOwnLifecycleAction"]["Resource"]}
+    assert by_sid["PublishGateReport"] == {"Sid": "PublishGateReport", "Effect": "Allow", "Action": "s3:PutObject",
+                                           "Resource": "arn:aws:s3:::artifacts-bucket/gate-reports/train/*"}
+    assert by_sid["EncryptGateReport"]["Action"] == "kms:GenerateDataKey"
+    assert by_sid["EncryptGateReport"]["Condition"] == by_sid["DecryptVerifierBundle"]["Condition"]
+    assert set(by_sid) == {"CompleteOwnLifecycleAction", "ReportOwnGroupInstanceUnhealthy", "TagSelfWithVerdict",
+                           "ReadVerifierBundle", "DecryptVerifierBundle", "PublishGateReport", "EncryptGateReport"}
     assert run.one("aws:eks/accessEntry:AccessEntry").inputs["type"] == "EC2_LINUX"
 
 

@@ -71,17 +71,24 @@ def test_plan_shows_the_gpu_platform_and_the_training_queue(documents):
         ("training-reserved", ["train-h100"], {"nvidia.com/gpu": 32, "vpc.amazonaws.com/efa": 128}, False),
         ("training-spot", ["finetune-a100-80gb-spot", "finetune-a100-40gb-spot"], {"nvidia.com/gpu": 48}, True)]
     assert queue["nvlinkChecks"] == [{"pool": "train-h100", "schedule": "0 4 * * 0"},
+                                     {"pool": "finetune-a100-80gb-spot", "schedule": None},
                                      {"pool": "finetune-a100-40gb-spot", "schedule": None}]
+    # The reserved H100s keep 4 nodes on EFA: the across-node check runs on the default weekly slot.
+    assert queue["acrossNodeChecks"] == [{"pool": "train-h100", "schedule": "0 6 * * 0"}]
     assert re.search(r"\n  training-spot +finetune-a100-80gb-spot, finetune-a100-40gb-spot +nvidia\.com/gpu 48 +"
                      r"interruptible jobs only", text)
-    assert "NVLink bandwidth check: train-h100 (0 4 * * 0 UTC), finetune-a100-40gb-spot (suspended" in text
+    assert ("NVLink bandwidth check: train-h100 (0 4 * * 0 UTC), finetune-a100-80gb-spot (suspended: run by hand), "
+            "finetune-a100-40gb-spot (suspended") in text
+    assert "\n  EFA bandwidth check across two nodes: train-h100 (0 6 * * 0 UTC)\n" in text
     # The flavors and queue wait for Kueue's webhooks, for a stated time.
     assert queue["webhookWait"] == {"job": "kueue-system/kueue-webhook-ready", "probeSeconds": 300,
                                     "timeoutSeconds": 600}
     assert ("created once Kueue's webhooks answer: Job kueue-system/kueue-webhook-ready retries a dry-run "
             "ResourceFlavor for up to 300 s; pulumi up waits for it up to 600 s") in text
-    dev_text, _ = documents["dev"]
+    dev_text, dev = documents["dev"]
     assert "GPU platform: gpu-operator v26.7.0, Kueue 0.19.2" in dev_text        # no EFA pool, no EFA plugin
+    assert dev["platform"]["trainingQueue"]["acrossNodeChecks"] == []
+    assert "EFA bandwidth check across two nodes: none (no EFA pool with a minimum keeps two nodes)" in dev_text
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -268,7 +275,7 @@ def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents, tmp_
 def test_the_document_records_what_protects_running_capacity(documents):
     resources = {r["name"]: r for r in documents["dev"][1]["resources"]}
     asg = resources["dev-gpu-spot-asg"]
-    assert asg["ignoreChanges"] == ["desiredCapacity", "initialLifecycleHooks"]
+    assert asg["ignoreChanges"] == ["desiredCapacity", "initialLifecycleHooks", "suspendedProcesses"]
     assert asg["customTimeouts"] == {"delete": "25m"}
     assert resources["cluster-system"]["ignoreChanges"] == ["scalingConfig.desiredSize"]
     # The pool's hooks go with its group, so deleting the pool still drains its nodes through them.

@@ -356,7 +356,7 @@ def test_the_runner_builds_what_the_engine_builds(documents):
     asg = next(r for r in stack if r.name == "train-h100-asg")
     assert asg.parent.name == "train-h100" and "train-h100-lt" in {d.name for d in asg.dependencies}
     assert asg.provider.resource_type == "pulumi:providers:aws"
-    assert asg.opts.ignore_changes == ["desiredCapacity", "initialLifecycleHooks"]
+    assert asg.opts.ignore_changes == ["desiredCapacity", "initialLifecycleHooks", "suspendedProcesses"]
     assert asg.opts.custom_timeouts.delete_seconds == 25 * 60
     cluster = next(r for r in resources if r["name"] == "cluster-eks")
     args = resource_args(cluster, {"k": 1})

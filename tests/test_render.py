@@ -216,8 +216,11 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
     script = shell_part_of(render_user_data(node))
     assert script == render_shell_part(node)
     assert script.startswith("#!/usr/bin/env bash\n")
-    body = (ROOT / "userdata/bootstrap.sh").read_text().split("\n", 1)[1]
-    assert body.rstrip("\n") in script
+    # bootstrap.sh's code, line for line in order, without its shebang and its comment lines (shellcheck's stay)
+    source = (ROOT / "userdata/bootstrap.sh").read_text().splitlines()
+    code = [line for line in source[1:] if not line.lstrip().startswith("#") or "# shellcheck" in line]
+    assert script.splitlines()[-len(code):] == code
+    assert len(code) < len(source) - 10 and any("# shellcheck source=" in line for line in code)
     assert script.count("#!") == 1  # bootstrap.sh's own shebang is dropped
     # bash sees exactly the contract values
     exports = "".join(line + "\n" for line in script.splitlines() if line.startswith("export GPU_CLOUD_"))
@@ -252,7 +255,7 @@ def test_unset_driver_version_exports_empty():
     assert "export GPU_CLOUD_DRIVER_VERSION=''\n" in script
 
 
-@pytest.mark.parametrize("which", ["bootstrap.sh", "gate.sh", "install.sh", "rendered shell part"])
+@pytest.mark.parametrize("which", ["bootstrap.sh", "gate.sh", "install.sh", "health.sh", "rendered shell part"])
 def test_shellcheck_clean(which, tmp_path):
     shellcheck = require_tool("shellcheck")
     if which == "rendered shell part":
@@ -273,8 +276,9 @@ def test_largest_realistic_input_fits_16k():
     doc = render_user_data(largest_node())
     size = len(doc.encode())
     assert size <= USER_DATA_LIMIT_BYTES, size
-    # the checks and the driver install travel in the bundle: the user-data script stays a small stub
-    assert len(shell_part_of(doc).encode()) <= 7 * 1024
+    # the checks and the driver install travel in the bundle: the user-data script keeps only what must work
+    # without one (fetching it, failing closed, publishing the verdict, installing the gate for later boots)
+    assert len(shell_part_of(doc).encode()) <= 9 * 1024
     print(f"largest rendered user-data: {size} bytes")  # visible with -s; quoted in reports
     cfg = node_config_of(doc)
     assert len(cfg["spec"]["kubelet"]["config"]["registerWithTaints"]) == 6
@@ -424,6 +428,10 @@ def _stand_ins(tmp_path: Path) -> dict:
     (here / "install.sh").write_text("# install\n" * 70)   # more than one 512-byte block
     (here / "gpu_verify.py").write_text("print('verify')\n")
     (here / "pynvml.py").write_text("X = 1\n")
+    (here / "health.sh").write_text("# health\n")
+    (here / "units").mkdir()
+    for unit in render.BOOT_UNITS:
+        (here / "units" / unit).write_text(f"# {unit}\n")
     return {"here": here, "verifier_source": here / "gpu_verify.py", "pynvml_source": here / "pynvml.py",
             "faults": {"faults": {"x": {"boot": "fail"}}}}
 
@@ -432,7 +440,7 @@ STAND_IN_EXPECT = {"p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuCount": 8}
                    "p4d.24xlarge": {"instanceType": "p4d.24xlarge", "gpuCount": 8}}
 # sha256 of the bundle build_verifier_artifact makes from _stand_ins and STAND_IN_EXPECT. It is the same on every
 # machine and Python (no zlib, no tarfile writer): if this changes, every pool's launch template changes with it.
-STAND_IN_SHA256 = "5929a3472b162b9f3070e1aa5c694c884e703f713e4d257bb942134e755fe5d1"
+STAND_IN_SHA256 = "f1364366698160eb67fd7d4d288c7f34b1f99b5f580017bde498c6e8a0aa68f1"
 
 
 def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
@@ -448,8 +456,11 @@ def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
     assert first == second
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     members = _members(first)
-    assert list(members) == ["expect/p5.48xlarge.json", "faults.json", "gate.sh", "gpu_verify.py", "install.sh",
-                             "pynvml.py"]
+    assert list(members) == ["expect/p5.48xlarge.json", "faults.json", "gate.sh", "gpu_verify.py", "health.sh",
+                             "install.sh", "pynvml.py", "units/gpu-cloud-gate.service",
+                             "units/gpu-cloud-health.service", "units/gpu-cloud-health.timer"]
+    for unit in ("health.sh", "units/gpu-cloud-gate.service", "units/gpu-cloud-health.timer"):
+        assert members[unit][1] == (ROOT / "userdata" / unit).read_bytes()
     # The fault table the verifier judges by: spec/faults.py's, as JSON.
     assert json.loads(members["faults.json"][1]) == bundle_document()
     assert members["gate.sh"][1] == (ROOT / "userdata/gate.sh").read_bytes()
@@ -476,8 +487,8 @@ def test_artifact_is_a_plain_ustar_archive_without_extension_headers(tmp_path, m
     headers = _raw_headers(data)
     assert [h[:100].rstrip(b"\0") for h in headers] == [
         b"expect/p4d.24xlarge.json", b"expect/p5.48xlarge.json", b"faults.json", b"gate.sh", b"gpu_verify.py",
-        b"install.sh",
-        b"pynvml.py"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
+        b"health.sh", b"install.sh", b"pynvml.py", b"units/gpu-cloud-gate.service", b"units/gpu-cloud-health.service",
+        b"units/gpu-cloud-health.timer"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
     for h in headers:
         assert h[156:157] == b"0" and h[257:265] == b"ustar\x0000"
         assert h[100:108] == b"0000644\0" and h[108:124] == b"0000000\0" * 2 and h[136:148] == b"07033241600\0"

@@ -1,12 +1,14 @@
 """The training components: the MPI Operator and Kueue (TrainingOperators), the wait for Kueue's webhooks, and
 Kueue's custom resources in the order the API server needs (TrainingQueue), with the NCCL acceptance test's
-standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs)."""
+standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs, the across-node CronJobs and the
+account that starts their runs)."""
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
+from components.cluster import SYSTEM_NODE_LABELS
 from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
 from spec import acceptance, charts, kueue
 from spec.model import NodePool
@@ -17,7 +19,9 @@ from tests.test_kueue import CONFIG_FILE, KUEUE_TYPE, POOLS, RELEASE, catalog
 
 CRONJOB = "kubernetes:batch/v1:CronJob"
 JOB = "kubernetes:batch/v1:Job"
-# A reserved H100 pool that keeps two nodes: the only one a schedule makes run by itself.
+ROLE, BINDING = "kubernetes:rbac.authorization.k8s.io/v1:Role", "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+# A reserved H100 EFA pool that keeps two nodes: the only one a schedule makes run by itself, and the only one with
+# an across-node check.
 STANDING = ResolvedPool(spec=NodePool.model_validate({
     "name": "standing-h100", "instanceTypes": ["p5.48xlarge"], "capacity": "reserved", "minNodes": 2,
     "desiredNodes": 2, "maxNodes": 2, "workload": "training"}), types=(catalog.instance_types["p5.48xlarge"],), efa=True)
@@ -28,7 +32,7 @@ FLAVORS = kueue.flavors(ALL_POOLS, catalog)
 CHECKED = {"od-a100", "spot-h100", "block-h200", "reserved-h100", "standing-h100"}
 
 
-def _build(schedule=None):
+def _build(schedule=None, across_schedule="0 6 * * 0"):
     def build():
         k8s = kubernetes.Provider("k8s", kubeconfig="{}")
         opts = pulumi.ResourceOptions(providers={"kubernetes": k8s})
@@ -36,7 +40,7 @@ def _build(schedule=None):
         operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source="ami"), opts=opts)
         TrainingQueue("training", TrainingQueueArgs.for_pools(
             ALL_POOLS, catalog, operators=operators, training_namespace=training.metadata.name,
-            nvlink_schedule=schedule), opts=opts)
+            nvlink_schedule=schedule, across_node_schedule=across_schedule), opts=opts)
     return build
 
 
@@ -52,6 +56,11 @@ def scheduled():
 
 def _named(run, type_token):
     return {r.inputs["metadata"]["name"]: r for r in run.of_type(type_token)}
+
+
+def _checks(run, component):
+    """CronJobs of one NCCL check: 'within-node' (NVLink) or 'across-nodes-start' (EFA, two nodes)."""
+    return [c for c in run.of_type(CRONJOB) if c.inputs["metadata"]["labels"]["app.kubernetes.io/component"] == component]
 
 
 # --- Kueue and the MPI Operator ---------------------------------------------------------------------------
@@ -100,18 +109,19 @@ def test_custom_resources_validate_against_kueues_crds(run, stack_runs, kind, pl
 
 # --- the NCCL acceptance test's standing parts ------------------------------------------------------------
 
-def test_the_judge_script_is_shipped_as_is(run):
+def test_the_judge_and_starter_scripts_are_shipped_as_is(run):
     configmap = _named(run, "kubernetes:core/v1:ConfigMap")[acceptance.JUDGE_CONFIGMAP]
-    assert configmap.inputs["data"] == {acceptance.JUDGE_SCRIPT_KEY: acceptance.JUDGE_SCRIPT.read_text()}
+    assert configmap.inputs["data"] == {acceptance.JUDGE_SCRIPT_KEY: acceptance.JUDGE_SCRIPT.read_text(),
+                                        acceptance.SUBMIT_SCRIPT_KEY: acceptance.SUBMIT_SCRIPT.read_text()}
     assert configmap.inputs["metadata"]["namespace"] == "training"
 
 
 def test_the_judges_account_may_post_events_and_nothing_else(run):
     account = _named(run, "kubernetes:core/v1:ServiceAccount")[acceptance.SERVICE_ACCOUNT]
     assert account.inputs["automountServiceAccountToken"] is False
-    role = run.one("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    role = _named(run, ROLE)[acceptance.SERVICE_ACCOUNT]
     assert role.inputs["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-    binding = run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding")
+    binding = _named(run, BINDING)[acceptance.SERVICE_ACCOUNT]
     assert binding.inputs["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                          "name": acceptance.SERVICE_ACCOUNT}
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": acceptance.SERVICE_ACCOUNT,
@@ -121,45 +131,83 @@ def test_the_judges_account_may_post_events_and_nothing_else(run):
 
 
 def test_an_nvlink_check_exists_for_each_queue_pool_it_can_run_on(run):
-    pools = {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"] for c in run.of_type(CRONJOB)}
+    pools = {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"] for c in _checks(run, "within-node")}
     assert pools == CHECKED
 
 
 def test_without_a_schedule_every_check_is_suspended(run):
-    assert all(c.inputs["spec"]["suspend"] is True for c in run.of_type(CRONJOB))
+    assert all(c.inputs["spec"]["suspend"] is True for c in _checks(run, "within-node"))
 
 
 def test_a_schedule_runs_the_check_only_on_pools_that_keep_nodes(scheduled):
     running = {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"]: c.inputs["spec"]
-               for c in scheduled.of_type(CRONJOB) if not c.inputs["spec"]["suspend"]}
+               for c in _checks(scheduled, "within-node") if not c.inputs["spec"]["suspend"]}
     assert list(running) == ["standing-h100"]
     assert running["standing-h100"]["schedule"] == "30 2 * * *"
 
 
+def test_the_across_node_check_runs_on_its_schedule_on_the_pool_that_keeps_two_nodes(run):
+    [check] = _checks(run, "across-nodes-start")
+    assert check.inputs["metadata"]["name"] == "nccl-efa-start-standing-h100"
+    assert check.inputs["spec"]["schedule"] == "0 6 * * 0"
+    assert check.inputs["spec"] == acceptance.across_node_cronjob_manifest(
+        STANDING, catalog, namespace="training", queue_name=kueue.LOCAL_QUEUE, schedule="0 6 * * 0",
+        system_node_labels=SYSTEM_NODE_LABELS, judge_configmap=acceptance.JUDGE_CONFIGMAP,
+        service_account=acceptance.SERVICE_ACCOUNT, scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)["spec"]
+    assert [c.inputs["spec"]["schedule"] for c in _checks(run_component(_build(across_schedule="15 1 * * 3")),
+                                                          "across-nodes-start")] == ["15 1 * * 3"]
+
+
+def test_the_starters_account_may_list_and_create_mpijobs_and_nothing_else(run):
+    account = _named(run, "kubernetes:core/v1:ServiceAccount")[acceptance.SCHEDULER_SERVICE_ACCOUNT]
+    assert account.inputs["metadata"]["namespace"] == "training"
+    role = _named(run, ROLE)[acceptance.SCHEDULER_SERVICE_ACCOUNT]
+    assert role.inputs["rules"] == [{"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"],
+                                     "verbs": ["list", "create"]}]
+    binding = _named(run, BINDING)[acceptance.SCHEDULER_SERVICE_ACCOUNT]
+    assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": acceptance.SCHEDULER_SERVICE_ACCOUNT,
+                                           "namespace": "training"}]
+
+
 def test_checks_wait_for_the_queue_their_judge_and_its_rights(run):
-    needs = {run.one(KUEUE_TYPE + "LocalQueue").urn, run.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").urn,
+    needs = {run.one(KUEUE_TYPE + "LocalQueue").urn, _named(run, BINDING)[acceptance.SERVICE_ACCOUNT].urn,
              _named(run, "kubernetes:core/v1:ConfigMap")[acceptance.JUDGE_CONFIGMAP].urn}
     for check in run.of_type(CRONJOB):
         assert needs <= set(check.dependencies), check.name
+    for check in _checks(run, "across-nodes-start"):     # and for the right to start the MPIJob
+        assert _named(run, BINDING)[acceptance.SCHEDULER_SERVICE_ACCOUNT].urn in check.dependencies
 
 
 def test_the_shipped_stacks_nvlink_checks(stack_runs):
     def checks(stack):
         return {c.inputs["metadata"]["labels"]["gpu-cloud.io/pool"]: c.inputs["spec"]["suspend"]
-                for c in stack_runs[stack].of_type(CRONJOB)}
-    # prod-us-east-1 schedules the check: it runs on the reserved H100s (4 standing nodes); the A100 40GB spot pool
-    # scales from zero, so its check waits to be run by hand; the A100 80GB (p4de) has no recorded minimum.
-    assert checks("prod-us-east-1") == {"train-h100": False, "finetune-a100-40gb-spot": True}
+                for c in _checks(stack_runs[stack], "within-node")}
+    # prod-us-east-1 schedules the check: it runs on the reserved H100s (4 standing nodes); the A100 spot pools scale
+    # from zero, so their checks wait to be run by hand.
+    assert checks("prod-us-east-1") == {"train-h100": False, "finetune-a100-80gb-spot": True,
+                                        "finetune-a100-40gb-spot": True}
     assert checks("prod-eu-west-1") == {"train-a100": True}
     assert checks("dev") == {}
+
+
+def test_the_shipped_stacks_across_node_checks(stack_runs):
+    # Only prod-us-east-1's reserved H100s keep two nodes (4) on EFA; on its default weekly slot. prod-eu-west-1's
+    # A100 EFA pool scales from zero, dev has no EFA pool: neither gets a check, nor the account that starts one.
+    [check] = _checks(stack_runs["prod-us-east-1"], "across-nodes-start")
+    assert (check.inputs["metadata"]["name"], check.inputs["spec"]["schedule"]) == (
+        "nccl-efa-start-train-h100", "0 6 * * 0")
+    for stack in ("prod-eu-west-1", "dev"):
+        assert _checks(stack_runs[stack], "across-nodes-start") == []
+        assert acceptance.SCHEDULER_SERVICE_ACCOUNT not in _named(stack_runs[stack], "kubernetes:core/v1:ServiceAccount")
 
 
 # --- validity and structure -------------------------------------------------------------------------------
 
 def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
-    # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 CronJobs,
-    # the webhook probe's ConfigMap, ServiceAccount, ClusterRole, ClusterRoleBinding and Job.
-    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED) + 5
+    # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 NVLink
+    # CronJobs, the across-node CronJob and its starter's ServiceAccount, Role, RoleBinding, the webhook probe's
+    # ConfigMap, ServiceAccount, ClusterRole, ClusterRoleBinding and Job.
+    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED) + 4 + 5
     for stack in stack_runs.values():
         validate_kubernetes(stack, "1.35")
 
@@ -167,7 +215,7 @@ def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
 def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     component = run.one("gpu-cloud:training:TrainingQueue", "training")
     children = run.children_of(component.urn)
-    assert len(children) == len(FLAVORS) + 2 + 4 + len(CHECKED)
+    assert len(children) == len(FLAVORS) + 2 + 4 + len(CHECKED) + 4
     assert all(r.name.startswith("training-") for r in children)
     operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")
     children = run.children_of(operators.urn)

@@ -168,6 +168,10 @@ MISTAKES = [
     ("Triton on a training pool", setter(["inference", "triton", "pool"], "train"), "gpu-cloud:inference.triton.pool", "not an inference pool"),
     ("Triton min above max", setter(["inference", "triton", "minReplicas"], 9), "gpu-cloud:inference.triton", "minReplicas 9 > maxReplicas 4"),
     ("alert temperature out of range", setter(["monitoring"], {"alerts": {"gpuTempC": 150}}), "gpu-cloud:monitoring.alerts.gpuTempC", "less than or equal to 110"),
+    ("NVLink check schedule not cron", setter(["training"], {"nvlinkCheckSchedule": "weekly"}), "gpu-cloud:training.nvlinkCheckSchedule", "'weekly' is not a five-field cron schedule"),
+    ("across-node check schedule not cron", setter(["training"], {"acrossNodeCheckSchedule": "0 6 * *"}), "gpu-cloud:training.acrossNodeCheckSchedule", "'0 6 * *' is not a five-field cron schedule such as '0 6 * * 0'"),
+    ("across-node check schedule not a string", setter(["training"], {"acrossNodeCheckSchedule": 6}), "gpu-cloud:training.acrossNodeCheckSchedule", "valid string"),
+    ("across-node check schedule misspelt", setter(["training"], {"acrossNodesCheckSchedule": "0 6 * * 0"}), "gpu-cloud:training.acrossNodesCheckSchedule", "did you mean acrossNodeCheckSchedule?"),
     ("DR role without peer", setter(["dr"], {"role": "primary"}), "gpu-cloud:dr", "needs peerStack, domain, hostedZoneId"),
     ("DR peer stack of another project", setter(["dr"], {"role": "secondary", "peerStack": "acme/other/prod", "domain": "a.example.com", "hostedZoneId": "Z123"}), "gpu-cloud:dr.peerStack", "org/gpu-cloud/<stack>"),
     ("budget below the pools' cost", setter(["budget"], {"maxHourlyUsd": 10}), "gpu-cloud:budget.maxHourlyUsd", "above the budget"),
@@ -197,6 +201,13 @@ def test_efa_on_a_type_without_efa_is_an_error():
     config["nodePools"][1]["efa"] = None
     del config["nodePools"][1]["efa"]
     assert load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog).pools[1].efa is False
+
+
+def test_the_across_node_check_runs_weekly_unless_the_stack_says_otherwise():
+    assert load(valid_config()).training.across_node_check_schedule == "0 6 * * 0"      # Sundays 06:00 UTC
+    config = valid_config()
+    config["training"] = {"acrossNodeCheckSchedule": "30 1 * * 3"}
+    assert load(config).training.across_node_check_schedule == "30 1 * * 3"
 
 
 def test_all_mistakes_are_reported_at_once():

@@ -9,7 +9,9 @@ Records, each with its sources' repository, tag, path and blob:
 - crd-schemas.json: each CRD version's openAPIV3Schema without descriptions, pruned to the fields the tests'
   objects use (an object that uses another field fails until the record is made again, from the source);
 - kueue-configuration-fields.json: the JSON field names Kueue's config API declares;
-- fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line.
+- fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line;
+- al2023-units.json: the EKS AL2023 AMI's boot units (nodeadm-config, nodeadm-run, kubelet, nvidia-kmod-load) as
+  the AMI installs them, for the sandbox the node gate boots in.
 """
 from __future__ import annotations
 

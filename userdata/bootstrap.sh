@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# gpu-cloud node gate, user-data part. cloud-final runs it before nodeadm-run.service (After=cloud-final.service,
-# awslabs/amazon-eks-ami al2023 rootfs) can start the kubelet. It fetches the pool's bundle from S3, checks
-# its SHA-256 against the one baked in here, and sources the bundle's gate.sh, which holds the checks (and the
-# driver install for gpuDriver.source: install). Pass: tag, CONTINUE. Any failure, even an unexpected error
-# or a bundle it cannot fetch: mask the kubelet units, tag the reason, ABANDON. Config: GPU_CLOUD_* env.
+# gpu-cloud node gate, user-data part. It runs at every boot, before nodeadm-run.service can start the kubelet:
+# - first boot (GPU_CLOUD_BOOT unset: launch): cloud-final runs it once per instance, and nodeadm-run waits for
+#   cloud-final (After=cloud-final.service, awslabs/amazon-eks-ami templates/al2023 rootfs). On a pass it installs
+#   itself as gpu-cloud-gate.service (the bundle's units/), which nodeadm-run.service requires and follows;
+# - every later boot (GPU_CLOUD_BOOT=reboot, set by that unit): the same script proves the node again. cloud-init
+#   does not run user scripts again, and nodeadm-run would start the kubelet straight away.
+# It fetches the pool's bundle from S3 (or reuses the one from the first boot), checks its SHA-256 against the
+# one baked in here, and sources the bundle's gate.sh, which holds the checks (and the driver install for
+# gpuDriver.source: install). Every verdict is published to S3 (gate-reports/<pool>/), where it outlives the
+# instance. Pass: tag, CONTINUE (launch). Any failure, even an unexpected error or a bundle it cannot fetch:
+# mask the kubelet units, tag the reason, then ABANDON (launch) or report the instance Unhealthy to its group
+# (reboot), which replaces it. Config: GPU_CLOUD_* env.
 set -Eeuo pipefail
-R=${GPU_CLOUD_ROOT:-} STEP=init REASON='' IID='' DONE=0 TEE=''
+R=${GPU_CLOUD_ROOT:-} STEP=init REASON='' IID='' ITYPE='' DONE=0 TEE='' MODE=${GPU_CLOUD_BOOT:-launch}
 IMDS=${GPU_CLOUD_IMDS_ENDPOINT:-http://169.254.169.254}
 POLL=${GPU_CLOUD_POLL_S:-5}
 RPT=$R/var/lib/gpu-cloud/verify.json VD=$R/opt/gpu-cloud/verify
+TEXTFILES=$R/var/lib/node_exporter/textfile_collector
+SELF=$R/opt/gpu-cloud/bin/gpu-cloud-gate HEALTH_ENV=$R/etc/gpu-cloud/health.env
+STARTED=$(date -u +%Y%m%dT%H%M%SZ)
 export AWS_PAGER=''
 
 log() { printf '%s gpu-cloud[%s]: %s\n' "$(date -u +%FT%TZ)" "$STEP" "$*" >&2; }
 fail() { REASON=${REASON:-$*}; log "FAIL: $*"; exit 1; }
-# JSON: tags K V.. | stub STEP REASON IID | verdict F | reason F
+# JSON: tags K V.. | stub STEP REASON IID | verdict F | reason F | published F K=V.. (the report and the boot)
 py() {
   python3 -c 'import json,sys
 m,a=sys.argv[1],sys.argv[2:]
 if m=="tags":print(json.dumps([{"Key":k,"Value":" ".join(v.split())[:256]} for k,v in zip(a[::2],a[1::2])]))
-elif m=="stub":print(json.dumps({"verdict":"fail","instanceId":a[2],"checks":[{"name":a[0],"status":"fail","gpu":None,"value":None,"threshold":None,"detail":a[1]}]}))
+elif m=="stub":print(json.dumps({"verdict":"fail","instanceId":a[2],"checks":[{"name":a[0],"status":"fail","gpu":None,"value":None,"threshold":None,"detail":a[1],"fault":"check-error"}]}))
+elif m=="published":r=json.load(open(a[0]));r["boot"]=dict(x.split("=",1) for x in a[1:]);print(json.dumps(r))
 else:
  r=json.load(open(a[0]))
  if m=="verdict":print(r.get("verdict",""))
@@ -48,6 +59,27 @@ lifecycle() {
   awsr autoscaling complete-lifecycle-action --lifecycle-action-result "$1" --instance-id "$IID" \
     --lifecycle-hook-name "$GPU_CLOUD_LIFECYCLE_HOOK" --auto-scaling-group-name "$GPU_CLOUD_ASG_NAME"
 }
+# The verdict where it outlives the instance: the artifact bucket's gate-reports/<pool>/, keyed by time so a
+# listing is in boot order (the repair controller counts a pool's rejections there, jobs/node_repair.py).
+publish() {
+  local f=$R/var/lib/gpu-cloud/published.json b=${GPU_CLOUD_ARTIFACT_URI#s3://}
+  py published "$RPT" mode="$MODE" pool="$GPU_CLOUD_POOL" asg="$GPU_CLOUD_ASG_NAME" instanceType="$ITYPE" \
+    ami="${GPU_CLOUD_AMI_NAME:-}" reason="$REASON" startedAt="$STARTED" >"$f" &&
+    awsr s3 cp --only-show-errors --content-type application/json "$f" \
+      "s3://${b%%/*}/gate-reports/$GPU_CLOUD_POOL/$STARTED-$IID-$MODE.json"
+}
+# Pass: install the boot units from the bundle (the gate on every boot, the run-time checker every minute) and
+# this script as the gate unit's command. Idempotent: the same files again, the same links.
+install_units() {
+  local u=$R/etc/systemd/system
+  mkdir -p "$u" "${SELF%/*}" "${HEALTH_ENV%/*}"
+  [[ $0 -ef $SELF ]] || install -m 0755 "$0" "$SELF"
+  install -m 0644 "$VD"/units/gpu-cloud-* "$u/"
+  printf 'GPU_CLOUD_EXPECT=%s\nGPU_CLOUD_INSTANCE_ID=%s\nGPU_CLOUD_VERIFY_BUDGET_S=%s\nGPU_CLOUD_VERIFY_KILL_GRACE_S=%s\n' \
+    "${EXPECT#"$R"}" "$IID" "$BUDGET" "$GPU_CLOUD_VERIFY_KILL_GRACE_S" >"$HEALTH_ENV"
+  systemctl ${R:+"--root=$R"} enable gpu-cloud-gate.service gpu-cloud-health.timer
+  [[ -n $R || $MODE == reboot ]] || systemctl --no-block start gpu-cloud-health.timer # a reboot starts it itself
+}
 finish() {
   if [[ -n $TEE ]]; then exec 1>&3 2>&4; wait "$TEE" 2>/dev/null || true; fi
   exit "$1"
@@ -68,7 +100,13 @@ on_exit() {
   log "report: $(cat "$RPT")"
   if [[ -n $IID && -n ${GPU_CLOUD_REGION:-} && -n ${GPU_CLOUD_ASG_NAME:-} && -n ${GPU_CLOUD_LIFECYCLE_HOOK:-} ]]; then
     tag gpu-cloud:verify fail gpu-cloud:verify-reason "$REASON" || log "tagging failed"
-    lifecycle ABANDON || log "ABANDON failed; the hook timeout ABANDONs"
+    [[ -z ${GPU_CLOUD_POOL:-} || -z ${GPU_CLOUD_ARTIFACT_URI:-} ]] || publish || log "publishing the report failed"
+    if [[ $MODE == launch ]]; then
+      lifecycle ABANDON || log "ABANDON failed; the hook timeout ABANDONs"
+    else # in service: the group replaces an instance reported unhealthy, through its termination hook
+      awsr autoscaling set-instance-health --instance-id "$IID" --health-status Unhealthy \
+        --no-should-respect-grace-period || log "set-instance-health failed; the node stays out of the cluster"
+    fi
   else
     log "no instance id/config: the hook timeout ABANDONs"
   fi
@@ -93,18 +131,26 @@ IID=$(retry imds instance-id) || fail "imds: instance-id unavailable"
 ITYPE=$(retry imds instance-type) || fail "imds: instance-type unavailable"
 
 STEP=config
+[[ $MODE == launch || $MODE == reboot ]] || fail "config: GPU_CLOUD_BOOT '$MODE' is not launch or reboot"
+# This boot's verdict only: last boot's report and textfiles would speak for a node not yet proven.
+rm -f "$RPT" "$TEXTFILES/gpu_cloud_verify.prom" "$TEXTFILES/gpu_cloud_health.prom" "$R/var/lib/gpu-cloud/health.json"
 : "${GPU_CLOUD_REGION:?}" "${GPU_CLOUD_ASG_NAME:?}" "${GPU_CLOUD_LIFECYCLE_HOOK:?}" "${GPU_CLOUD_POOL:?}"
 : "${GPU_CLOUD_ARTIFACT_URI:?}" "${GPU_CLOUD_ARTIFACT_SHA256:?}"
 [[ $GPU_CLOUD_ARTIFACT_URI =~ ^s3://[^/]+/.+ ]] || fail "config: bad artifact URI"
 [[ $GPU_CLOUD_ARTIFACT_SHA256 =~ ^[0-9a-fA-F]{64}$ ]] || fail "config: bad artifact sha256"
-log "instance $IID ($ITYPE) pool $GPU_CLOUD_POOL asg $GPU_CLOUD_ASG_NAME"
+log "instance $IID ($ITYPE) pool $GPU_CLOUD_POOL asg $GPU_CLOUD_ASG_NAME, $MODE boot"
 
 STEP=artifact
 A=$R/var/lib/gpu-cloud/verifier.tar
 mkdir -p "${A%/*}"
-retry aws --region "$GPU_CLOUD_REGION" s3 cp --only-show-errors "$GPU_CLOUD_ARTIFACT_URI" "$A" ||
-  fail "artifact: download failed"
-sum=$(sha256sum "$A" | cut -d' ' -f1)
+sum=$( [[ -s $A ]] && sha256sum "$A" | cut -d' ' -f1 ) || sum=''
+if [[ $sum == "${GPU_CLOUD_ARTIFACT_SHA256,,}" ]]; then
+  log "bundle from an earlier boot matches its sha256"
+else
+  retry aws --region "$GPU_CLOUD_REGION" s3 cp --only-show-errors "$GPU_CLOUD_ARTIFACT_URI" "$A" ||
+    fail "artifact: download failed"
+  sum=$(sha256sum "$A" | cut -d' ' -f1)
+fi
 [[ $sum == "${GPU_CLOUD_ARTIFACT_SHA256,,}" ]] || fail "artifact: sha256 mismatch (got $sum)"
 rm -rf "$VD"
 mkdir -p "$VD"
@@ -116,7 +162,9 @@ source "$VD/gate.sh"
 
 STEP=gate
 log "report: $(cat "$RPT")"
+install_units
 tag gpu-cloud:verify pass || log "tagging pass failed (continuing)"
-lifecycle CONTINUE || fail "gate: CompleteLifecycleAction CONTINUE failed"
+publish || log "publishing the report failed (continuing)"
+[[ $MODE == reboot ]] || lifecycle CONTINUE || fail "gate: CompleteLifecycleAction CONTINUE failed"
 DONE=1
-log "verified: CONTINUE; nodeadm may start the kubelet"
+log "verified ($MODE boot)$([[ $MODE == reboot ]] || echo ': CONTINUE'); nodeadm may start the kubelet"

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # gpu-cloud node gate, the checks. Shipped in the pool's verifier bundle and sourced by bootstrap.sh (user-data)
-# once the bundle's SHA-256 matched; bootstrap.sh's log/fail/retry/py, STEP, R, VD, RPT, IID, ITYPE and POLL
-# are in scope, and any failure here ends in its fail-closed exit handler. Returning passes the gate.
-# shellcheck disable=SC2154,SC2034 # R, VD, RPT, IID, ITYPE, POLL come from bootstrap.sh, whose exit handler reads STEP
+# once the bundle's SHA-256 matched; bootstrap.sh's log/fail/retry/py, STEP, R, VD, RPT, TEXTFILES, IID, ITYPE
+# and POLL are in scope, and any failure here ends in its fail-closed exit handler. Returning passes the gate.
+# shellcheck disable=SC2154,SC2034 # R, VD, RPT, TEXTFILES, IID, ITYPE, POLL come from bootstrap.sh, whose exit handler reads STEP
 
 STEP=config
 : "${GPU_CLOUD_DRIVER_SOURCE:?}" "${GPU_CLOUD_AMI_NAME:?}" "${GPU_CLOUD_DRIVER_BRANCH:?}" "${GPU_CLOUD_DRIVER_VERSION=}"
@@ -106,8 +106,8 @@ if [[ $GPU_CLOUD_LUSTRE == true ]]; then
 fi
 
 STEP=verify
-PROM=$R/var/lib/node_exporter/textfile_collector/gpu_cloud_verify.prom
-mkdir -p "${PROM%/*}"
+PROM=$TEXTFILES/gpu_cloud_verify.prom
+mkdir -p "$TEXTFILES"
 rm -f "$RPT"
 EXPECT=$VD/expect/$ITYPE.json
 [[ -s $EXPECT ]] || fail "verify: no expectation for instance type $ITYPE in the artifact"

@@ -2,8 +2,10 @@
 """gpu-cloud node verifier: checks a GPU node against what its instance type promises.
 
 The gate runs it at every boot, before the kubelet starts, and admits the node only when the verdict is
-"pass" (--mode boot). A timer runs it again every few minutes while the node works (--mode runtime), with
-the checks a running workload does not disturb, and the XIDs and SXids logged since its last run.
+"pass" (--mode boot). A timer runs it again every minute while the node works (--mode runtime), with
+the checks a running workload does not disturb. Both read the kernel log of the current boot, so a
+fatal XID or SXid stays a fault until the node reboots (as DCGM's last-XID field does until the driver
+reloads): a reboot or a replacement is what clears it.
 
 Every verdict comes from the fault table (spec/faults.yaml, shipped beside this script as faults.json):
 a check names the fault class it found, the table says whether that fails or warns at boot and what
@@ -12,7 +14,7 @@ repairs it, and the report carries both.
 Usage:
     python3 gpu_verify.py --expect EXPECT.json --report REPORT.json [--textfile PATH]
                           [--kernel-log PATH] [--budget-s 60] [--faults faults.json]
-                          [--mode boot|runtime] [--since EPOCH]
+                          [--mode boot|runtime]
 
 Exit status: 0 pass, 1 fail, 2 could not run (verdict "error": EXPECT missing or invalid, pynvml
 not importable, NVML initialisation failed, report not writable). A report is written whenever the
@@ -34,8 +36,7 @@ fail, warn, skip; gpu is an index or null; fault the class a fail or warn found,
 the verdict and every check's status are state sets (one sample per state, 1 for the one it had).
 --kernel-log PATH reads XID and SXid lines from PATH instead of `journalctl -k -b` (falling back to
 `dmesg`; each source gets its own bounded attempt). Every line in PATH counts: a file that spans several
-boots (/var/log/messages, a saved journal) brings the XIDs of earlier boots with it. --since EPOCH
-(run-time mode) reads the kernel log from that Unix time on (`journalctl -k -b --since @EPOCH`).
+boots (/var/log/messages, a saved journal) brings the XIDs of earlier boots with it.
 
 Environment:
     GPU_CLOUD_INSTANCE_ID  copied into the report's instanceId (null when unset).
@@ -382,12 +383,11 @@ class Verifier(object):
 
     def __init__(self, nvml: Any, expect: Dict[str, Any], budget_s: float, faults: FaultTable,
                  kernel_log_path: Optional[str] = None, started: Optional[float] = None,
-                 mode: str = "boot", since: Optional[float] = None):
+                 mode: str = "boot"):
         self.nvml = nvml
         self.expect = expect
         self.faults = faults
         self.mode = mode
-        self.since = since
         self.kernel_log_path = kernel_log_path
         self.started = time.monotonic() if started is None else started
         # Keep a little of the budget back for writing the report.
@@ -576,7 +576,7 @@ class Verifier(object):
             # action vouches for every GPU decides between warn and fail.
             boot_log = self.read_boot_log()
             self.open_gpus()
-            if self.mode == "boot":  # at run time the kernel log since the last check covers XIDs
+            if self.mode == "boot":  # at run time the kernel log of this boot covers XIDs
                 self.start_xid_watch()
             self.poll_fabric()
             for gpu in self.gpus:
@@ -695,10 +695,7 @@ class Verifier(object):
                 return BootLog(None, self.kernel_log_path, "cannot read kernel log: %s" % err,
                                named_file=True)
         problems = []
-        commands = KERNEL_LOG_COMMANDS
-        if self.since is not None:  # run time: what was logged since the last run (dmesg cannot tell)
-            commands = ((KERNEL_LOG_COMMANDS[0] + ("--since", "@%d" % int(self.since))),) + commands[1:]
-        for command in commands:
+        for command in KERNEL_LOG_COMMANDS:
             executable = shutil.which(command[0])
             if executable is None:
                 problems.append("%s not found" % command[0])
@@ -722,8 +719,7 @@ class Verifier(object):
         return BootLog(None, "", "; ".join(problems))
 
     def log_where(self, boot_log: BootLog) -> str:
-        where = "in %s %s" % (boot_log.source, "since boot" if self.since is None else
-                              "since the last check")
+        where = "in %s since boot" % boot_log.source
         return where + (" (%s)" % boot_log.problem if boot_log.problem else "")
 
     def check_xid_kernel_log(self, boot_log: BootLog) -> Outcome:
@@ -1403,7 +1399,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--mode", choices=MODES, default="boot",
                         help="boot: every check, before the kubelet; runtime: what a workload "
                         "does not disturb, while the node works")
-    parser.add_argument("--since", type=float, help="runtime: read the kernel log from this Unix time")
     return parser.parse_args(argv)
 
 
@@ -1427,7 +1422,7 @@ def verify(args: argparse.Namespace, nvml: Any = None) -> Dict[str, Any]:
         if nvml is None:
             import pynvml as nvml  # noqa: F811  (only here, so a missing module is a verdict)
         verifier = Verifier(nvml, expect, args.budget_s, table, args.kernel_log, started,
-                            mode=args.mode, since=args.since)
+                            mode=args.mode)
         try:
             report["verdict"] = verifier.run()
         finally:

@@ -19,6 +19,10 @@ install_driver_stack() {
   [[ -e $R/etc/yum.repos.d/cuda-amzn2023.repo ]] || retry dnf -y config-manager --add-repo \
     "https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/$(uname -m)/cuda-amzn2023.repo" ||
     fail "driver: cannot add the NVIDIA repo"
+  # A later boot: the module an earlier boot built is installed; udev may not have loaded it yet.
+  if ! drv_ok && modinfo nvidia >/dev/null 2>&1; then
+    modprobe nvidia || fail "driver: modprobe nvidia failed"
+  fi
   if drv_ok; then
     log "driver $(drv) is on branch $BR; not reinstalling"
   else

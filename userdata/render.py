@@ -37,7 +37,9 @@ MIME_BOUNDARY = "==GPU-CLOUD-USER-DATA=="
 HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SH = HERE / "bootstrap.sh"
 GPU_VERIFY_PY = HERE / "gpu_verify.py"
-BUNDLE_SCRIPTS = ("gate.sh", "install.sh")     # sourced from the bundle by bootstrap.sh
+BUNDLE_SCRIPTS = ("gate.sh", "install.sh", "health.sh")   # sourced by bootstrap.sh; health.sh run by its unit
+# systemd units bootstrap.sh installs on a pass: the gate on every later boot, the run-time checker's timer
+BOOT_UNITS = ("gpu-cloud-gate.service", "gpu-cloud-health.service", "gpu-cloud-health.timer")
 DRIVER_SOURCES = ("ami", "install")
 # gpuDriver.source install: containerd 2 (config version 3) runs containers through the NVIDIA runtime, set
 # through the NodeConfig, the way nodeadm sets it itself when it finds nvidia-container-runtime on the
@@ -323,10 +325,11 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
 
 
 def _bootstrap_body() -> str:
-    text = BOOTSTRAP_SH.read_text(encoding="utf-8")
-    if text.startswith("#!"):
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-    return text
+    """bootstrap.sh without its shebang and its whole-line comments (shellcheck directives stay): the comments
+    are for the reader of the source, and the user-data has a 16 KB limit to share with the NodeConfig."""
+    lines = BOOTSTRAP_SH.read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(line for line in lines[lines[0].startswith("#!"):]
+                   if not line.lstrip().startswith("#") or line.lstrip().startswith("# shellcheck"))
 
 
 def render_shell_part(node: NodeBootstrap) -> str:
@@ -425,8 +428,9 @@ def build_verifier_artifact(
     faults: Optional[Mapping[str, Any]] = None,
 ) -> bytes:
     """The pool's verifier bundle: an uncompressed POSIX ustar archive of the gate scripts (gate.sh,
-    install.sh), gpu_verify.py, pynvml.py, faults.json (spec/faults.py: the fault table the verifier
-    judges by) and expect/<instance type>.json per type.
+    install.sh), the run-time checker (health.sh), the systemd units that run both (units/), gpu_verify.py,
+    pynvml.py, faults.json (spec/faults.py: the fault table the verifier judges by) and
+    expect/<instance type>.json per type.
 
     A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
 
@@ -444,6 +448,7 @@ def build_verifier_artifact(
     """
     files = {
         **{script: (HERE / script).read_bytes() for script in BUNDLE_SCRIPTS},
+        **{f"units/{unit}": (HERE / "units" / unit).read_bytes() for unit in BOOT_UNITS},
         "gpu_verify.py": Path(verifier_source or GPU_VERIFY_PY).read_bytes(),
         "pynvml.py": Path(pynvml_source or _pynvml_path()).read_bytes(),
         "faults.json": (json.dumps(bundle_document() if faults is None else faults, sort_keys=True, indent=2)

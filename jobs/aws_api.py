@@ -1,0 +1,239 @@
+"""The AWS calls of the GPU node repair controller, with the standard library only (the image is a plain python
+image: no SDK to install at run time, nothing fetched from anywhere).
+
+- Credentials from EKS Pod Identity, as botocore's container provider reads them (botocore 1.44.8
+  credentials.py ContainerProvider, lines 2082-2155): GET $AWS_CONTAINER_CREDENTIALS_FULL_URI with the token in
+  $AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (read again on every fetch: the kubelet rotates it) as the Authorization
+  header; the answer's AccessKeyId, SecretAccessKey, Token, Expiration. They are fetched again 15 minutes before
+  they expire (botocore's advisory refresh, RefreshableCredentials._advisory_refresh_timeout).
+- Requests signed with Signature Version 4 (AWS General Reference, "Create a signed AWS API request"): the Query
+  protocol (Auto Scaling 2011-01-01, EC2 2016-11-15: a form-encoded POST, an XML answer) and S3's REST GETs.
+  tests/test_aws_api.py holds the signatures to botocore's signer and runs every call against moto in server
+  mode with its authentication on, which recomputes the signature and applies the controller's IAM policy.
+
+AWS_ENDPOINT_URL (the variable botocore honours for every service) sends every call to one endpoint, path-style for
+S3: tests only.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+REFRESH_BEFORE_S = 15 * 60
+AUTOSCALING_VERSION = "2011-01-01"
+EC2_VERSION = "2016-11-15"
+TIMEOUT_S = 20
+
+
+class AwsError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{code}: {message} (HTTP {status})")
+        self.status, self.code, self.message = status, code, message
+
+
+class Credentials(NamedTuple):
+    access_key: str
+    secret_key: str
+    token: Optional[str]
+    expires: float          # Unix time; inf for static credentials
+
+
+class PodIdentityCredentials:
+    """EKS Pod Identity's credentials for this pod's service account, fetched again before they expire."""
+
+    def __init__(self, environ: Mapping[str, str] = os.environ, clock: Callable[[], float] = time.time,
+                 opener: Callable[..., Any] = urllib.request.urlopen):
+        self.environ, self.clock, self.opener = environ, clock, opener
+        self.current: Optional[Credentials] = None
+
+    def get(self) -> Credentials:
+        if self.current is None or self.current.expires - self.clock() < REFRESH_BEFORE_S:
+            self.current = self.fetch()
+        return self.current
+
+    def fetch(self) -> Credentials:
+        url = self.environ["AWS_CONTAINER_CREDENTIALS_FULL_URI"]
+        with open(self.environ["AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"], encoding="utf-8") as handle:
+            token = handle.read()
+        if "\r" in token or "\n" in token:
+            raise ValueError("the Pod Identity token is not a legal header value")
+        request = urllib.request.Request(url, headers={"Authorization": token})
+        with self.opener(request, timeout=TIMEOUT_S) as answer:
+            found = json.loads(answer.read())
+        expires = datetime.datetime.fromisoformat(found["Expiration"].replace("Z", "+00:00")).timestamp()
+        return Credentials(found["AccessKeyId"], found["SecretAccessKey"], found.get("Token"), expires)
+
+
+def _hmac(key: bytes, text: str) -> bytes:
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest()
+
+
+def _quote(text: str) -> str:
+    return urllib.parse.quote(text, safe="-_.~")
+
+
+def canonical_query(params: Mapping[str, str]) -> str:
+    return "&".join(f"{_quote(k)}={_quote(v)}" for k, v in sorted(params.items()))
+
+
+def sign(method: str, url: str, headers: Mapping[str, str], body: bytes, credentials: Credentials, region: str,
+         service: str, now: datetime.datetime) -> Dict[str, str]:
+    """`headers` with the SigV4 Authorization, X-Amz-Date, X-Amz-Security-Token and (S3) X-Amz-Content-Sha256
+    headers added. The canonical request signs every header given, plus host."""
+    parts = urllib.parse.urlsplit(url)
+    stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    payload_hash = hashlib.sha256(body).hexdigest()
+    signed = {k.lower(): " ".join(str(v).split()) for k, v in headers.items()}
+    signed["host"] = parts.netloc
+    signed["x-amz-date"] = stamp
+    if credentials.token:
+        signed["x-amz-security-token"] = credentials.token
+    if service == "s3":
+        signed["x-amz-content-sha256"] = payload_hash
+    names = sorted(signed)
+    query = canonical_query(dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True)))
+    path = parts.path or "/"
+    if service != "s3":     # S3 signs the path as sent; the others normalize it, a form path is always "/"
+        path = urllib.parse.quote(path, safe="/-_.~")
+    canonical = "\n".join([method, path, query, "".join(f"{n}:{signed[n]}\n" for n in names), ";".join(names),
+                           payload_hash])
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = _hmac(_hmac(_hmac(_hmac(("AWS4" + credentials.secret_key).encode(), day), region), service), "aws4_request")
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {**headers, "X-Amz-Date": stamp,
+           "Authorization": f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+                            f"SignedHeaders={';'.join(names)}, Signature={signature}"}
+    if credentials.token:
+        out["X-Amz-Security-Token"] = credentials.token
+    if service == "s3":
+        out["X-Amz-Content-Sha256"] = payload_hash
+    return out
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _child(element: ET.Element, name: str) -> Optional[ET.Element]:
+    return next((c for c in element if _local(c.tag) == name), None)
+
+
+def _text(element: ET.Element, name: str) -> str:
+    found = _child(element, name)
+    return "" if found is None or found.text is None else found.text
+
+
+def _members(element: Optional[ET.Element]) -> List[ET.Element]:
+    return [] if element is None else [c for c in element if _local(c.tag) in ("member", "item")]
+
+
+class Aws:
+    """The calls the controller makes, in one region."""
+
+    def __init__(self, region: str, dns_suffix: str, credentials: Any, endpoint: Optional[str] = None,
+                 opener: Callable[..., Any] = urllib.request.urlopen,
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)):
+        self.region, self.dns_suffix, self.credentials = region, dns_suffix, credentials
+        self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/") or None
+        self.opener, self.now = opener, now
+
+    def _send(self, method: str, url: str, service: str, headers: Dict[str, str], body: bytes = b"") -> bytes:
+        headers = sign(method, url, headers, body, self.credentials.get(), self.region, service, self.now())
+        request = urllib.request.Request(url, data=body or None, method=method, headers=headers)
+        try:
+            with self.opener(request, timeout=TIMEOUT_S) as answer:
+                return answer.read()
+        except urllib.error.HTTPError as error:
+            raise _error(error.code, error.read()) from None
+
+    def query(self, service: str, version: str, action: str, params: Mapping[str, str]) -> ET.Element:
+        url = (self.endpoint or f"https://{service}.{self.region}.{self.dns_suffix}") + "/"
+        body = canonical_query({"Action": action, "Version": version, **params}).encode()
+        answer = self._send("POST", url, service,
+                            {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+        return ET.fromstring(answer)
+
+    # --- Auto Scaling and EC2
+
+    def describe_groups(self, names: List[str]) -> Dict[str, Dict[str, Any]]:
+        """{group: {"desired", "suspended": [process], "instances": {id: {"lifecycle", "health"}}}}."""
+        groups: Dict[str, Dict[str, Any]] = {}
+        token = ""
+        while True:
+            params = {f"AutoScalingGroupNames.member.{i}": n for i, n in enumerate(names, 1)}
+            if token:
+                params["NextToken"] = token
+            root = self.query("autoscaling", AUTOSCALING_VERSION, "DescribeAutoScalingGroups", params)
+            result = _child(root, "DescribeAutoScalingGroupsResult")
+            for group in _members(_child(result, "AutoScalingGroups")):
+                groups[_text(group, "AutoScalingGroupName")] = {
+                    "desired": int(_text(group, "DesiredCapacity") or 0),
+                    "suspended": [_text(p, "ProcessName") for p in _members(_child(group, "SuspendedProcesses"))],
+                    "instances": {_text(i, "InstanceId"): {"lifecycle": _text(i, "LifecycleState"),
+                                                           "health": _text(i, "HealthStatus")}
+                                  for i in _members(_child(group, "Instances"))}}
+            token = _text(result, "NextToken")
+            if not token:
+                return groups
+
+    def replace_instance(self, instance_id: str) -> None:
+        """Terminate through the group, which keeps its desired size and launches another; the termination hook
+        holds the instance for the drain handler first."""
+        self.query("autoscaling", AUTOSCALING_VERSION, "TerminateInstanceInAutoScalingGroup",
+                   {"InstanceId": instance_id, "ShouldDecrementDesiredCapacity": "false"})
+
+    def suspend_launch(self, group: str) -> None:
+        self.query("autoscaling", AUTOSCALING_VERSION, "SuspendProcesses",
+                   {"AutoScalingGroupName": group, "ScalingProcesses.member.1": "Launch"})
+
+    def reboot_instance(self, instance_id: str) -> None:
+        self.query("ec2", EC2_VERSION, "RebootInstances", {"InstanceId.1": instance_id})
+
+    # --- S3
+
+    def _s3_url(self, bucket: str, key: str = "", query: str = "") -> str:
+        path = urllib.parse.quote(key, safe="/-_.~")
+        base = f"{self.endpoint}/{bucket}" if self.endpoint else f"https://{bucket}.s3.{self.region}.{self.dns_suffix}"
+        return f"{base}/{path}" + (f"?{query}" if query else "")
+
+    def list_keys(self, bucket: str, prefix: str, start_after: str = "") -> List[str]:
+        """Every key under `prefix` after `start_after`, in S3's order (UTF-8 binary, so time-stamped keys are
+        oldest first)."""
+        keys: List[str] = []
+        token = ""
+        while True:
+            params = {"list-type": "2", "prefix": prefix}
+            if start_after:
+                params["start-after"] = start_after
+            if token:
+                params["continuation-token"] = token
+            root = ET.fromstring(self._send("GET", self._s3_url(bucket, query=canonical_query(params)), "s3", {}))
+            keys += [_text(c, "Key") for c in root if _local(c.tag) == "Contents"]
+            token = _text(root, "NextContinuationToken")
+            if _text(root, "IsTruncated") != "true" or not token:
+                return keys
+
+    def get_object(self, bucket: str, key: str) -> bytes:
+        return self._send("GET", self._s3_url(bucket, key), "s3", {})
+
+
+def _error(status: int, body: bytes) -> AwsError:
+    """The Query protocol's <ErrorResponse><Error><Code>, EC2's <Response><Errors><Error>, S3's <Error>."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return AwsError(status, "HTTP", body[:200].decode("utf-8", "replace"))
+    error = next((e for e in root.iter() if _local(e.tag) == "Error"), root)
+    return AwsError(status, _text(error, "Code") or "Unknown", _text(error, "Message"))
+

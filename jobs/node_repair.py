@@ -1,0 +1,702 @@
+#!/usr/bin/env python3
+"""GPU node repair controller: acts on the fault table's remediations, within a budget, and brakes looping pools.
+
+Runs as the Deployment kube-system/gpu-node-repair (one replica, Recreate). Every `intervalSeconds` it:
+1. reads the GPU nodes (label `poolLabel`), what their run-time checker last said through Prometheus
+   (gpu_cloud_node_health_remediation, _fault, _timestamp_seconds: userdata/gpu_verify.py render_textfile), and
+   their Auto Scaling groups;
+2. moves the repairs in flight on (`advance`): a reboot evicts the node's pods, reboots it, and is done when the
+   node's checker passes after the reboot, or escalates to a replacement; a replacement is done when the group no
+   longer has the instance;
+3. decides what to start (`decide`): the safety rules are there, and every decision, taken or refused, is an Event
+   on the node and a sample of gpu_cloud_repair_decisions_total;
+4. reads the gate's verdicts from S3 (`reportsPrefix`), exposes them as metrics, and suspends a pool's Launch process
+   after `brakeAfter` rejected launches in a row (`brake`).
+What it has started is written to its state ConfigMap before it acts (optimistic concurrency on resourceVersion),
+so a restart neither forgets a repair nor spends the budget twice. Metrics on :metricsPort/metrics.
+
+When it fails, who sees it: every failed call counts in gpu_cloud_repair_errors_total{source} and is logged; the
+loop's last success is gpu_cloud_repair_last_success_timestamp_seconds, and GpuRepairControllerDown fires when it
+stops. A failed tick changes nothing; the next one starts from the state ConfigMap.
+
+Standard library only (plain python image); AWS calls through aws_api.py beside it. CONFIG (default
+/etc/gpu-node-repair/config.json) is spec/repair.py's controller_config.
+"""
+from __future__ import annotations
+
+import datetime
+import http.server
+import json
+import math
+import os
+import ssl
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+SA_DIR = Path(os.environ.get("SERVICEACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount"))
+COMPONENT = "gpu-node-repair"
+HOUR = 3600.0
+IN_FLIGHT = ("draining", "rebooting", "replacing")
+DRY_RUN = "dry-run"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# What the controller sees and decides: plain values, so the rules can be tested over a table of states
+# --------------------------------------------------------------------------------------------------------------------
+
+class NodeState(NamedTuple):
+    name: str
+    pool: str
+    instance_id: str
+    ready: bool
+    unschedulable: bool
+    ours: bool                   # cordoned by this controller (its annotation is on the node)
+    lifecycle: str               # the instance's state in its group ("InService", "Terminating:Wait", ...; "" if absent)
+    remediation: str             # what the last run-time check asks for: none, reset, reboot, replace ("" if unknown)
+    faults: Tuple[str, ...]
+    checked_at: float            # when that check ran (0 if never)
+    boot_id: str = ""            # the kubelet's status.nodeInfo.bootID: a new one proves a reboot happened
+
+
+class Decision(NamedTuple):
+    node: str
+    pool: str
+    action: str                  # reboot | replace
+    outcome: str                 # repair | dry-run | refused | waiting
+    reason: str
+
+
+def serving(node: NodeState) -> bool:
+    return node.ready and not node.unschedulable and node.lifecycle == "InService"
+
+
+def wanted_action(node: NodeState, actions: Mapping[str, str]) -> Optional[str]:
+    return actions.get(node.remediation)
+
+
+def active_for(repairs: Sequence[Mapping[str, Any]], node: str, now: float) -> Optional[Mapping[str, Any]]:
+    """The node's repair in flight, or its dry-run decision of the last hour."""
+    for repair in repairs:
+        if repair["node"] == node and (repair["phase"] in IN_FLIGHT or
+                                       (repair["phase"] == DRY_RUN and now - repair["startedAt"] < HOUR)):
+            return repair
+    return None
+
+
+def decide(now: float, config: Mapping[str, Any], nodes: Sequence[NodeState], repairs: Sequence[Mapping[str, Any]],
+           first_seen: Mapping[str, float]) -> List[Decision]:
+    """What to do about every node whose run-time check asks for a reboot or a replacement, pool by pool.
+
+    A node waits until it has asked for `confirmSeconds` (first_seen: when this controller first saw it ask, without
+    a break) on a fresh check. Then, in this order, a pool refuses: when more than `fleetFaultShare` of its nodes ask
+    at once (and more than one: a checker or image fault, not hardware); a node already leaving (cordoned by someone
+    else, or not InService in its group); a repair already in flight in the pool (`maxInFlight`: one; in a
+    reservation the replacement has no capacity until the old instance is gone); a spent budget (`maxPerHour`
+    repairs started in the last hour, dry-run decisions included); and a pool that would serve with fewer nodes than
+    its instance refresh keeps (`minHealthyPercent` of its nodes, rounded down). Otherwise: repair, or dry-run."""
+    decisions: List[Decision] = []
+    actions = config["actions"]
+    for pool, policy in sorted(config["pools"].items()):
+        members = [n for n in nodes if n.pool == pool]
+        asking = sorted((n for n in members if wanted_action(n, actions)), key=lambda n: (first_seen.get(n.name, now),
+                                                                                           n.name))
+        if not asking:
+            continue
+        in_flight = [(r["action"], r["node"]) for r in repairs if r["pool"] == pool and r["phase"] in IN_FLIGHT]
+        started = sum(1 for r in repairs if r["pool"] == pool and now - r["startedAt"] < HOUR)
+        up = sum(1 for n in members if serving(n))
+        floor_ = len(members) * policy["minHealthyPercent"] // 100
+        halted = len(asking) > max(1, math.floor(config["fleetFaultShare"] * len(members)))
+        for node in asking:
+            action = wanted_action(node, actions)
+            if active_for(repairs, node.name, now):
+                continue                                    # a second fault during its repair: the repair goes on
+
+            seen_for = now - first_seen.get(node.name, now)
+            if now - node.checked_at > config["staleCheckSeconds"]:
+                outcome, reason = "waiting", f"its last health check is {int(now - node.checked_at)} s old"
+            elif seen_for < config["confirmSeconds"]:
+                outcome, reason = "waiting", (f"{', '.join(node.faults) or node.remediation} seen for {int(seen_for)} s "
+                                              f"of {config['confirmSeconds']}")
+            elif halted:
+                outcome, reason = "refused", (f"{len(asking)} of {len(members)} nodes of pool {pool} ask for repair at "
+                                              "once: more than the checker or the image should be trusted with; a "
+                                              "person must look")
+            elif (node.unschedulable and not node.ours) or node.lifecycle != "InService":
+                outcome, reason = "refused", (f"already leaving (cordoned: {node.unschedulable}, group state: "
+                                              f"{node.lifecycle or 'not in its group'})")
+            elif len(in_flight) >= policy["maxInFlight"]:
+                outcome, reason = "refused", (f"{in_flight[0][0]} of {in_flight[0][1]} in flight; one at a time"
+                                              + (" in a reservation" if policy["reserved"] else ""))
+            elif started >= policy["maxPerHour"]:
+                outcome, reason = "refused", (f"budget spent: {started} repairs in pool {pool} in the last hour "
+                                              f"(at most {policy['maxPerHour']})")
+            elif up - serving(node) < floor_:
+                outcome, reason = "refused", (f"pool {pool} would serve with {up - serving(node)} of {len(members)} "
+                                              f"nodes, below its minimum healthy {floor_} "
+                                              f"({policy['minHealthyPercent']} %)")
+            else:
+                outcome = DRY_RUN if config["dryRun"] else "repair"
+                reason = f"{', '.join(node.faults) or node.remediation}: {action}"
+                started += 1
+                if not config["dryRun"]:
+                    in_flight.append((action, node.name))
+                    up -= serving(node)
+            decisions.append(Decision(node.name, pool, action, outcome, reason))
+    return decisions
+
+
+class Step(NamedTuple):
+    phase: str                   # the repair's phase from now on
+    do: str                      # what to do now: "" | evict | reboot | replace | uncordon
+    reason: str
+
+
+def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], node: Optional[NodeState],
+            evictable: int = 0) -> Step:
+    """The next step of a repair in flight. `node` is None once the node is gone; `evictable` counts the pods still
+    to leave it (reboot only)."""
+    phase, timeout = repair["phase"], config["repairTimeoutSeconds"]
+    gone = node is None or node.lifecycle in ("", "Terminated")
+    if gone:
+        return Step("done", "", "the instance has left its group" + (" (replaced after failing its gate)"
+                                                                     if repair["action"] == "reboot" else ""))
+    if phase == "draining":
+        if evictable == 0:
+            return Step("rebooting", "reboot", "drained")
+        if now - repair["startedAt"] >= config["drainTimeoutSeconds"]:
+            return Step("rebooting", "reboot", f"{evictable} pods still there after {config['drainTimeoutSeconds']} s")
+        return Step("draining", "evict", f"{evictable} pods to evict")
+    if phase == "rebooting":
+        # A new boot (RebootInstances only asks the OS; a check may still run before it goes down), and a check since.
+        after = node.boot_id != repair.get("bootId") and node.checked_at > repair.get("rebootedAt", math.inf)
+        if after and node.ready and node.remediation == "none":
+            return Step("done", "uncordon", "healthy after its reboot")
+        if after and wanted_action(node, config["actions"]):
+            return Step("replacing", "replace", f"still faulty after its reboot ({', '.join(node.faults)})")
+        if now - repair["startedAt"] >= timeout:
+            return Step("replacing", "replace", f"not healthy {timeout} s after the repair began")
+        return Step("rebooting", "", "waiting for the node to pass its gate and a health check")
+    if phase == "replacing" and now - repair["startedAt"] >= timeout and not repair.get("stuck"):
+        return Step("replacing", "stuck", f"still in its group {timeout} s after the repair began")
+    return Step(phase, "", "")
+
+
+class Report(NamedTuple):
+    key: str
+    verdict: str
+    mode: str                    # launch | reboot
+    instance_id: str
+    instance_type: str
+    reason: str
+    warnings: Tuple[str, ...]    # fault classes that warned
+
+
+def consecutive_rejections(reports: Sequence[Report], after_key: str = "") -> Tuple[int, str]:
+    """Rejected launches at the end of `reports` (oldest first), after the last pass and after `after_key` (the
+    report a previous brake counted last): (how many, the last one's key)."""
+    count, last = 0, ""
+    for report in reversed(reports):
+        if report.key <= after_key or report.verdict == "pass":
+            break
+        if report.mode == "launch":
+            count += 1
+            last = last or report.key
+    return count, last
+
+
+def parse_report(key: str, body: bytes) -> Report:
+    found = json.loads(body)
+    boot = found.get("boot") or {}
+    warnings = tuple(sorted({c.get("fault") for c in found.get("checks") or []
+                             if c.get("status") == "warn" and c.get("fault")}))
+    return Report(key, str(found.get("verdict", "error")), str(boot.get("mode", "launch")),
+                  str(found.get("instanceId") or ""), str(boot.get("instanceType") or found.get("instanceType") or ""),
+                  str(boot.get("reason") or ""), warnings)
+
+
+def report_key_at(prefix: str, pool: str, when: float) -> str:
+    """The key a report published at `when` sorts after (userdata/bootstrap.sh: <prefix><pool>/<UTC stamp>-...)."""
+    return f"{prefix}{pool}/{datetime.datetime.fromtimestamp(when, datetime.timezone.utc):%Y%m%dT%H%M%SZ}"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Kubernetes and Prometheus, through the standard library
+# --------------------------------------------------------------------------------------------------------------------
+
+class HttpError(Exception):
+    def __init__(self, status: int, text: str):
+        super().__init__(f"HTTP {status}: {text[:300]}")
+        self.status = status
+
+
+class Kube:
+    """The API server, with the pod's service-account token and CA."""
+
+    def __init__(self, base: Optional[str] = None, sa_dir: Path = SA_DIR):
+        if base is None:
+            host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+            base = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        self.base, self.sa_dir = base, sa_dir
+        self.context = ssl.create_default_context(cafile=str(sa_dir / "ca.crt")) if base.startswith("https") else None
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        token = (self.sa_dir / "token").read_text(encoding="utf-8").strip()   # projected: re-read, it rotates
+        request = urllib.request.Request(self.base + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
+                                                  "Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(request, timeout=20, context=self.context) as answer:
+                return json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            raise HttpError(error.code, error.read().decode("utf-8", "replace")) from None
+
+
+def prometheus_vector(base: str, query: str, opener: Callable[..., Any] = urllib.request.urlopen) -> List[Dict]:
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    with opener(url, timeout=20) as answer:
+        found = json.loads(answer.read())
+    if found.get("status") != "success":
+        raise HttpError(200, f"prometheus: {found.get('error', found)}")
+    return found["data"]["result"]
+
+
+def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen) -> Dict[str, Dict[str, Any]]:
+    """{node: {"remediation", "faults", "checkedAt"}} from the run-time checker's series."""
+    health: Dict[str, Dict[str, Any]] = {}
+
+    def entry(sample: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+        node = sample["metric"].get("node")
+        return None if not node else health.setdefault(node, {"remediation": "", "faults": [], "checkedAt": 0.0})
+
+    for sample in prometheus_vector(base, "gpu_cloud_node_health_timestamp_seconds", opener):
+        found = entry(sample)
+        if found is not None:
+            found["checkedAt"] = max(found["checkedAt"], float(sample["value"][1]))
+    for sample in prometheus_vector(base, "gpu_cloud_node_health_remediation == 1", opener):
+        found = entry(sample)
+        if found is not None:
+            found["remediation"] = sample["metric"].get("remediation", "")
+    for sample in prometheus_vector(base, 'gpu_cloud_node_health_fault{status="fail"} == 1', opener):
+        found = entry(sample)
+        if found is not None:
+            found["faults"] = sorted(set(found["faults"]) | {sample["metric"].get("fault", "")})
+    return health
+
+
+def instance_id(provider_id: str) -> str:
+    """aws:///us-east-1a/i-0123456789abcdef0 -> i-0123456789abcdef0."""
+    return provider_id.rsplit("/", 1)[-1] if provider_id.startswith("aws://") else ""
+
+
+def evictable_pods(pods: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """The pods a drain evicts: not a DaemonSet's (it would come straight back), not a static pod's mirror, not
+    already finished. One being deleted still counts until it is gone."""
+    left = []
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+            continue
+        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        left.append(pod)
+    return left
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------------------------------
+
+class Metrics:
+    """Prometheus text exposition of the controller's gauges and counters (replaced whole after every tick)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counters: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+        self.gauges: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+        self.help: Dict[str, Tuple[str, str]] = {}
+
+    def count(self, name: str, help_text: str, by: float = 1, **labels: str) -> None:
+        with self.lock:
+            key = (name, tuple(sorted(labels.items())))
+            self.counters[key] = self.counters.get(key, 0) + by
+            self.help[name] = ("counter", help_text)
+
+    def set_gauges(self, samples: Iterable[Tuple[str, str, Mapping[str, str], float]]) -> None:
+        gauges, helps = {}, {}
+        for name, help_text, labels, value in samples:
+            gauges[(name, tuple(sorted(labels.items())))] = value
+            helps[name] = ("gauge", help_text)
+        with self.lock:
+            self.gauges = gauges
+            self.help = {**{k: v for k, v in self.help.items() if v[0] == "counter"}, **helps}
+
+    def render(self) -> str:
+        with self.lock:
+            series = {**self.counters, **self.gauges}
+            lines: List[str] = []
+            for name in sorted(self.help):
+                kind, text = self.help[name]
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+                for (metric, labels), value in sorted(series.items()):
+                    if metric == name:
+                        rendered = ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"')
+                                                         .replace("\n", " ")) for k, v in labels)
+                        lines.append(f"{name}{{{rendered}}} {value:g}" if rendered else f"{name} {value:g}")
+            return "\n".join(lines) + "\n"
+
+
+class SourceError(Exception):
+    """A call that failed, named by what was called (kubernetes, prometheus, aws, s3)."""
+
+    def __init__(self, source: str, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.source = source
+
+
+def calling(source: str, call: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return call(*args)
+    except (HttpError, OSError, ValueError, KeyError) as error:
+        raise SourceError(source, error) from error
+    except Exception as error:  # noqa: BLE001  (aws_api.AwsError and anything unforeseen: named by its source)
+        raise SourceError(source, error) from error
+
+
+DECISIONS_HELP = "Repair decisions, by pool, action and outcome (repair, dry-run, refused)."
+ERRORS_HELP = "Calls of the repair controller that failed, by what it called."
+BRAKES_HELP = "Times a pool's Launch was suspended (dry run: would have been) after rejected launches in a row."
+
+
+class Controller:
+    def __init__(self, config: Mapping[str, Any], kube: Kube, aws: Any, metrics: Metrics,
+                 prometheus: Callable[[], Dict[str, Dict[str, Any]]], clock: Callable[[], float] = time.time,
+                 log: Callable[[str], None] = lambda line: print(line, flush=True)):
+        self.config, self.kube, self.aws, self.metrics, self.prometheus = config, kube, aws, metrics, prometheus
+        self.clock, self.log = clock, log
+        self.first_seen: Dict[str, float] = {}
+        self.said: Dict[str, Tuple[str, str]] = {}        # node -> the last (outcome, reason) told: no repeated Events
+        self.reports: Dict[str, Report] = {}              # S3 key -> parsed report, for the keys still in the window
+        self.node_uids: Dict[str, str] = {}
+        # Every counter from 0, so that its first event is an increase (increase() needs two samples).
+        for pool in config["pools"]:
+            metrics.count("gpu_cloud_pool_brakes_total", BRAKES_HELP, by=0, pool=pool)
+            for action in sorted(set(config["actions"].values())):
+                for outcome in ("repair", DRY_RUN, "refused"):
+                    metrics.count("gpu_cloud_repair_decisions_total", DECISIONS_HELP, by=0, pool=pool, action=action,
+                                  outcome=outcome)
+        for source in ("kubernetes", "prometheus", "aws", "s3", "controller"):
+            metrics.count("gpu_cloud_repair_errors_total", ERRORS_HELP, by=0, source=source)
+
+    # --- state -----------------------------------------------------------------------------------------------------
+    def state_path(self) -> str:
+        return f"/api/v1/namespaces/{self.config['namespace']}/configmaps/{self.config['stateConfigMap']}"
+
+    def load_state(self) -> Tuple[Dict[str, Any], Optional[str]]:
+        try:
+            found = self.kube.call("GET", self.state_path())
+        except HttpError as error:
+            if error.status != 404:
+                raise
+            return {"repairs": [], "brakes": {}}, None
+        state = json.loads((found.get("data") or {}).get("state.json") or '{"repairs": [], "brakes": {}}')
+        return state, found["metadata"]["resourceVersion"]
+
+    def save_state(self, state: Mapping[str, Any], version: Optional[str]) -> str:
+        """Create or replace the state ConfigMap; a replace carries the version read, so a second writer gets 409."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self.config["stateConfigMap"], "namespace": self.config["namespace"],
+                             **({"resourceVersion": version} if version else {})},
+                "data": {"state.json": json.dumps(state, sort_keys=True)}}
+        if version is None:
+            saved = self.kube.call("POST", self.state_path().rsplit("/", 1)[0], body)
+        else:
+            saved = self.kube.call("PUT", self.state_path(), body)
+        return saved["metadata"]["resourceVersion"]
+
+    # --- observing ---------------------------------------------------------------------------------------------------
+    def observe(self, now: float) -> Tuple[List[NodeState], Dict[str, Dict[str, Any]]]:
+        label = self.config["poolLabel"]
+        found = calling("kubernetes", self.kube.call, "GET",
+                        "/api/v1/nodes?" + urllib.parse.urlencode({"labelSelector": label}))
+        groups = calling("aws", self.aws.describe_groups, sorted(p["asg"] for p in self.config["pools"].values()))
+        health = calling("prometheus", self.prometheus)
+        lifecycle = {iid: i["lifecycle"] for g in groups.values() for iid, i in g["instances"].items()}
+        nodes = []
+        for item in found.get("items", []):
+            meta, spec, status = item["metadata"], item.get("spec", {}), item.get("status", {})
+            pool = (meta.get("labels") or {}).get(label, "")
+            if pool not in self.config["pools"]:
+                continue
+            self.node_uids[meta["name"]] = meta.get("uid", "")
+            iid = instance_id(spec.get("providerID", ""))
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            checked = health.get(meta["name"], {})
+            nodes.append(NodeState(meta["name"], pool, iid, ready, bool(spec.get("unschedulable")),
+                                   self.config["repairAnnotation"] in (meta.get("annotations") or {}),
+                                   lifecycle.get(iid, ""), checked.get("remediation", ""),
+                                   tuple(checked.get("faults", ())), float(checked.get("checkedAt", 0.0)),
+                                   (status.get("nodeInfo") or {}).get("bootID", "")))
+        for node in nodes:          # the confirmation clock: any fresh answer but a repair resets it
+            if wanted_action(node, self.config["actions"]) and now - node.checked_at <= self.config["staleCheckSeconds"]:
+                self.first_seen.setdefault(node.name, now)
+            else:
+                self.first_seen.pop(node.name, None)
+        return nodes, groups
+
+    def pool_reports(self, pool: str, now: float) -> List[Report]:
+        """The pool's gate reports of the brake's window, oldest first (each object fetched once)."""
+        bucket, prefix = self.config["reportsBucket"], f"{self.config['reportsPrefix']}{pool}/"
+        since = report_key_at(self.config["reportsPrefix"], pool, now - max(self.config["brakeWindowSeconds"], HOUR))
+        keys = calling("s3", self.aws.list_keys, bucket, prefix, since)
+        for key in keys:
+            if key not in self.reports:
+                body = calling("s3", self.aws.get_object, bucket, key)
+                try:
+                    self.reports[key] = parse_report(key, body)
+                except (ValueError, KeyError, TypeError) as error:
+                    self.error("s3", f"{key}: not a gate report: {error}")
+        for key in [k for k in self.reports if k.startswith(prefix) and k not in set(keys)]:
+            del self.reports[key]
+        return [self.reports[k] for k in keys if k in self.reports]
+
+    # --- acting ------------------------------------------------------------------------------------------------------
+    def error(self, source: str, message: str) -> None:
+        self.metrics.count("gpu_cloud_repair_errors_total", ERRORS_HELP, source=source)
+        self.log(f"{COMPONENT}: {source}: {message}")
+
+    def event(self, node: str, reason: str, message: str, warning: bool = True) -> None:
+        stamp = datetime.datetime.fromtimestamp(self.clock(), datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{node}.", "namespace": "default"},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node,
+                                   "uid": self.node_uids.get(node, node)},
+                "reason": reason, "message": message[:1000], "type": "Warning" if warning else "Normal",
+                "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+                "reportingInstance": os.environ.get("HOSTNAME", COMPONENT), "firstTimestamp": stamp,
+                "lastTimestamp": stamp, "count": 1}
+        try:
+            self.kube.call("POST", "/api/v1/namespaces/default/events", body)
+        except (HttpError, OSError) as error:              # an Event is a report, never a reason to stop
+            self.error("kubernetes", f"event on {node}: {error}")
+
+    def patch_node(self, node: str, unschedulable: bool, annotation: Optional[str]) -> None:
+        calling("kubernetes", self.kube.call, "PATCH", f"/api/v1/nodes/{node}",
+                {"spec": {"unschedulable": unschedulable},
+                 "metadata": {"annotations": {self.config["repairAnnotation"]: annotation}}},
+                "application/merge-patch+json")
+
+    def pods_on(self, node: str) -> List[Mapping[str, Any]]:
+        found = calling("kubernetes", self.kube.call, "GET",
+                        "/api/v1/pods?" + urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"}))
+        return evictable_pods(found.get("items", []))
+
+    def evict(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                self.kube.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction",
+                               {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}})
+            except HttpError as error:      # 429: a PodDisruptionBudget says not now; the next pass tries again
+                if error.status not in (404, 429):
+                    raise SourceError("kubernetes", error) from error
+
+    def carry_out(self, repair: Mapping[str, Any], do: str) -> None:
+        node, iid = repair["node"], repair["instance"]
+        if do == "cordon":
+            self.patch_node(node, True, json.dumps({"action": repair["action"], "startedAt": repair["startedAt"]}))
+        elif do == "evict":
+            self.evict(self.pods_on(node))
+        elif do == "reboot":
+            calling("aws", self.aws.reboot_instance, iid)
+        elif do == "replace":
+            calling("aws", self.aws.replace_instance, iid)
+        elif do == "uncordon":
+            self.patch_node(node, False, None)
+
+    def tell(self, decision: Decision) -> None:
+        if self.said.get(decision.node) == (decision.outcome, decision.reason):
+            return
+        self.said[decision.node] = (decision.outcome, decision.reason)
+        if decision.outcome != "waiting":
+            self.metrics.count("gpu_cloud_repair_decisions_total", DECISIONS_HELP, pool=decision.pool,
+                               action=decision.action, outcome=decision.outcome)
+        reason = {"repair": "GpuRepairStarted", DRY_RUN: "GpuRepairDryRun", "refused": "GpuRepairRefused",
+                  "waiting": "GpuRepairWaiting"}[decision.outcome]
+        self.event(decision.node, reason, f"{decision.action}: {decision.reason}", warning=decision.outcome != "waiting")
+        self.log(f"{COMPONENT}: {decision.node} (pool {decision.pool}): {decision.outcome}: {decision.reason}")
+
+    # --- one pass ---------------------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Observe, decide, write what will be done to the state ConfigMap, then do it. A failure anywhere ends the
+        pass; what was saved is picked up by the next."""
+        now = self.clock()
+        state, version = calling("kubernetes", self.load_state)
+        nodes, groups = self.observe(now)
+        by_name = {n.name: n for n in nodes}
+        work: List[Tuple[Mapping[str, Any], str, str]] = []       # (repair, what to do, why), in order
+
+        for repair in state["repairs"]:
+            if repair["phase"] not in IN_FLIGHT:
+                continue
+            node = by_name.get(repair["node"])
+            if node is not None and node.instance_id != repair["instance"]:
+                node = None                                   # the name came back on another instance
+            pods = len(self.pods_on(repair["node"])) if repair["phase"] == "draining" and node is not None else 0
+            step = advance(now, self.config, repair, node, pods)
+            if step.do == "reboot":
+                repair.update(rebootedAt=now, bootId=node.boot_id if node else "")
+            if step.do == "stuck":
+                repair["stuck"] = True
+            elif step.do or step.phase != repair["phase"]:
+                work.append((repair, step.do, step.reason))
+            repair["phase"] = step.phase
+
+        decisions = decide(now, self.config, nodes, state["repairs"], self.first_seen)
+        for decision in decisions:
+            if decision.outcome in ("repair", DRY_RUN):
+                node = by_name[decision.node]
+                repair = {"node": node.name, "pool": node.pool, "instance": node.instance_id,
+                          "action": decision.action, "startedAt": now,
+                          "phase": DRY_RUN if decision.outcome == DRY_RUN else
+                          ("draining" if decision.action == "reboot" else "replacing")}
+                state["repairs"].append(repair)
+                if decision.outcome == "repair":   # cordon first, so nothing new lands on the node
+                    work += [(repair, "cordon", ""), (repair, "evict" if decision.action == "reboot" else "replace", "")]
+        state["repairs"] = [r for r in state["repairs"] if r["phase"] in IN_FLIGHT or now - r["startedAt"] < 24 * HOUR]
+
+        brakes, gate_samples, consecutive = self.gate(now, state, groups)
+        calling("kubernetes", self.save_state, state, version)
+        for repair, do, why in work:
+            if do:
+                self.carry_out(repair, do)
+            if why:
+                self.event(repair["node"], f"GpuRepair{repair['phase'].capitalize()}", f"{repair['action']}: {why}",
+                           warning=repair["phase"] != "done")
+        for pool, message in brakes:
+            if not self.config["dryRun"]:
+                group = self.config["pools"][pool]["asg"]
+                calling("aws", self.aws.suspend_launch, group)
+                groups.setdefault(group, {}).setdefault("suspended", []).append("Launch")
+            self.log(f"{COMPONENT}: {message}")
+        for decision in decisions:
+            self.tell(decision)
+        self.metrics.set_gauges(self.gauges(now, state, groups, gate_samples, consecutive))
+
+    def gate(self, now: float, state: Dict[str, Any], groups: Mapping[str, Any]):
+        """The gate's reports: the brakes to apply (recorded in `state`), the gate's metrics, and each pool's
+        rejections in a row."""
+        brakes, samples, consecutive = [], [], {}
+        for pool, policy in sorted(self.config["pools"].items()):
+            reports = self.pool_reports(pool, now)
+            count, last = consecutive_rejections(reports, state["brakes"].get(pool, ""))
+            consecutive[pool] = count
+            if count >= self.config["brakeAfter"] and "Launch" not in groups.get(policy["asg"], {}).get("suspended", []):
+                state["brakes"][pool] = last
+                brakes.append((pool, f"pool {pool}: {count} launches rejected by the gate in a row (last {last}); " + (
+                    "dry run: Launch left on" if self.config["dryRun"] else
+                    f"Launch suspended on {policy['asg']} until a person resumes it: aws autoscaling resume-processes "
+                    f"--auto-scaling-group-name {policy['asg']} --scaling-processes Launch")))
+                self.metrics.count("gpu_cloud_pool_brakes_total", BRAKES_HELP, pool=pool)
+            hour_ago = report_key_at(self.config["reportsPrefix"], pool, now - HOUR)
+            recent = [r for r in reports if r.key > hour_ago]
+            for report in recent:
+                if report.verdict != "pass":
+                    samples.append(("gpu_cloud_gate_rejection_timestamp_seconds", "Gate rejections of the last hour "
+                                    "(userdata/bootstrap.sh publishes every verdict), by instance; the value is when "
+                                    "its boot began.", {"pool": pool, "instance_id": report.instance_id,
+                                                        "instance_type": report.instance_type, "mode": report.mode,
+                                                        "reason": report.reason[:120]}, _stamp(report.key)))
+                for fault in report.warnings:
+                    samples.append(("gpu_cloud_gate_warning_timestamp_seconds", "Fault classes that warned at a gate "
+                                    "of the last hour, by instance.", {"pool": pool, "instance_id": report.instance_id,
+                                                                       "fault": fault}, _stamp(report.key)))
+            for verdict in ("pass", "fail"):
+                samples.append(("gpu_cloud_gate_verdicts", "Gate verdicts of the last hour, by pool and verdict.",
+                                {"pool": pool, "verdict": verdict},
+                                sum(1 for r in recent if (r.verdict == "pass") == (verdict == "pass"))))
+        return brakes, samples, consecutive
+
+    def gauges(self, now: float, state: Mapping[str, Any], groups: Mapping[str, Any], gate_samples, consecutive):
+        out = list(gate_samples)
+        for pool, policy in sorted(self.config["pools"].items()):
+            mine = [r for r in state["repairs"] if r["pool"] == pool]
+            out += [
+                ("gpu_cloud_repairs_in_flight", "Repairs in flight, by pool.", {"pool": pool},
+                 sum(1 for r in mine if r["phase"] in IN_FLIGHT)),
+                ("gpu_cloud_repairs_stuck", "Repairs in flight past the repair timeout, by pool.", {"pool": pool},
+                 sum(1 for r in mine if r.get("stuck") and r["phase"] in IN_FLIGHT)),
+                ("gpu_cloud_repair_budget_remaining", "Repairs the pool may still start this hour.", {"pool": pool},
+                 max(0, policy["maxPerHour"] - sum(1 for r in mine if now - r["startedAt"] < HOUR))),
+                ("gpu_cloud_gate_consecutive_rejections", "Launches the gate rejected in a row, by pool (a pool is "
+                 "braked at brakeAfter).", {"pool": pool}, consecutive.get(pool, 0)),
+                ("gpu_cloud_pool_launch_suspended", "1 when the pool's Auto Scaling group has its Launch process "
+                 "suspended.", {"pool": pool}, int("Launch" in groups.get(policy["asg"], {}).get("suspended", []))),
+            ]
+        out += [("gpu_cloud_repair_dry_run", "1 when the controller only reports.", {}, int(self.config["dryRun"])),
+                ("gpu_cloud_repair_last_success_timestamp_seconds", "When the last pass of the loop completed.", {},
+                 now)]
+        return out
+
+    def run_forever(self) -> None:
+        while True:
+            try:
+                self.tick()
+            except SourceError as error:
+                self.error(error.source, str(error))
+            except Exception as error:  # noqa: BLE001  (a bug: reported, nothing more done this pass)
+                self.error("controller", f"{error}\n{traceback.format_exc()}")
+            time.sleep(self.config["intervalSeconds"])
+
+
+def _stamp(key: str) -> float:
+    stamp = key.rsplit("/", 1)[-1][:16]
+    return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def serve_metrics(metrics: Metrics, port: int) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = metrics.render().encode() if self.path == "/metrics" else b"ok\n"
+            self.send_response(200 if self.path in ("/metrics", "/healthz") else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import aws_api
+
+    config = json.loads(Path(os.environ.get("CONFIG", "/etc/gpu-node-repair/config.json")).read_text())
+    metrics = Metrics()
+    serve_metrics(metrics, config["metricsPort"])
+    aws = aws_api.Aws(config["region"], config["dnsSuffix"], aws_api.PodIdentityCredentials())
+    controller = Controller(config, Kube(), aws, metrics, lambda: node_health(config["prometheusUrl"]))
+    controller.log(f"{COMPONENT}: {len(config['pools'])} pools, dry run {config['dryRun']}")
+    controller.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
