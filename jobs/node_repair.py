@@ -352,7 +352,8 @@ class Metrics:
                     if metric == name:
                         rendered = ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"')
                                                          .replace("\n", " ")) for k, v in labels)
-                        lines.append(f"{name}{{{rendered}}} {value:g}" if rendered else f"{name} {value:g}")
+                        lines.append(f"{name}{{{rendered}}} {_number(value)}" if rendered else
+                                     f"{name} {_number(value)}")
             return "\n".join(lines) + "\n"
 
 
@@ -388,6 +389,7 @@ class Controller:
         self.said: Dict[str, Tuple[str, str]] = {}        # node -> the last (outcome, reason) told: no repeated Events
         self.reports: Dict[str, Report] = {}              # S3 key -> parsed report, for the keys still in the window
         self.node_uids: Dict[str, str] = {}
+        self.health_seen, self.last_success = False, 0.0
         # Every counter from 0, so that its first event is an increase (increase() needs two samples).
         for pool in config["pools"]:
             metrics.count("gpu_cloud_pool_brakes_total", BRAKES_HELP, by=0, pool=pool)
@@ -430,7 +432,13 @@ class Controller:
         found = calling("kubernetes", self.kube.call, "GET",
                         "/api/v1/nodes?" + urllib.parse.urlencode({"labelSelector": label}))
         groups = calling("aws", self.aws.describe_groups, sorted(p["asg"] for p in self.config["pools"].values()))
-        health = calling("prometheus", self.prometheus)
+        try:
+            health: Optional[Dict[str, Dict[str, Any]]] = calling("prometheus", self.prometheus)
+        except SourceError as error:     # nothing is judged unseen; the repairs in flight and the brake go on
+            self.error(error.source, str(error))
+            health = None
+        self.health_seen = health is not None
+        health = health or {}
         lifecycle = {iid: i["lifecycle"] for g in groups.values() for iid, i in g["instances"].items()}
         nodes = []
         for item in found.get("items", []):
@@ -447,7 +455,7 @@ class Controller:
                                    lifecycle.get(iid, ""), checked.get("remediation", ""),
                                    tuple(checked.get("faults", ())), float(checked.get("checkedAt", 0.0)),
                                    (status.get("nodeInfo") or {}).get("bootID", "")))
-        for node in nodes:          # the confirmation clock: any fresh answer but a repair resets it
+        for node in nodes if self.health_seen else ():   # the confirmation clock: any fresh answer but a repair resets it
             if wanted_action(node, self.config["actions"]) and now - node.checked_at <= self.config["staleCheckSeconds"]:
                 self.first_seen.setdefault(node.name, now)
             else:
@@ -564,7 +572,7 @@ class Controller:
                 work.append((repair, step.do, step.reason))
             repair["phase"] = step.phase
 
-        decisions = decide(now, self.config, nodes, state["repairs"], self.first_seen)
+        decisions = decide(now, self.config, nodes, state["repairs"], self.first_seen) if self.health_seen else []
         for decision in decisions:
             if decision.outcome in ("repair", DRY_RUN):
                 node = by_name[decision.node]
@@ -593,6 +601,9 @@ class Controller:
             self.log(f"{COMPONENT}: {message}")
         for decision in decisions:
             self.tell(decision)
+        # A pass that could not read the nodes' health is not a success: GpuRepairControllerDown keeps counting.
+        if self.health_seen:
+            self.last_success = now
         self.metrics.set_gauges(self.gauges(now, state, groups, gate_samples, consecutive))
 
     def gate(self, now: float, state: Dict[str, Any], groups: Mapping[str, Any]):
@@ -646,8 +657,8 @@ class Controller:
                  "suspended.", {"pool": pool}, int("Launch" in groups.get(policy["asg"], {}).get("suspended", []))),
             ]
         out += [("gpu_cloud_repair_dry_run", "1 when the controller only reports.", {}, int(self.config["dryRun"])),
-                ("gpu_cloud_repair_last_success_timestamp_seconds", "When the last pass of the loop completed.", {},
-                 now)]
+                ("gpu_cloud_repair_last_success_timestamp_seconds", "When the last pass of the loop that read the "
+                 "nodes' health completed (0: none yet).", {}, self.last_success)]
         return out
 
     def run_forever(self) -> None:
@@ -659,6 +670,11 @@ class Controller:
             except Exception as error:  # noqa: BLE001  (a bug: reported, nothing more done this pass)
                 self.error("controller", f"{error}\n{traceback.format_exc()}")
             time.sleep(self.config["intervalSeconds"])
+
+
+def _number(value: float) -> str:
+    """A sample value in full: 1796389200, not 1.79639e+09 (Unix times must keep every second)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _stamp(key: str) -> float:

@@ -3,6 +3,7 @@ whole passes of its loop against an in-memory API server, AWS and Prometheus (th
 against moto in tests/test_aws_api.py; its config is spec/repair.py's)."""
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 from typing import Any, Dict, List
@@ -543,3 +544,34 @@ def test_the_dashboards_metric_table_says_what_the_controller_serves():
     assert documented and all(served.get(name) == kind for name, kind in documented.items()), (documented, served)
     labels = set(re.findall(r"[{,](\w+)=", text))
     assert set(table["sources"]["repair-controller"]["labels"]) <= labels
+
+
+def test_without_prometheus_nothing_is_judged_but_the_brake_and_the_repairs_in_flight_go_on():
+    w = World()
+    w.check("t2", "replace", ["xid-fatal"])
+    w.controller.tick()
+    w.later(130)
+    for minute in (1, 2, 3):
+        w.publish("fail", minute=minute)
+
+    def down():
+        raise OSError("connection refused")
+
+    w.controller.prometheus = down
+    w.controller.tick()
+    assert w.aws.calls == ["suspend gpu-cloud-prod-train"]          # the brake reads S3, not Prometheus
+    assert not w.kube.nodes["t2"]["spec"].get("unschedulable")      # no repair on what it cannot see
+    text = w.metrics.render()
+    assert 'gpu_cloud_repair_errors_total{source="prometheus"} 1' in text
+    assert f"\ngpu_cloud_repair_last_success_timestamp_seconds {int(NOW)}\n" in text   # the pass before this one
+
+
+def test_times_are_served_to_the_second():
+    w = World()
+    w.publish("fail", minute=1)
+    w.controller.tick()
+    text = w.metrics.render()
+    [line] = [row for row in text.splitlines() if row.startswith("gpu_cloud_gate_rejection_timestamp_seconds{")]
+    stamp = next(iter(w.aws.objects)).split("/")[-1][:16]       # when that boot began, to the second
+    began = datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+    assert line.endswith(f" {int(began.timestamp())}")
