@@ -683,3 +683,13 @@ def test_every_alert_the_fault_table_names_is_a_rule_of_every_stack(specs):
     named = set(load_faults().alerts) - {"NcclAcceptanceFailed"}     # only stacks with an NCCL pool have it
     for stack_spec in specs.values():
         assert named <= {r["alert"] for r in rules_of(groups_of(stack_spec)) if "alert" in r}
+
+
+def test_the_monitoring_page_lists_every_alert_of_every_stack(specs):
+    """docs/monitoring.md's table names every rule (the fault table's alerts among them), so a new alert is
+    documented where people look when it fires."""
+    from tests.conftest import ROOT
+    rows = [line for line in (ROOT / "docs" / "monitoring.md").read_text().splitlines() if line.startswith("| ")]
+    named = {name.strip() for row in rows for name in re.split(r"[/,]", row.split("|")[1])}
+    alerts = {r["alert"] for stack in STACKS for r in rules_of(groups_of(specs[stack])) if "alert" in r}
+    assert alerts <= named, sorted(alerts - named)
