@@ -203,11 +203,13 @@ teams = Tenancy("tenancy", TenancyArgs(
     admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn),
     controllers=tuple(c.release for c in (operators, lb) if c is not None)), opts=with_cluster)
 
-# Training jobs' own access to the data buckets: the `trainer` service account and its Pod Identity role.
+# Training jobs' own access to the data buckets (the models bucket read-only): the `trainer` service account
+# and its Pod Identity role.
 DataAccess("training-data", DataAccessArgs(
     cluster_name=cluster.cluster_name, namespace=teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name,
     namespace_name=tenancy.TRAINING_NAMESPACE, region=spec.region,
-    buckets=[JobBucket(arn=buckets[purpose].bucket_arn, key_arn=buckets[purpose].key_arn)
+    buckets=[JobBucket(arn=buckets[purpose].bucket_arn, key_arn=buckets[purpose].key_arn,
+                       writable=purpose not in bucket_rules.JOB_READ_ONLY)
              for purpose in bucket_rules.JOB_DATA]), opts=with_cluster)
 
 # Shared training data: FSx for Lustre in the training pools' zone, its S3 association, the CSI driver, and a
@@ -241,14 +243,16 @@ if triton.enabled:
                   if triton.model_repository else
                   ModelRepository(uri=pulumi.Output.concat("s3://", models.bucket_name, "/", triton_rules.NAME),
                                   bucket_arn=models.bucket_arn, key_arn=models.key_arn,
-                                  own_bucket=models.bucket.id, own_prefix=triton_rules.NAME))
+                                  own_prefix=triton_rules.NAME))
     inference = Inference("inference", InferenceArgs(
         cluster_name=cluster.cluster_name, region=spec.region,
         namespace=teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
         namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
         catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
-        monitoring=monitoring, lb_controller=lb.release, rollout_timeout=triton_rules.rollout_timeout(spec.node_image.source)), opts=with_cluster)
+        monitoring=monitoring, lb_controller=lb.release), opts=with_cluster)
     pulumi.export("inferenceEndpoint", inference.endpoint)
+    if inference.publisher is not None:
+        pulumi.export("modelPublisherRoleArn", inference.publisher.arn)
     # This stack's half of the two regions' record for dr.domain, with a health check on Triton's readiness.
     if spec.dr.role in ("primary", "secondary"):
         dns = Failover("inference-dns", FailoverArgs(

@@ -1,19 +1,22 @@
 """What training jobs may do with the stack's data: the `trainer` service account in the training namespace and its
-Pod Identity role, which reads and writes the datasets, checkpoints and models buckets and nothing else.
+Pod Identity role, which reads and writes the datasets and checkpoints buckets, reads the models bucket, and nothing
+else (statements in spec/data_access.py).
 
 Jobs from `python -m jobs mpijob` run as this account (spec/mpijob.JOB_SERVICE_ACCOUNT); any pod of the namespace
-may name it. Deleting objects is allowed: a job prunes its own old checkpoints, and versioning keeps what it
-deleted for the bucket's noncurrent-version days (spec/buckets.py).
+may name it. Deleting objects is allowed where writing is: a job prunes its own old checkpoints, and versioning keeps
+what it deleted for the bucket's noncurrent-version days (spec/buckets.py).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs
+from spec.data_access import DataBucket, trainer_statements
 from spec.mpijob import JOB_SERVICE_ACCOUNT
 
 
@@ -21,6 +24,7 @@ from spec.mpijob import JOB_SERVICE_ACCOUNT
 class JobBucket:
     arn: pulumi.Input[str]
     key_arn: pulumi.Input[str]
+    writable: bool = True                 # False: jobs may list and read it only (the models bucket)
 
 
 @dataclass(frozen=True)
@@ -41,17 +45,13 @@ class DataAccess(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=k8s.meta.v1.ObjectMetaArgs(name=JOB_SERVICE_ACCOUNT, namespace=args.namespace),
             opts=child)
-        objects = [pulumi.Output.concat(b.arn, "/*") for b in args.buckets]
+        arns = [value for b in args.buckets for value in (b.arn, b.key_arn)]
+
+        def policy(resolved: list) -> str:
+            buckets = [DataBucket(resolved[2 * i], resolved[2 * i + 1], b.writable) for i, b in enumerate(args.buckets)]
+            return json.dumps({"Version": "2012-10-17", "Statement": trainer_statements(buckets, args.region)})
+
         self.role = ServiceAccountRole(f"{name}-role", ServiceAccountRoleArgs(
             cluster_name=args.cluster_name, namespace=args.namespace_name, service_account=JOB_SERVICE_ACCOUNT,
-            policy=policy_document(
-                {"Sid": "ListDataBuckets", "Effect": "Allow", "Action": "s3:ListBucket",
-                 "Resource": [b.arn for b in args.buckets]},
-                {"Sid": "ReadWriteData", "Effect": "Allow",
-                 "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
-                 "Resource": objects},
-                {"Sid": "UseDataKeysThroughS3", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
-                 "Resource": [b.key_arn for b in args.buckets],
-                 "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}})),
-            opts=child)
+            policy=pulumi.Output.all(*arns).apply(policy)), opts=child)
         self.register_outputs({"serviceAccount": JOB_SERVICE_ACCOUNT, "roleArn": self.role.role.arn})

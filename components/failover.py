@@ -60,14 +60,18 @@ class Failover(pulumi.ComponentResource):
                                               opts=pulumi.InvokeOutputOptions(parent=self))
         target_group_arn = listener.default_actions.apply(lambda actions: actions[0].target_group_arn)
         # Named, not auto-named: Route 53 follows the alarm by name, and a reader of either finds the other.
+        # What the alarm means (no node of the load balancer sees a ready target) is spec/failover.py's.
         alarm = aws.cloudwatch.MetricAlarm(
             f"{name}-no-healthy-targets", name=f"gpu-cloud-{args.stack}-triton-no-healthy-targets",
-            namespace="AWS/NetworkELB", metric_name="HealthyHostCount",
+            namespace=failover.ALARM_NAMESPACE, metric_name=failover.ALARM_METRIC,
             dimensions={"LoadBalancer": balancer.arn.apply(failover.arn_suffix),
                         "TargetGroup": target_group_arn.apply(failover.arn_suffix)},
-            statistic="Minimum", period=failover.ALARM_PERIOD_S, evaluation_periods=failover.ALARM_EVALUATION_PERIODS,
-            comparison_operator="LessThanThreshold", threshold=1, treat_missing_data="breaching",
-            alarm_description=f"No Triton target of {args.stack} passes {failover.HEALTH_PATH}", opts=child)
+            statistic=failover.ALARM_STATISTIC, period=failover.ALARM_PERIOD_S,
+            evaluation_periods=failover.ALARM_EVALUATION_PERIODS,
+            datapoints_to_alarm=failover.ALARM_DATAPOINTS_TO_ALARM, comparison_operator=failover.ALARM_COMPARISON,
+            threshold=failover.ALARM_THRESHOLD, treat_missing_data=failover.ALARM_TREAT_MISSING_DATA,
+            alarm_description=f"No node of {args.stack}'s Triton load balancer sees a target that passes "
+                              f"{failover.HEALTH_PATH}", opts=child)
         return aws.route53.HealthCheck(
             f"{name}-health", type="CLOUDWATCH_METRIC", cloudwatch_alarm_name=alarm.name,
             cloudwatch_alarm_region=args.region, insufficient_data_health_status="Unhealthy",

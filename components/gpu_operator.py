@@ -1,5 +1,6 @@
-"""The GPU platform on the cluster: the NVIDIA GPU operator (device plugin with per-pool time-slicing, MIG
-manager, DCGM exporter, node feature discovery, validator) and, where some pool has EFA, the AWS EFA device plugin.
+"""The GPU platform on the cluster: the NVIDIA GPU operator (device plugin with per-pool time-slicing or MPS, MIG
+manager with the MIG pools' layouts, DCGM exporter, node feature discovery, validator) and, where some pool has EFA,
+the AWS EFA device plugin.
 
 Values and configs come from spec/gpu_operator.py (which also says what runs where and why); this file only turns
 them into resources.
@@ -7,7 +8,7 @@ them into resources.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -22,7 +23,8 @@ from spec.validate import ResolvedPool
 
 @dataclass(frozen=True)
 class GpuOperatorArgs:
-    time_slicing_replicas: Tuple[int, ...]   # distinct replica counts of the time-slicing pools (may be empty)
+    shared: Tuple[Tuple[str, int], ...]      # distinct (mode, replicas) of the time-slicing and MPS pools (may be empty)
+    mig_layouts: Mapping[str, Mapping[str, int]]   # the MIG pools' layouts by config name (empty without MIG pools)
     node_taints: Tuple[Taint, ...]           # every taint GPU nodes carry, the GPU taint first
     efa: bool                                # some pool has EFA: install the EFA device plugin
     # What the operator needs in place first: the monitoring stack, whose ServiceMonitor CRD the operator looks for
@@ -32,7 +34,7 @@ class GpuOperatorArgs:
     @classmethod
     def for_pools(cls, pools: Sequence[ResolvedPool], after: Sequence[pulumi.Resource] = ()) -> "GpuOperatorArgs":
         """From the stack's pools."""
-        return cls(time_slicing_replicas=gpu_operator.time_slicing_replicas(pools),
+        return cls(shared=gpu_operator.replicated_sharing(pools), mig_layouts=gpu_operator.mig_layouts(pools),
                    node_taints=gpu_operator.gpu_node_taints(pools), efa=any(pool.efa for pool in pools),
                    after=tuple(after))
 
@@ -41,14 +43,16 @@ class GpuOperator(pulumi.ComponentResource):
     """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     namespace: kubernetes.core.v1.Namespace
     device_plugin_config: kubernetes.core.v1.ConfigMap
+    mig_config: Optional[kubernetes.core.v1.ConfigMap]
     dcgm_metrics: kubernetes.core.v1.ConfigMap
     release: Release
     efa_plugin: Optional[Release]
 
     def __init__(self, name: str, args: GpuOperatorArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
-        configs = gpu_operator.device_plugin_configs(args.time_slicing_replicas)
-        values = gpu_operator.operator_values(args.node_taints, SYSTEM_NODE_LABELS)
+        configs = gpu_operator.device_plugin_configs(args.shared)
+        mig_config = gpu_operator.mig_manager_config(args.mig_layouts) if args.mig_layouts else None
+        values = gpu_operator.operator_values(args.node_taints, SYSTEM_NODE_LABELS, mig_config=mig_config is not None)
         pin = charts.chart(charts.GPU_OPERATOR)
         efa = (gpu_operator.checked_efa_plugin_pin(charts.chart(charts.EFA_DEVICE_PLUGIN)),
                gpu_operator.efa_plugin_values(args.node_taints)) if args.efa else None
@@ -64,17 +68,26 @@ class GpuOperator(pulumi.ComponentResource):
             metadata=kubernetes.meta.v1.ObjectMetaArgs(name=gpu_operator.DEVICE_PLUGIN_CONFIGMAP,
                                                        namespace=self.namespace.metadata.name),
             data=configs, opts=child)
+        # Only with MIG pools: it replaces the MIG manager's own configs, which serve every other stack.
+        self.mig_config = None
+        if mig_config:
+            self.mig_config = kubernetes.core.v1.ConfigMap(
+                f"{name}-mig-config",
+                metadata=kubernetes.meta.v1.ObjectMetaArgs(name=gpu_operator.MIG_MANAGER_CONFIGMAP,
+                                                           namespace=self.namespace.metadata.name),
+                data=mig_config, opts=child)
         # The DCGM exporter's counter file (spec/dcgm.py), named by the values' dcgmExporter.config.name.
         self.dcgm_metrics = kubernetes.core.v1.ConfigMap(
             f"{name}-dcgm-metrics",
             metadata=kubernetes.meta.v1.ObjectMetaArgs(name=dcgm.CONFIGMAP, namespace=self.namespace.metadata.name),
             data={dcgm.CSV_KEY: dcgm.metrics_csv()}, opts=child)
-        # After the ConfigMaps: the device plugin's config-manager fails on a node whose config it cannot read, and
-        # the exporter's pods do not start without theirs.
+        # After the ConfigMaps: the device plugin's config-manager fails on a node whose config it cannot read, the
+        # MIG manager without its config, and the exporter's pods do not start without theirs.
+        configmaps = [self.device_plugin_config, self.dcgm_metrics] + ([self.mig_config] if self.mig_config else [])
         self.release = pinned_release(
             f"{name}-release", pin, release_name=gpu_operator.RELEASE_NAME, namespace=gpu_operator.NAMESPACE,
             values=values, opts=pulumi.ResourceOptions(parent=self, depends_on=[
-                self.namespace, self.device_plugin_config, self.dcgm_metrics, *args.after]))
+                self.namespace, *configmaps, *args.after]))
 
         self.efa_plugin = None
         if efa:
@@ -87,5 +100,6 @@ class GpuOperator(pulumi.ComponentResource):
             "chartVersion": pin.version,
             "releaseStatus": self.release.status,
             "devicePluginConfigs": sorted(configs),
+            "migConfigs": sorted(args.mig_layouts),
             "efaPluginStatus": self.efa_plugin.status if self.efa_plugin else None,
         })

@@ -1,11 +1,13 @@
 """Inference: Triton Inference Server on the stack's inference pool, behind an NLB from the AWS Load Balancer
 Controller (components/lb_controller.py), scaled on its own queue time through prometheus-adapter.
 
-Decisions come from spec/triton.py (server, pod, autoscaling metric) and spec/lb_controller.py (controller values,
-IAM, Service annotations); this file only turns them into resources.
+Decisions come from spec/triton.py (server, pod, the models' copy, drains, autoscaling metric), spec/lb_controller.py
+(controller values, IAM, Service annotations) and spec/data_access.py (the model publisher); this file only turns
+them into resources.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -17,7 +19,7 @@ from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from components.monitoring import service_monitor
-from spec import charts, failover, lb_controller, monitoring, triton
+from spec import charts, data_access, failover, lb_controller, monitoring, triton
 from spec.catalog import Catalog
 from spec.model import Triton
 from spec.pools import node_labels, node_taints, offered_gpu_resources, toleration
@@ -31,8 +33,7 @@ class ModelRepository:
     uri: pulumi.Input[str]                    # s3://bucket/prefix
     bucket_arn: pulumi.Input[str]
     key_arn: Optional[pulumi.Input[str]]      # the stack's models key; None for a repository outside the stack
-    # The stack's own bucket and prefix: the program makes the prefix exist (None for a repository outside the stack).
-    own_bucket: Optional[pulumi.Input[str]] = None
+    # The stack's own repository's key prefix, where its publisher writes (None for a repository outside the stack).
     own_prefix: Optional[str] = None
 
 
@@ -49,28 +50,35 @@ class InferenceArgs:
     load_balancer_tags: Mapping[str, str]     # the stack's tags, for the NLB the controller creates
     monitoring: pulumi.Resource               # the monitoring stack: Prometheus and the ServiceMonitor CRD
     lb_controller: pulumi.Resource            # the AWS Load Balancer Controller's release (components/lb_controller.py)
-    rollout_timeout: str                      # spec.triton.rollout_timeout: how long the first pods may take
 
 
 class Inference(pulumi.ComponentResource):
     """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     service: kubernetes.core.v1.Service
     endpoint: pulumi.Output[str]
+    publisher: Optional[aws.iam.Role]         # the model publisher role, when the stack names who may assume it
 
     def __init__(self, name: str, args: InferenceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
         settings, pool = args.settings, args.pool
         pod_resources = triton.pod_resources(pool.primary_type, offered_gpu_resources(pool, args.catalog))
         adapter_pin = charts.chart(charts.PROMETHEUS_ADAPTER)
-        annotations = lb_controller.nlb_service_annotations(
-            settings.scheme, health_path=failover.HEALTH_PATH, health_port=triton.HTTP_PORT,
-            interval_s=failover.TARGET_CHECK_INTERVAL_S, unhealthy_threshold=failover.TARGET_UNHEALTHY_THRESHOLD,
-            extra_tags=args.load_balancer_tags)
+        annotations = {
+            **lb_controller.nlb_service_annotations(
+                settings.scheme, health_path=failover.HEALTH_PATH, health_port=triton.HTTP_PORT,
+                interval_s=failover.TARGET_CHECK_INTERVAL_S, unhealthy_threshold=failover.TARGET_UNHEALTHY_THRESHOLD,
+                extra_tags=args.load_balancer_tags),
+            **lb_controller.deregistration_delay_annotation(triton.DEREGISTRATION_DELAY_S),
+            # Pulumi waits for the load balancer's name, which the DNS record needs, and not for ready pods: they are
+            # ready only once a model is published (spec/triton.py), which `pulumi up` does not do. Its own Service
+            # await would (pulumi-kubernetes v4.32.0 provider/pkg/await/service.go lines 411-418), and a custom
+            # condition replaces it (provider/pkg/metadata/overrides.go lines 81-112, await/await.go lines 321-333).
+            "pulumi.com/waitFor": "jsonpath={.status.loadBalancer.ingress[0].hostname}"}
 
         super().__init__("gpu-cloud:inference:Inference", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # Triton reads its model repository and nothing else.
+        # The sync containers read the model repository and nothing else; Triton itself gets no credentials.
         statements = [
             {"Sid": "ListModels", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": args.repository.bucket_arn},
             {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject",
@@ -86,48 +94,79 @@ class Inference(pulumi.ComponentResource):
             cluster_name=args.cluster_name, namespace=args.namespace_name, service_account=triton.SERVICE_ACCOUNT,
             policy=policy_document(*statements)), opts=child)
 
+        # The one writer of the repository: a role the stack's named principals assume (spec/data_access.py). Only
+        # with the stack's own repository (spec/model.py refuses publisherRoleArns with modelRepository).
+        self.publisher = None
+        if settings.publisher_role_arns:
+            self.publisher = aws.iam.Role(
+                f"{name}-publisher", description="Publishes Triton's models (inference.triton.publisherRoleArns)",
+                assume_role_policy=json.dumps(data_access.publisher_trust_policy(settings.publisher_role_arns)),
+                opts=child)
+            aws.iam.RolePolicy(f"{name}-publisher-policy", role=self.publisher.id, policy=pulumi.Output.all(
+                args.repository.bucket_arn, args.repository.key_arn).apply(lambda arns: json.dumps({
+                    "Version": "2012-10-17", "Statement": data_access.publisher_statements(
+                        arns[0], args.repository.own_prefix, arns[1], args.region)})), opts=child)
+
         in_namespace = lambda object_name, labels=APP_LABELS: kubernetes.meta.v1.ObjectMetaArgs(  # noqa: E731
             name=object_name, namespace=args.namespace, labels=dict(labels))
         selector = kubernetes.meta.v1.LabelSelectorArgs(match_labels=APP_LABELS)
         probe = lambda path, **timing: kubernetes.core.v1.ProbeArgs(  # noqa: E731
             http_get=kubernetes.core.v1.HTTPGetActionArgs(path=path, port="http"), **timing)
+        run_as_triton = kubernetes.core.v1.SecurityContextArgs(
+            run_as_non_root=True, run_as_user=triton.RUN_AS_USER, run_as_group=triton.RUN_AS_USER,
+            allow_privilege_escalation=False, capabilities=kubernetes.core.v1.CapabilitiesArgs(drop=["ALL"]),
+            seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault"))
+        models_mount = lambda read_only: kubernetes.core.v1.VolumeMountArgs(  # noqa: E731
+            name="models", mount_path=triton.MODELS_MOUNT, read_only=read_only)
+        sync_env = pulumi.Output.from_input(args.repository.uri).apply(
+            lambda uri: [kubernetes.core.v1.EnvVarArgs(name=key, value=value)
+                         for key, value in sorted(triton.sync_env(uri, args.region).items())])
+        sync_resources = kubernetes.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "1Gi"})
+        # The first copy before Triton starts (a repository it cannot read fails the pod here, in its logs), then
+        # a sidecar (an init container that keeps running) that follows the repository.
+        first_sync = kubernetes.core.v1.ContainerArgs(
+            name="models-first-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("once"), env=sync_env,
+            resources=sync_resources, security_context=run_as_triton, volume_mounts=[models_mount(False)])
+        sync = kubernetes.core.v1.ContainerArgs(
+            name="models-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("loop"), env=sync_env,
+            restart_policy="Always", resources=sync_resources, security_context=run_as_triton,
+            readiness_probe=kubernetes.core.v1.ProbeArgs(
+                exec_=kubernetes.core.v1.ExecActionArgs(command=triton.SYNC_FRESH_COMMAND), period_seconds=30),
+            volume_mounts=[models_mount(False)])
         container = kubernetes.core.v1.ContainerArgs(
-            name="triton", image=triton.IMAGE,
-            command=["tritonserver"],
-            args=pulumi.Output.from_input(args.repository.uri).apply(triton.server_args),
-            env=[kubernetes.core.v1.EnvVarArgs(name=key, value=value) for key, value in
-                 sorted(triton.server_env(args.region).items())],
+            name=triton.NAME, image=triton.IMAGE,
+            command=["tritonserver"], args=triton.server_args(),
             ports=[kubernetes.core.v1.ContainerPortArgs(name=port_name, container_port=port)
                    for port_name, port in triton.PORTS.items()],
-            # Loading models from S3 can take minutes: the startup probe waits for it, then readiness takes over.
-            startup_probe=probe(triton.READY_PATH, period_seconds=10, failure_threshold=triton.STARTUP_PROBES),
-            readiness_probe=probe(triton.READY_PATH, period_seconds=5, failure_threshold=3),
+            # Loading the models can take minutes: the startup probe waits for the server, then readiness asks for a
+            # model that serves.
+            startup_probe=probe(triton.READY_PATH, period_seconds=triton.STARTUP_PROBE_PERIOD_S,
+                                failure_threshold=triton.STARTUP_PROBES),
+            readiness_probe=kubernetes.core.v1.ProbeArgs(
+                exec_=kubernetes.core.v1.ExecActionArgs(command=triton.MODEL_READY_COMMAND), period_seconds=5,
+                timeout_seconds=5, failure_threshold=3),
             liveness_probe=probe(triton.LIVE_PATH, period_seconds=10, failure_threshold=3),
+            # Serve on while the NLB stops sending new connections; SIGTERM comes after.
+            lifecycle=kubernetes.core.v1.LifecycleArgs(pre_stop=kubernetes.core.v1.LifecycleHandlerArgs(
+                sleep=kubernetes.core.v1.SleepActionArgs(seconds=triton.PRESTOP_PAUSE_S))),
             resources=kubernetes.core.v1.ResourceRequirementsArgs(
                 requests=pod_resources, limits={k: v for k, v in pod_resources.items() if k != "cpu"}),
-            security_context=kubernetes.core.v1.SecurityContextArgs(
-                run_as_non_root=True, run_as_user=triton.RUN_AS_USER, run_as_group=triton.RUN_AS_USER,
-                allow_privilege_escalation=False,
-                capabilities=kubernetes.core.v1.CapabilitiesArgs(drop=["ALL"]),
-                seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
-            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"),
-                           kubernetes.core.v1.VolumeMountArgs(name="scratch", mount_path="/tmp")])
-        # Triton refuses to start on a repository path that does not exist, and on S3 a "directory" exists only
-        # while some key starts with it (its S3 filesystem: HeadBucket, then ListObjects on the prefix). A new stack's
-        # models bucket is empty: the prefix's own marker object lets Triton start with no models.
-        repository_ready: list = []
-        if args.repository.own_bucket is not None:
-            repository_ready.append(aws.s3.BucketObjectv2(
-                f"{name}-repository", bucket=args.repository.own_bucket, key=f"{args.repository.own_prefix}/",
-                content="", opts=child))
+            security_context=run_as_triton,
+            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"), models_mount(True)])
         self.deployment = kubernetes.apps.v1.Deployment(
-            f"{name}-deployment", metadata=in_namespace(triton.NAME),
+            f"{name}-deployment",
+            # Ready pods need published models, which `pulumi up` does not put there (see the Service's waitFor).
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=triton.NAME, namespace=args.namespace, labels=APP_LABELS,
+                                                       annotations={"pulumi.com/skipAwait": "true"}),
             spec=kubernetes.apps.v1.DeploymentSpecArgs(
                 replicas=settings.min_replicas, selector=selector,
                 template=kubernetes.core.v1.PodTemplateSpecArgs(
-                    metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=APP_LABELS),
+                    metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=APP_LABELS,
+                                                               annotations=dict([triton.POD_IDENTITY_SKIP])),
                     spec=kubernetes.core.v1.PodSpecArgs(
-                        service_account_name=triton.SERVICE_ACCOUNT, containers=[container],
+                        service_account_name=triton.SERVICE_ACCOUNT, init_containers=[first_sync, sync],
+                        containers=[container],
                         node_selector={"gpu-cloud.io/pool": node_labels(pool)["gpu-cloud.io/pool"]},
                         tolerations=[kubernetes.core.v1.TolerationArgs(**toleration(t)) for t in node_taints(pool)],
                         # Spread replicas over nodes so one node's loss takes one replica.
@@ -137,13 +176,10 @@ class Inference(pulumi.ComponentResource):
                         termination_grace_period_seconds=triton.TERMINATION_GRACE_S,
                         volumes=[kubernetes.core.v1.VolumeArgs(name="shm", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs(
                                      medium="Memory", size_limit=triton.SHM_SIZE)),
-                                 kubernetes.core.v1.VolumeArgs(name="scratch", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs())]))),
+                                 kubernetes.core.v1.VolumeArgs(name="models", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs())]))),
             # The autoscaler owns the replica count once it runs (a second `pulumi up` must not reset it).
-            # Ready pods may need the pool's nodes booted and verified and the models loaded (spec/triton.py).
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account, *repository_ready],
-                                        ignore_changes=["spec.replicas"],
-                                        custom_timeouts=pulumi.CustomTimeouts(create=args.rollout_timeout,
-                                                                              update=args.rollout_timeout)))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account],
+                                        ignore_changes=["spec.replicas"]))
         # Drains (scale-in, spot, refresh) take one replica at a time; never blocks a drain outright.
         kubernetes.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget", metadata=in_namespace(triton.NAME),
@@ -196,4 +232,5 @@ class Inference(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[adapter]))
 
         self.register_outputs({"endpoint": self.endpoint, "image": triton.IMAGE,
-                               "replicas": {"min": settings.min_replicas, "max": settings.max_replicas}})
+                               "replicas": {"min": settings.min_replicas, "max": settings.max_replicas},
+                               "publisherRoleArn": self.publisher.arn if self.publisher else None})

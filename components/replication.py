@@ -32,6 +32,7 @@ class Replication(pulumi.ComponentResource):
     def __init__(self, name: str, args: ReplicationArgs, opts: Optional[pulumi.ResourceOptions] = None):
         if not args.buckets:
             raise ValueError("Replication needs at least one bucket")
+        deletes = {b.purpose: replication.delete_marker_replication(b.purpose) for b in args.buckets}
         super().__init__("gpu-cloud:replication:Replication", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.role = aws.iam.Role(f"{name}-role", description="S3 replication to the DR peer stack",
@@ -54,7 +55,7 @@ class Replication(pulumi.ComponentResource):
                     id=replication.RULE_ID, status="Enabled",
                     filter=aws.s3.BucketReplicationConfigRuleFilterArgs(prefix=""),
                     delete_marker_replication=aws.s3.BucketReplicationConfigRuleDeleteMarkerReplicationArgs(
-                        status="Enabled"),
+                        status=deletes[bucket.purpose]),
                     source_selection_criteria=aws.s3.BucketReplicationConfigRuleSourceSelectionCriteriaArgs(
                         sse_kms_encrypted_objects=aws.s3.BucketReplicationConfigRuleSourceSelectionCriteriaSseKmsEncryptedObjectsArgs(
                             status="Enabled")),

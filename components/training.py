@@ -1,23 +1,26 @@
 """Training on the cluster, in two parts the deploy order needs apart.
 
-`TrainingOperators`: the MPI Operator and Kueue, and the Job that waits until Kueue's webhooks answer. Created
+`TrainingOperators`: the MPI Operator, the JobSet controller and Kueue, and the Job that waits until Kueue's
+webhooks answer. Created
 before the team namespaces, which depend on them: a destroy then deletes the namespaces while Kueue still runs,
 so the Workloads teams left behind lose their finalizers and the namespaces finish deleting (Kueue's CRDs go
 with its chart).
 
-`TrainingQueue`: one ResourceFlavor per capacity type of the queue's pools, the `training` ClusterQueue over them,
-its LocalQueue in the training namespace, and the NCCL acceptance test's standing parts (the judge's ConfigMap and
+`TrainingQueue`: one ResourceFlavor per pool of the queue, the `training` ClusterQueue over them, its LocalQueues
+in the training namespace (`training`, and `default` for jobs without the label), the WorkloadPriorityClasses jobs
+may pick, and the NCCL acceptance test's standing parts (the judge's ConfigMap and
 service account, one NVLink-check CronJob per NVLink pool, and on EFA pools that keep two nodes a CronJob that starts
 the across-node test, with the account that may start it).
 
 What is queued where, and why, is in spec/kueue.py; this file only turns it into resources, in the order the API
-server needs: the MPIJob CRD before Kueue starts (Kueue sets up its MPIJob integration only for a CRD it finds),
-Kueue's CRDs and answering webhooks before its custom resources.
+server needs: the MPIJob and JobSet CRDs before Kueue starts (Kueue starts an integration's controller only once it
+finds the CRD, polling with backoff until then: kubernetes-sigs/kueue v0.19.2 pkg/controller/jobframework/setup.go
+lines 86-102 and 155-174), Kueue's CRDs and answering webhooks before its custom resources.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -36,6 +39,7 @@ class TrainingQueueArgs:
     training_namespace: pulumi.Input[str]      # the Namespace resource's name output, so the LocalQueue waits
     nvlink_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per NVLink pool
     across_node_checks: Tuple[Mapping[str, Any], ...] = ()   # spec.acceptance CronJob manifests, one per EFA pool
+    priority_classes: Tuple[kueue.PriorityClass, ...] = kueue.PRIORITY_CLASSES
 
     @classmethod
     def for_pools(cls, pools: Sequence, catalog, *, operators: "TrainingOperators",
@@ -67,15 +71,18 @@ class TrainingOperatorsArgs:
 
 
 class TrainingOperators(pulumi.ComponentResource):
-    """The MPI Operator, Kueue, and the wait for Kueue's webhooks. The Kubernetes provider comes from the caller
-    (`opts.providers["kubernetes"]`); children inherit it."""
+    """The MPI Operator, the JobSet controller, Kueue, and the wait for Kueue's webhooks. The Kubernetes provider
+    comes from the caller (`opts.providers["kubernetes"]`); children inherit it. The JobSet controller lands on the
+    system nodes: its manifest's Deployment tolerates no taint (spec/charts.yaml)."""
     mpi_operator: kubernetes.yaml.v2.ConfigFile
+    jobset: kubernetes.yaml.v2.ConfigFile
     release: Release
     webhooks_ready: kubernetes.batch.v1.Job
 
     def __init__(self, name: str, args: TrainingOperatorsArgs, opts: Optional[pulumi.ResourceOptions] = None):
         values = kueue.kueue_values(SYSTEM_NODE_LABELS, args.driver_source)
         pin, mpi = charts.chart(charts.KUEUE), charts.manifest(charts.MPI_OPERATOR)
+        jobset = charts.manifest(charts.JOBSET)
         probe_job = kueue.webhook_probe_job(SYSTEM_NODE_LABELS, pin.app_version)
         probe_script = kueue.webhook_probe_configmap()
 
@@ -83,15 +90,16 @@ class TrainingOperators(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, opts=child)
+        self.jobset = kubernetes.yaml.v2.ConfigFile(f"{name}-jobset", file=jobset.url, opts=child)
         namespace = kubernetes.core.v1.Namespace(
             f"{name}-kueue-namespace", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.NAMESPACE), opts=child)
         self.release = pinned_release(
             f"{name}-kueue", pin, release_name=kueue.RELEASE_NAME, namespace=kueue.NAMESPACE, values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator, self.jobset]))
         self.webhooks_ready = self._webhook_probe(name, namespace, probe_job, probe_script)
 
         self.register_outputs({"kueueChartVersion": pin.version, "mpiOperatorVersion": mpi.version,
-                               "webhookProbe": kueue.WEBHOOK_PROBE})
+                               "jobsetVersion": jobset.version, "webhookProbe": kueue.WEBHOOK_PROBE})
 
     def _webhook_probe(self, name: str, namespace: kubernetes.core.v1.Namespace, job: Mapping[str, Any],
                        script: Mapping[str, Any]) -> kubernetes.batch.v1.Job:
@@ -125,11 +133,25 @@ class TrainingOperators(pulumi.ComponentResource):
                                         custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
 
 
+class WorkloadPriorityClass(pulumi.CustomResource):
+    """A Kueue WorkloadPriorityClass. Its fields sit beside metadata, not under spec, which Python's
+    kubernetes.apiextensions.CustomResource cannot carry; the provider takes any top-level field under the type token,
+    as the Node SDK's CustomResource sends them (pulumi-kubernetes v4.32.0 sdk/nodejs/apiextensions/customResource.ts
+    lines 86-97, 130)."""
+
+    def __init__(self, resource_name: str, opts: Optional[pulumi.ResourceOptions] = None, *,
+                 metadata: kubernetes.meta.v1.ObjectMetaArgs, value: int, description: str):
+        super().__init__(f"kubernetes:{kueue.API_VERSION}:WorkloadPriorityClass", resource_name, {
+            "apiVersion": kueue.API_VERSION, "kind": "WorkloadPriorityClass", "metadata": metadata,
+            "value": value, "description": description}, opts)
+
+
 class TrainingQueue(pulumi.ComponentResource):
     """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     flavors: Dict[str, kubernetes.apiextensions.CustomResource]
     cluster_queue: kubernetes.apiextensions.CustomResource
-    local_queue: kubernetes.apiextensions.CustomResource
+    local_queues: Dict[str, kubernetes.apiextensions.CustomResource]
+    priority_classes: Dict[str, WorkloadPriorityClass]
     nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
     across_node_checks: Dict[str, kubernetes.batch.v1.CronJob]
 
@@ -141,27 +163,38 @@ class TrainingQueue(pulumi.ComponentResource):
 
         # Created once Kueue's webhooks answer: a create they refuse is not retried.
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready])
-        self.flavors = {flavor.name: self._custom(f"{name}-flavor-{flavor.capacity}", "ResourceFlavor", flavor.name,
+        self.flavors = {flavor.name: self._custom(f"{name}-flavor-{flavor.name}", "ResourceFlavor", flavor.name,
                                                   kueue.resource_flavor_spec(flavor), after_kueue)
                         for flavor in args.flavors}
+        self.priority_classes = {priority.name: WorkloadPriorityClass(
+            f"{name}-priority-{priority.name}", after_kueue,
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=priority.name), value=priority.value,
+            description=priority.description) for priority in args.priority_classes}
         self.cluster_queue = self._custom(
             f"{name}-cluster-queue", "ClusterQueue", kueue.CLUSTER_QUEUE, queue_spec,
             pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready, *self.flavors.values()]))
-        self.local_queue = self._custom(
-            f"{name}-local-queue", "LocalQueue", kueue.LOCAL_QUEUE, kueue.local_queue_spec(),
-            pulumi.ResourceOptions(parent=self, depends_on=[self.cluster_queue]), namespace=args.training_namespace)
+        # The priority classes first: a job naming one that does not exist yet gets no Workload. The `training`
+        # queue was "<name>-local-queue" while it was the only one: the alias keeps it rather than create it anew
+        # beside itself.
+        self.local_queues = {queue: self._custom(
+            f"{name}-local-queue-{queue}", "LocalQueue", queue, kueue.local_queue_spec(), pulumi.ResourceOptions(
+                parent=self, depends_on=[self.cluster_queue, *self.priority_classes.values()],
+                aliases=[pulumi.Alias(name=f"{name}-local-queue")] if queue == kueue.LOCAL_QUEUE else None),
+            namespace=args.training_namespace) for queue in kueue.LOCAL_QUEUES}
 
-        self.nvlink_checks, self.across_node_checks = self._acceptance(name, args, after=self.local_queue)
+        self.nvlink_checks, self.across_node_checks = self._acceptance(name, args,
+                                                                       after=tuple(self.local_queues.values()))
 
         self.register_outputs({
             "flavors": list(self.flavors),
             "clusterQueue": kueue.CLUSTER_QUEUE,
-            "localQueue": kueue.LOCAL_QUEUE,
+            "localQueues": list(self.local_queues),
+            "priorityClasses": list(self.priority_classes),
             "nvlinkChecks": [check["metadata"]["name"] for check in args.nvlink_checks],
             "acrossNodeChecks": [check["metadata"]["name"] for check in args.across_node_checks],
         })
 
-    def _acceptance(self, name: str, args: TrainingQueueArgs, after: pulumi.Resource
+    def _acceptance(self, name: str, args: TrainingQueueArgs, after: Iterable[pulumi.Resource]
                     ) -> Tuple[Dict[str, kubernetes.batch.v1.CronJob], Dict[str, kubernetes.batch.v1.CronJob]]:
         """The judge script, its service account (allowed to post Events, nothing else), the NVLink checks, and the
         across-node checks with their own account (allowed to list and create MPIJobs, nothing else)."""
@@ -173,14 +206,14 @@ class TrainingQueue(pulumi.ComponentResource):
         binding = self._account(name, "nccl-acceptance", acceptance.SERVICE_ACCOUNT, acceptance.JUDGE_RBAC_RULES,
                                 args.training_namespace, automount=False)
         nvlink = self._cronjobs(name, args.nvlink_checks, args.training_namespace,
-                                pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, after]))
+                                pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, *after]))
         if not args.across_node_checks:     # the account exists only where a check uses it
             return nvlink, {}
         scheduler = self._account(name, "nccl-scheduler", acceptance.SCHEDULER_SERVICE_ACCOUNT,
                                   acceptance.SCHEDULER_RBAC_RULES, args.training_namespace, automount=True)
         # The MPIJobs they create run the judge as the judge's account, so they wait for both.
         across = self._cronjobs(name, args.across_node_checks, args.training_namespace, pulumi.ResourceOptions(
-            parent=self, depends_on=[configmap, binding, scheduler, after]))
+            parent=self, depends_on=[configmap, binding, scheduler, *after]))
         return nvlink, across
 
     def _account(self, name: str, resource_name: str, account_name: str, rules: Sequence[Mapping[str, Any]],

@@ -3,6 +3,7 @@
     python -m plan STACK [--stack-file PATH] [--json PATH] [--no-policy] [--policy-config FILE] [--against OLD.json]
                          [--policy-view update|preview|first-preview]
     python -m plan --policy-check PLAN.json [--policy-config FILE] [--policy-view VIEW]
+    python -m plan --dr-pair PRIMARY SECONDARY
 
 Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document, 3 anything
 else (one line), 4 a usage error (arguments).
@@ -75,9 +76,26 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "preview, or on a new stack's first preview")
     parser.add_argument("--against", type=Path, metavar="OLD.json",
                         help="also list what changed since an earlier plan document of the stack")
+    parser.add_argument("--dr-pair", nargs=2, metavar=("PRIMARY", "SECONDARY"),
+                        help="check two stacks as a DR pair and print how long recovery from the primary's loss takes")
     args = parser.parse_args(argv)
+    if args.dr_pair:
+        others = [option for option, given in (("STACK", args.stack), ("--policy-check", args.policy_check),
+                                               ("--stack-file", args.stack_file), ("--json", args.json_path),
+                                               ("--diagram", args.diagram), ("--no-policy", args.no_policy),
+                                               ("--policy-config", args.policy_config), ("--against", args.against),
+                                               ("--policy-view", args.policy_view != "update")) if given]
+        if others:
+            parser.error(f"--dr-pair takes two stack names and nothing else, not {', '.join(others)}")
+        if args.dr_pair[0] == args.dr_pair[1]:
+            parser.error("--dr-pair needs two different stacks")
+        try:
+            return dr_pair(*args.dr_pair)
+        except Exception as error:  # the contract: one line, exit 3, no traceback
+            print(f"plan failed: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
+            return EXIT_OTHER
     if bool(args.stack) == bool(args.policy_check):
-        parser.error("give a STACK, or --policy-check PLAN.json")
+        parser.error("give a STACK, or --policy-check PLAN.json, or --dr-pair PRIMARY SECONDARY")
     if args.against and not args.stack:
         parser.error("--against needs a STACK to plan")
     if args.policy_config and args.no_policy:
@@ -149,6 +167,67 @@ def plan(args) -> int:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
         print(f"\nplan document written to {args.json_path}")
     return EXIT_POLICY if mandatory(document["policy"]["violations"]) else EXIT_OK
+
+
+def dr_pair(primary: str, secondary: str) -> int:
+    """Check two stacks as a DR pair (spec/dr_pair.py), each validated as a plan validates it, and print the pair and
+    its recovery time; a pair that does not hold exits 2 with every reason, by stack and key path."""
+    from plan.stackfile import StackFileError, load_stack
+    from spec import dr_pair as rules, replication
+    from spec.errors import ConfigError, key_path
+    from spec.validate import NAMESPACE
+
+    specs = {}
+    for stack in (primary, secondary):
+        try:
+            specs[stack] = load_stack(stack)[1]
+        except (ConfigError, StackFileError) as error:
+            print(f"config error in stack {stack}: {error}", file=sys.stderr)
+    if len(specs) < 2:
+        return EXIT_CONFIG
+    p_spec, s_spec = specs[primary], specs[secondary]
+    issues = rules.pair_issues(p_spec, s_spec)
+    if issues:
+        print(f"DR pair {primary} and {secondary} does not hold ({len(issues)} "
+              f"{'mistake' if len(issues) == 1 else 'mistakes'}):", file=sys.stderr)
+        for stack, parts, message in issues:
+            print(f"  - {stack}: {key_path(NAMESPACE, parts)}: {message}", file=sys.stderr)
+        return EXIT_CONFIG
+    p, s = rules.serving(p_spec), rules.serving(s_spec)
+    scheme, target = p_spec.inference.triton.scheme, p_spec.dr.rpo_minutes
+    gpus = (f"{p.gpu_model} and {s.gpu_model} ({p.architecture})" if p.architecture == s.architecture else
+            f"{p.gpu_model} ({p.architecture}) and {s.gpu_model} ({s.architecture}): models declared portable in both")
+    lines = [
+        f"DR pair: {primary} (primary, {p_spec.region}) and {secondary} (secondary, {s_spec.region}), routing "
+        f"{p_spec.dr.routing}",
+        f"  GPUs            {gpus}",
+        f"  memory a slot   {p.slot_memory_mib:,} MiB and {s.slot_memory_mib:,} MiB",
+        f"  capacity        {secondary} grows to {s.ceiling} GPU slots; {primary} always runs {p.floor}",
+        f"  recovery point  {replication.REPLICATION_TIME_MINUTES} min for 99.99 % of objects (S3 Replication Time "
+        f"Control); " + (f"target {target} min" if target is not None else "no target (dr.rpoMinutes)"),
+        "  clients         " + (f"{', '.join(p_spec.dr.client_cidrs)} reach both internal load balancers"
+                                if scheme == "internal" else "anywhere: internet-facing load balancers"),
+        "",
+        f"Recovery time if {primary} fails, carrying its minimum ({p.floor} replicas), worst case:"]
+    at_minimum = rules.recovery(p_spec, s_spec, p.floor)
+    for term in at_minimum.terms:
+        lines.append(f"  {term.name:<10} {term.seconds:>6,} s  {term.why}")
+        lines += _term_lines(term.parts, "    ")
+    lines.append(f"  {'total':<10} {at_minimum.seconds:>6,} s  ({at_minimum.seconds / 60:.1f} min)")
+    at_maximum = rules.recovery(p_spec, s_spec, p.ceiling)
+    if at_maximum.terms is None:
+        lines.append(f"Carrying its maximum ({p.ceiling} replicas): {secondary} reaches at most {s.ceiling}.")
+    else:
+        scale_up = at_maximum.terms[-1]
+        lines.append(f"Carrying its maximum ({p.ceiling} replicas): {at_maximum.seconds:,} s "
+                     f"({at_maximum.seconds / 60:.1f} min), of which scale-up {scale_up.seconds:,} s")
+        lines += _term_lines(scale_up.parts, "  ")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _term_lines(terms, indent: str) -> List[str]:
+    return [f"{indent}{t.name:<20} {t.seconds:>6,} s  {t.why}" for t in terms]
 
 
 def _summary(verdict) -> dict:

@@ -187,17 +187,21 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
         "efaDevicePlugin": charts.chart(charts.EFA_DEVICE_PLUGIN).version if efa_pools else None,
         "kueue": charts.chart(charts.KUEUE).version,
         "mpiOperator": charts.manifest(charts.MPI_OPERATOR).version,
+        "jobset": charts.manifest(charts.JOBSET).version,
         "pools": [{"pool": pool.spec.name, "sharing": pool.spec.gpu_sharing.mode,
                    "offersPerNode": {**offered_gpu_resources(pool, spec.catalog),
                                      **({kueue.EFA_RESOURCE: efa_devices(pool)} if pool.efa else {})}}
                   for pool in spec.pools],
         "trainingQueue": {
-            "clusterQueue": kueue.CLUSTER_QUEUE, "localQueue": f"{kueue.LOCAL_QUEUE}",
+            "clusterQueue": kueue.CLUSTER_QUEUE, "localQueues": list(kueue.LOCAL_QUEUES),
             # The flavors and queue wait for Kueue's webhooks to answer, not only for its pods (spec/kueue.py).
             "webhookWait": {"job": f"{kueue.NAMESPACE}/{kueue.WEBHOOK_PROBE}", "probeSeconds": kueue.WEBHOOK_PROBE_DEADLINE_S,
                             "timeoutSeconds": kueue.WEBHOOK_PROBE_TIMEOUT_S},
-            "flavors": [{"name": f.name, "capacity": f.capacity, "pools": list(f.pools), "quotas": dict(f.quotas),
-                         "interruptibleOnly": bool(f.node_taints)} for f in kueue.flavors(spec.pools, spec.catalog)],
+            # One per pool, named as the pool; a job is admitted only where it tolerates every taint listed.
+            "flavors": [{"name": f.name, "capacity": f.capacity, "quotas": dict(f.quotas),
+                         "mustTolerate": [f"{t.key}={t.value}:{t.effect}" for t in f.node_taints]}
+                        for f in kueue.flavors(spec.pools, spec.catalog)],
+            "priorityClasses": [{"name": p.name, "value": p.value} for p in kueue.PRIORITY_CLASSES],
             # Suspended without gpu-cloud:training.nvlinkCheckSchedule: run by hand (README: NCCL acceptance).
             "nvlinkChecks": [{"pool": pool.spec.name,
                               "schedule": acceptance.nvlink_check_schedule(pool, spec.training.nvlink_check_schedule)}
@@ -453,17 +457,20 @@ def _resources(amounts: Mapping[str, int]) -> str:
 def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
     efa = f", EFA device plugin {platform['efaDevicePlugin']}" if platform["efaDevicePlugin"] else ""
     lines = [f"GPU platform: gpu-operator {platform['gpuOperator']}{efa}, Kueue {platform['kueue']}, "
-             f"MPI Operator {platform['mpiOperator']}"]
+             f"MPI Operator {platform['mpiOperator']}, JobSet {platform['jobset']}"]
     lines += _table(["pool", "sharing", "each node offers pods"],
                     [[p["pool"], p["sharing"], _resources(p["offersPerNode"])] for p in platform["pools"]])
     queue = platform["trainingQueue"]
     if not queue["flavors"]:
         return lines + ["", "Training queue: none (no training or general pool)"]
-    lines += ["", f"Training queue (LocalQueue {queue['localQueue']} in namespace training -> ClusterQueue "
-              f"{queue['clusterQueue']}), flavors in admission order:"]
-    lines += _table(["flavor", "pools", "quota at maxNodes", "admits"],
-                    [[f["name"], ", ".join(f["pools"]), _resources(f["quotas"]),
-                      "interruptible jobs only" if f["interruptibleOnly"] else "any job"] for f in queue["flavors"]])
+    lines += ["", f"Training queue (LocalQueues {' and '.join(queue['localQueues'])} in namespace training -> "
+              f"ClusterQueue {queue['clusterQueue']}), one flavor per pool, in admission order:"]
+    lines += _table(["flavor (pool)", "capacity", "quota at maxNodes", "admits"],
+                    [[f["name"], f["capacity"], _resources(f["quotas"]),
+                      "jobs tolerating " + " and ".join(t.split("=")[0] for t in f["mustTolerate"])
+                      if f["mustTolerate"] else "any job"] for f in queue["flavors"]])
+    lines.append(f"  priorities (label {kueue.PRIORITY_LABEL}; higher preempts lower): " + ", ".join(
+        f"{p['name']} {p['value']}" for p in queue["priorityClasses"]) + "; no label runs at 0")
     wait = queue["webhookWait"]
     lines.append(f"  created once Kueue's webhooks answer: Job {wait['job']} retries a dry-run ResourceFlavor for up "
                  f"to {wait['probeSeconds']} s; pulumi up waits for it up to {wait['timeoutSeconds']} s")

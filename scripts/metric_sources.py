@@ -44,6 +44,12 @@ def stated(text: str, fmt: str) -> Dict[str, str]:
         return {name: kind.lower() for name, kind in re.findall(r"^\|\s*(kube_\w+)\s*\|\s*(\w+)\s*\|", text, re.M)}
     if fmt == "go-quoted":                # NTH's tests: expected series "name{labels}" and gauge names "nth_..."
         return {name: "" for name in re.findall(r'"([a-z][a-z0-9_]*)\{', text) + re.findall(r'"(nth_\w+)"', text)}
+    if fmt == "go-prometheus":            # Kueue: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem:
+        # constants.KueueName, Name: "pending_workloads" -> kueue_pending_workloads (constants.KueueName is "kueue",
+        # MultiKueueName "multikueue": pkg/constants/constants.go)
+        found = re.findall(r'prometheus\.New(Counter|Gauge|Histogram|Summary)(?:Vec)?\(\s*prometheus\.\w+Opts\{\s*'
+                           r'Subsystem:\s*constants\.(\w+)Name,\s*Name:\s*"(\w+)"', text)
+        return {f"{subsystem.lower()}_{name}": kind.lower() for kind, subsystem, name in found}
     raise SourceError(f"unknown source format {fmt!r}")
 
 

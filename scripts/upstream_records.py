@@ -37,8 +37,9 @@ AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
     "nvidia-kmod-load.service": "templates/al2023/runtime/gpu/nvidia-kmod-load.service"})
 # The tests that validate custom resources against their CRDs (tests/crds.py validate_against_crd), less the one
 # that tests the loader on the record itself.
-CRD_TESTS = ("tests/test_acceptance.py", "tests/test_jobs.py", "tests/test_mpijob.py", "tests/test_monitoring.py",
-             "tests/test_training.py", "--deselect", "tests/test_acceptance.py::test_crd_loader_and_validator")
+CRD_TESTS = ("tests/test_acceptance.py", "tests/test_jobs.py", "tests/test_jobset.py", "tests/test_mpijob.py",
+             "tests/test_monitoring.py", "tests/test_training.py",
+             "--deselect", "tests/test_acceptance.py::test_crd_loader_and_validator")
 
 
 class RecordError(Exception):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from spec.catalog import NcclScope
+from spec.jobset import IGNORE_DISRUPTIONS
 from spec.mpijob import (GENERATE_NAME_MAX, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME, bounded_name,
                          check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector, tolerations)
 from spec.pools import GPU_RESOURCE, queue_flavor
@@ -214,7 +215,10 @@ def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, s
             "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
             "jobTemplate": {
                 "metadata": {"labels": {**labels, QUEUE_LABEL: queue_name}},     # Kueue admits the Job by this label
-                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": DEADLINE_S, "template": {
+                # A run cut short by a drain or a spot reclaim starts again on another node instead of failing the
+                # check: it measured nothing, so it passes or fails nothing (backoffLimit 0 is for real failures).
+                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": DEADLINE_S,
+                         "podFailurePolicy": IGNORE_DISRUPTIONS, "template": {
                     "metadata": {"labels": labels},
                     "spec": {"restartPolicy": "Never", "nodeSelector": node_selector(pool),
                              "tolerations": tolerations(pool), "serviceAccountName": service_account,
@@ -268,8 +272,8 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
         "spec": {
             "schedule": schedule, "timeZone": "Etc/UTC", "concurrencyPolicy": "Forbid",
             "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
-            # No queue label: this Job takes no GPU and Kueue leaves unlabelled Jobs alone
-            # (manageJobsWithoutQueueName: false, spec/kueue.py); the MPIJob it creates carries the label.
+            # No queue label: the training namespace's `default` LocalQueue takes it, and a Job that asks for no
+            # GPU is admitted at once (spec/kueue.py); the MPIJob it creates carries the label.
             "jobTemplate": {
                 "metadata": {"labels": labels},
                 # One retry (a lost node, an API server that did not answer); a retry after a create that went

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from spec import acceptance
+from spec import acceptance, kueue
 from spec.faults import load_faults
 from spec.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from spec.efa import ip_bandwidth_gbps
@@ -80,6 +80,16 @@ HEALTH_CHECK_STALE_S = STALE_CHECK_S
 # Twenty missed passes of the repair controller's loop.
 REPAIR_CONTROLLER_STALE_S = 20 * REPAIR_INTERVAL_S
 GROUP_PREFIX = "gpu-cloud"
+# The training queue is deep past the design requirements' 100 pending jobs (the depth at which they want 8-GPU
+# nodes; docs/training.md says why node size follows each job instead). Pending means not admitted: every flavor the
+# jobs fit has its quota (its pool at maxNodes) taken, and only finishing jobs drain it. For as long as Kueue's longest
+# requeue backoff, so jobs bouncing through eviction and requeue do not fire it and a burst of short jobs drains
+# first.
+QUEUE_DEEP_PENDING = 100
+QUEUE_DEEP_MINUTES = kueue.REQUEUE_BACKOFF_MAX_S // 60
+# Kueue's series carry replica_role (leader, follower or standalone: kubernetes-sigs/kueue v0.19.2
+# pkg/metrics/metrics.go lines 72 and 411-420); a follower's copy would count the queue twice.
+KUEUE_REPLICAS = 'replica_role!="follower"'
 
 
 def ksm_resource(resource: str) -> str:
@@ -405,6 +415,22 @@ def triton_rules(alerts, target_queue_ms: float) -> List[Dict[str, Any]]:
     ]
 
 
+def queue_rules(pools, catalog) -> List[Dict[str, Any]]:
+    """The training queue's depth (kueue_pending_workloads: active and inadmissible workloads of the ClusterQueue),
+    on stacks that have the queue."""
+    if not kueue.flavors(pools, catalog):
+        return []
+    pending = (f'sum by (cluster_queue) (kueue_pending_workloads{{cluster_queue="{kueue.CLUSTER_QUEUE}", '
+               f"{KUEUE_REPLICAS}}})")
+    return [_rule(
+        "TrainingQueueDeep", f"{pending} > {QUEUE_DEEP_PENDING}", f"{QUEUE_DEEP_MINUTES}m", "warning",
+        f"More than {QUEUE_DEEP_PENDING} training jobs waiting",
+        f"ClusterQueue {{{{ $labels.cluster_queue }}}} has held more than {QUEUE_DEEP_PENDING} pending workloads for "
+        f"{QUEUE_DEEP_MINUTES} minutes: the flavors they fit have no quota left (their pools are at maxNodes), or "
+        f"they fit none. `kubectl -n {TRAINING_NAMESPACE} get workloads` says which; raise a pool's maxNodes or add "
+        "a pool.")]
+
+
 def rule_groups(alerts, pools, catalog, triton_target_queue_ms: Optional[float] = None) -> List[Dict[str, Any]]:
     """PrometheusRule spec.groups. alerts: spec.model.Alerts; pools: the stack's ResolvedPools; catalog: the loaded
     spec/catalog.yaml; triton_target_queue_ms: the Triton target when Triton is enabled (None: no Triton group)."""
@@ -415,6 +441,7 @@ def rule_groups(alerts, pools, catalog, triton_target_queue_ms: Optional[float] 
         {"name": f"{GROUP_PREFIX}.network", "rules": network_rules(alerts, pools)},
         {"name": f"{GROUP_PREFIX}.storage", "rules": storage_rules(alerts)},
         {"name": f"{GROUP_PREFIX}.nccl", "rules": nccl_rules(pools, catalog)},
+        {"name": f"{GROUP_PREFIX}.queue", "rules": queue_rules(pools, catalog)},
     ]
     if triton_target_queue_ms is not None:
         groups.append({"name": f"{GROUP_PREFIX}.triton", "rules": triton_rules(alerts, triton_target_queue_ms)})

@@ -10,8 +10,9 @@ customer-managed KMS key (bucket keys on), versioned, private, TLS-only, logged 
   Old checkpoints are rarely read again: Intelligent-Tiering after 7 days, once the newest ones have been used
   to resume. Overwritten or deleted checkpoints are kept 7 days (a bad save can be undone, a week's worth of
   noncurrent versions of terabyte files is not kept).
-- **models**: Triton's model repository; replicated to the DR peer. Small and read at every model load:
-  no transition.
+- **models**: Triton's model repository; replicated to the DR peer (deletes stay in the region: spec/replication.py).
+  Written only by the stack's model publisher, read by training jobs too. Small and read at every model load:
+  no transition; a replaced or deleted model stays 30 days as a noncurrent version, for rollbacks.
 - **artifacts**: node verifier bundles (read by nodes at boot; rebuilt by the program), and the gate's verdicts
   (gate-reports/<pool>/, one per boot, written by the nodes, read by the repair controller; expire after 90 days).
 - **logs**: S3 server access logs of the other four; kept `monitoring.retentionDays`.
@@ -34,7 +35,9 @@ LOGS = "logs"
 DATASETS = "datasets"     # what FSx for Lustre links to /data by default
 MODELS = "models"         # where Triton's repository is by default (s3://<models bucket>/triton)
 REPLICATED = ("checkpoints", "models")     # what a primary stack replicates to its DR peer
-JOB_DATA = ("datasets", "checkpoints", "models")   # what training jobs read and write (components/data_access.py)
+JOB_DATA = ("datasets", "checkpoints", "models")   # what training jobs read (components/data_access.py)
+# ... and may not write: Triton's repository changes only through its publisher (spec/data_access.py).
+JOB_READ_ONLY = (MODELS,)
 
 BUCKET_NAME_MAX = 63                       # S3 bucket naming rules: 3 to 63 characters
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")

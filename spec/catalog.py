@@ -21,11 +21,27 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
+# The slices of a MIG GPU (catalog.yaml says where from): every profile takes some of each.
+MIG_COMPUTE_SLICES = 7
+MIG_MEMORY_SLICES = 8
+
+
+def mig_compute_slices(profile: str) -> int:
+    """'3g.40gb' -> 3: a MIG profile is named by its compute slices, then its memory."""
+    return int(profile.split("g.", 1)[0])
+
+
+# NVIDIA's GPU architectures in the catalog (catalog.yaml names the source). A compiled engine (a TensorRT plan) is
+# built for one of them, so the DR pair check (spec/dr_pair.py) compares them: a misspelt one must not pass as another.
+Architecture = Literal["turing", "ampere", "ada", "hopper", "blackwell"]
+
+
 class GpuModel(_Frozen):
-    architecture: str
+    architecture: Architecture
     nvlink_links_per_gpu: int = Field(alias="nvlinkLinksPerGpu", ge=0)
     nvswitch: bool
     mig_profiles: Dict[str, int] = Field(alias="migProfiles")      # profile -> instances per GPU
+    mig_memory_slices: Dict[str, int] = Field(default={}, alias="migMemorySlices")   # profile -> memory slices
     min_driver_branch: int = Field(alias="minDriverBranch")
     ecc_expected: bool = Field(alias="eccExpected")
     ecc_reserves_memory: bool = Field(alias="eccReservesMemory")   # GDDR: ECC on keeps 1/16 of the memory
@@ -34,6 +50,24 @@ class GpuModel(_Frozen):
     @property
     def supports_mig(self) -> bool:
         return bool(self.mig_profiles)
+
+    def mig_slices(self, layout: Dict[str, int]) -> Tuple[int, int]:
+        """(compute, memory) slices that `layout` (profile -> instances) takes of one GPU."""
+        return (sum(mig_compute_slices(p) * n for p, n in layout.items()),
+                sum(self.mig_memory_slices[p] * n for p, n in layout.items()))
+
+    @model_validator(mode="after")
+    def _counts_are_what_the_slices_allow(self) -> "GpuModel":
+        if set(self.mig_memory_slices) != set(self.mig_profiles):
+            raise ValueError(f"migMemorySlices names {sorted(self.mig_memory_slices)}, migProfiles "
+                             f"{sorted(self.mig_profiles)}: every MIG profile needs both")
+        for profile, count in self.mig_profiles.items():
+            fit = min(MIG_COMPUTE_SLICES // mig_compute_slices(profile),
+                      MIG_MEMORY_SLICES // self.mig_memory_slices[profile])
+            if count != fit:
+                raise ValueError(f"migProfiles {profile}: {count}, but {fit} fit in {MIG_COMPUTE_SLICES} compute and "
+                                 f"{MIG_MEMORY_SLICES} memory slices")
+        return self
 
 
 class GpuSpec(_Frozen):

@@ -22,6 +22,7 @@ EFA_DEVICE_PLUGIN = "aws-efa-k8s-device-plugin"
 KUEUE = "kueue"
 FSX_CSI_DRIVER = "aws-fsx-csi-driver"
 MPI_OPERATOR = "mpi-operator"
+JOBSET = "jobset"
 KUBE_PROMETHEUS_STACK = "kube-prometheus-stack"
 AWS_LOAD_BALANCER_CONTROLLER = "aws-load-balancer-controller"
 PROMETHEUS_ADAPTER = "prometheus-adapter"
@@ -105,7 +106,7 @@ class ChartsFile(_Frozen):
     @model_validator(mode="after")
     def _required_pins(self) -> "ChartsFile":
         missing = {NODE_TERMINATION_HANDLER, CLUSTER_AUTOSCALER, GPU_OPERATOR, EFA_DEVICE_PLUGIN, KUEUE} - set(self.charts)
-        missing |= {MPI_OPERATOR} - set(self.manifests)
+        missing |= {MPI_OPERATOR, JOBSET} - set(self.manifests)
         if missing:
             raise ValueError(f"charts.yaml lacks pins for {sorted(missing)}")
         return self

@@ -1,4 +1,4 @@
-"""gpu-cloud's Grafana dashboards as code: four dashboard JSON models, rendered from plain values.
+"""gpu-cloud's Grafana dashboards as code: five dashboard JSON models, rendered from plain values.
 
 Pure: no Pulumi. The monitoring component turns `configmap_data()` into ConfigMaps that the Grafana sidecar of
 kube-prometheus-stack loads (GRAFANA_SIDECAR_LABEL = GRAFANA_SIDECAR_LABEL_VALUE on the ConfigMap).
@@ -8,6 +8,7 @@ kube-prometheus-stack loads (GRAFANA_SIDECAR_LABEL = GRAFANA_SIDECAR_LABEL_VALUE
     triton.json             Triton Inference Server: requests, failures, queue and compute time, p99, its GPUs
     node-verification.json  the boot-time verifier (userdata/gpu_verify.py): verdict, checks, duration, last run
     spot-drains.json        aws-node-termination-handler's actions and errors, GPU nodes by capacity type
+    training-queue.json     Kueue: pending workloads and admission wait per ClusterQueue, quota used per flavor
 
 Every metric name an expression uses is in spec/dashboards/metrics.yaml with the source that documents it;
 tests/test_dashboards.py holds the table against the sources and every expression against the table and promtool.
@@ -35,6 +36,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 import yaml
 
+from spec.alert_rules import KUEUE_REPLICAS, QUEUE_DEEP_MINUTES, QUEUE_DEEP_PENDING
 from spec.monitoring import CAPACITY_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from spec.tenancy import INFERENCE_NAMESPACE
 
@@ -509,6 +511,56 @@ def spot_drains() -> Dict[str, Any]:
                       b, [_query_variable("pool", "Pool", f'label_values(kube_node_labels{{{POOL}!=""}}, {POOL})')])
 
 
+# --- 5. The training queue (Kueue) ----------------------------------------------------------------------------
+
+def training_queue() -> Dict[str, Any]:
+    """Kueue's own series (kubernetes-sigs/kueue v0.19.2 pkg/metrics/metrics.go): per ClusterQueue, pending workloads
+    by status (active: waiting to be tried; inadmissible: tried, waiting for something to change) and the time from
+    creation or requeue to admission; per flavor (one per pool: spec/kueue.py) and resource, quota and use, which
+    Kueue reports with metrics.enableClusterQueueResources."""
+    queues = f'cluster_queue=~"$cluster_queue", {KUEUE_REPLICAS}'
+    flavors = f'{queues}, flavor=~"$flavor"'
+    pending = f"sum by (cluster_queue, status) (kueue_pending_workloads{{{queues}}})"
+
+    def wait(quantile: str) -> str:
+        return (f"histogram_quantile({quantile}, sum by (le, cluster_queue, priority_class) "
+                f"({_rate('kueue_admission_wait_time_seconds_bucket', '{' + queues + '}')}))")
+
+    b = _Board()
+    b.row("Queue depth")
+    b.panel("stat", "Pending workloads", [(f"sum(kueue_pending_workloads{{{queues}}})", "")], w=8, h=4,
+            thresholds=((None, "green"), (QUEUE_DEEP_PENDING + 1, "orange")),
+            description=f"Workloads not admitted yet. Above {QUEUE_DEEP_PENDING} for {QUEUE_DEEP_MINUTES} minutes, "
+                        "TrainingQueueDeep warns: the flavors they fit have no quota left.")
+    b.panel("stat", "Admitted workloads", [(f"sum(kueue_admitted_active_workloads{{{queues}}})", "")], w=8, h=4)
+    b.panel("stat", "GPUs asked for by pending workloads",
+            [(f'sum(kueue_cluster_queue_resource_pending{{{queues}, resource="nvidia.com/gpu"}})', "")], w=8, h=4,
+            description="What the pending workloads request; no flavor is assigned to them yet.")
+    b.panel("timeseries", "Pending workloads", [(pending, "{{cluster_queue}} {{status}}")],
+            description="active: waiting for their turn; inadmissible: tried and did not fit, retried when quota "
+                        "frees up or the queue changes.")
+    b.panel("timeseries", "Admission wait", [(wait("0.5"), "{{cluster_queue}} {{priority_class}} p50"),
+                                             (wait("0.9"), "{{cluster_queue}} {{priority_class}} p90")], unit="s",
+            description="From a workload's creation (or requeue) to its admission, by priority class.")
+
+    b.row("Flavors (one per pool)")
+    used = f"sum by (flavor, resource) (kueue_cluster_queue_resource_usage{{{flavors}}})"
+    quota = f"sum by (flavor, resource) (kueue_cluster_queue_nominal_quota{{{flavors}}})"
+    b.panel("timeseries", "Quota used by flavor", [(f"100 * {used} / ({quota} > 0)", "{{flavor}} {{resource}}")],
+            unit="percent", minimum=0, maximum=100,
+            description="Admitted workloads' requests over the flavor's quota, its pool at maxNodes. A flavor at "
+                        "100 % admits nothing more.")
+    b.panel("table", "Quota and use by flavor", [(quota, ""), (used, "")], table=True,
+            description="Each flavor's quota (A) and what admitted workloads use of it (B), per resource.")
+    variables = [
+        _query_variable("cluster_queue", "ClusterQueue", "label_values(kueue_pending_workloads, cluster_queue)"),
+        _query_variable("flavor", "Flavor (pool)", "label_values(kueue_cluster_queue_nominal_quota, flavor)"),
+    ]
+    return _dashboard("gpu-cloud-training-queue", "gpu-cloud / Training queue",
+                      "Kueue's training queue: how deep it is, how long jobs wait, and how full each flavor is.",
+                      b, variables)
+
+
 # --- the set ---------------------------------------------------------------------------------------------------
 
 def dashboards() -> Dict[str, Dict[str, Any]]:
@@ -518,6 +570,7 @@ def dashboards() -> Dict[str, Dict[str, Any]]:
         "triton.json": triton(),
         "node-verification.json": node_verification(),
         "spot-drains.json": spot_drains(),
+        "training-queue.json": training_queue(),
     }
 
 

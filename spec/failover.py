@@ -15,6 +15,20 @@ The health check follows Triton's readiness path (/v2/health/ready on its HTTP p
 - an **internal** one, which Route 53's checkers (on the internet) cannot reach: a CloudWatch alarm on the
   load balancer's healthy target count, whose targets are checked on the same path by the load balancer itself,
   and a Route 53 health check that follows the alarm.
+
+The alarm means "no node of the load balancer sees a ready Triton", never "one node sees none". CloudWatch's
+Minimum and Maximum of HealthyHostCount are over the data points of the individual load balancer nodes, and the
+ELB guide recommends alarming on the Maximum of HealthyHostCount when it falls below what is needed, or 0
+(docs.aws.amazon.com/elasticloadbalancing/latest/network/load-balancer-cloudwatch-metrics.html, "Statistics for
+Network Load Balancer metrics"). With cross-zone load balancing off, the NLB's default, a node sends only to the
+targets of its own zone (".../network/target-group-cross-zone.html"): a node in a zone without a Triton replica has
+none, so the Minimum would fail over a region that serves. gpu-cloud turns cross-zone on for Triton's NLB
+(spec/lb_controller.py), but the alarm does not rely on it. HealthyHostCount is "reported if there are registered
+targets" (same page): a load balancer left with none reports nothing, which the alarm treats as breaching.
+
+Triton's own readiness is what the alarm watches: the load balancer checks every replica on /v2/health/ready, the
+path clients take. A signal from inside the cluster (Prometheus' view of the pods) was not chosen: it dies with the
+region it should report on, and Route 53 can follow only a CloudWatch alarm or an endpoint it reaches itself.
 """
 from __future__ import annotations
 
@@ -30,11 +44,20 @@ REQUEST_INTERVAL_S = 10
 FAILURE_THRESHOLD = 3
 RECORD_TTL_S = 60                      # how long resolvers may keep the old answer after a failover
 # Internal: the load balancer checks each target every 10 s and marks it unhealthy after 3 failures
-# (the Service's health-check annotations); the alarm trips when no target is healthy for 2 one-minute periods.
+# (the Service's health-check annotations); the alarm trips when the most healthy targets any node of the load
+# balancer reports stays below 1 for 2 of the last 3 one-minute periods. Three, not two: the minute in which the
+# targets fail may still hold a healthy report, which the Maximum keeps.
 TARGET_CHECK_INTERVAL_S = 10
 TARGET_UNHEALTHY_THRESHOLD = 3
+ALARM_NAMESPACE = "AWS/NetworkELB"
+ALARM_METRIC = "HealthyHostCount"
+ALARM_STATISTIC = "Maximum"
+ALARM_COMPARISON = "LessThanThreshold"
+ALARM_THRESHOLD = 1
+ALARM_TREAT_MISSING_DATA = "breaching"
 ALARM_PERIOD_S = 60
-ALARM_EVALUATION_PERIODS = 2
+ALARM_DATAPOINTS_TO_ALARM = 2
+ALARM_EVALUATION_PERIODS = ALARM_DATAPOINTS_TO_ALARM + 1
 WEIGHT = 100                           # both regions equal under weighted routing
 
 
@@ -63,7 +86,7 @@ def detection_seconds(scheme: str) -> int:
     """How long after the endpoint stops answering its record is marked unhealthy (worst case)."""
     if scheme == "internet-facing":
         return REQUEST_INTERVAL_S * FAILURE_THRESHOLD
-    # the load balancer's own checks, then the alarm's periods (Route 53 reads the alarm state as it changes)
+    # the load balancer's own checks, then the alarm's window (Route 53 reads the alarm state as it changes)
     return TARGET_CHECK_INTERVAL_S * TARGET_UNHEALTHY_THRESHOLD + ALARM_PERIOD_S * ALARM_EVALUATION_PERIODS
 
 

@@ -15,17 +15,35 @@ neither (driver.enabled, toolkit.enabled false) and runs only what the node lack
 - the DCGM exporter (GPU metrics), the operator validator (always deployed: controllers/state_manager.go
   isStateEnabled, no value turns it off) and the node-status exporter (the validator's verdict as metrics).
 
-Time-slicing and MIG per pool, chosen by node labels (spec/pools.node_labels)
------------------------------------------------------------------------------
-- `nvidia.com/device-plugin.config=time-slicing-<N>`: the device plugin's config-manager picks that entry of
-  the ConfigMap below; it advertises each GPU N times. Nodes without the label get the `default` entry (whole
-  GPUs). Time-slicing shares compute by turns and does not partition memory: every replica sees the whole GPU.
-- `nvidia.com/mig.config=all-<profile>`: the MIG manager cuts every GPU into as many <profile> instances as fit;
-  with strategy `mixed` each instance is advertised as `nvidia.com/mig-<profile>` (spec/pools.mig_resource).
-  MIG instances have their own memory and compute. MIG-capable GPUs of other pools get `all-disabled` (the
-  chart's default config), which is the state the node gate checked, so the MIG manager changes nothing there.
+Time-slicing, MPS and MIG per pool, chosen by node labels (spec/pools.node_labels)
+-----------------------------------------------------------------------------------
+- `nvidia.com/device-plugin.config=time-slicing-<N>` or `mps-<N>`: the device plugin's config-manager picks that
+  entry of the ConfigMap below; the plugin advertises each GPU N times. Nodes without the label get the `default`
+  entry (whole GPUs). Time-slicing shares compute by turns and does not partition memory: every replica sees the
+  whole GPU. MPS runs one MPS server per node and limits each client (a container given one replica) to 1/N of
+  the GPU's memory and 100/N % of its SMs (k8s-device-plugin v0.20.0 cmd/mps-control-daemon/mps/daemon.go lines
+  119-130 and 252-280: memory in MiB rounded down, so 10240 MiB of an A100 80GB's 81920 with N = 8).
+- The MPS server is the operator's DaemonSet nvidia-device-plugin-mps-control-daemon: deployed whenever the device
+  plugin is (gpu-operator v26.7.0 controllers/state_manager.go lines 1017-1018), on the nodes GPU feature
+  discovery labels `nvidia.com/mps.capable=true`, which are those whose config is MPS and whose GPUs are not in MIG
+  mode (assets/state-mps-control-daemon/0400_daemonset.yaml lines 19-21; k8s-device-plugin internal/lm/nvml.go
+  lines 176-211). It tolerates what every operand does (daemonsets.tolerations: controllers/object_controls.go
+  lines 739, 759 and 826-828) and shares the plugin's MPS root, the chart's /run/nvidia/mps (values.yaml line 283),
+  so nothing more is set for it.
+- `nvidia.com/mig.config=<layout>`, for example `1g.10gbx2-3g.40gbx1`: the MIG manager cuts every GPU into that
+  layout (spec/pools.mig_layout: a pool's migProfiles, or its migProfile as many as fit), from the program's own
+  config (mig_manager_config) whenever some pool uses MIG; with strategy `mixed` each instance is advertised as
+  `nvidia.com/mig-<profile>` (spec/pools.mig_resource). MIG instances have their own memory and compute.
+  MIG-capable GPUs of other pools get `all-disabled`, which is the state the node gate checked, so the MIG
+  manager changes nothing there.
 - The bootstrap turned MIG mode on before the gate (a GPU whose mode change needed a reset was rejected), so the
   MIG manager finds the mode already applied and only creates instances; it is told never to reboot a node.
+- The MIG strategy is each config entry's, not the cluster's: the device plugin refuses MPS under `mixed`
+  (k8s-device-plugin v0.20.0 cmd/nvidia-device-plugin/main.go lines 227-230), and a cluster-wide `mig.strategy`
+  reaches the plugin, GPU feature discovery and the MPS daemon as MIG_STRATEGY, which overrides any config file
+  (controllers/object_controls.go lines 2787-2798; the plugin's api/config/v1/flags.go lines 32-33 and 118-124).
+  So `mig.strategy` is empty (templates/clusterpolicy.yaml lines 139-142 then leave it out) and every entry says
+  `flags.migStrategy`: `mixed`, or `none` for MPS.
 
 Every Helm value set here exists in the pinned chart's own values.yaml: GPU_OPERATOR_VALUE_PATHS and
 EFA_PLUGIN_VALUE_PATHS list each path with its line, and tests/test_gpu_operator.py holds both.
@@ -39,6 +57,7 @@ import yaml
 
 from spec import dcgm, monitoring
 from spec import pools as pool_rules
+from spec.catalog import load_catalog
 from spec.charts import ChartPin
 from spec.pools import GPU_TAINT, LABEL_PREFIX, Taint, toleration
 
@@ -53,6 +72,9 @@ EFA_PLUGIN_RELEASE_NAME = "aws-efa-k8s-device-plugin"
 DEVICE_PLUGIN_CONFIGMAP = "device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"      # nodes without nvidia.com/device-plugin.config: whole GPUs
 MIG_STRATEGY = "mixed"                        # one resource per MIG profile: nvidia.com/mig-<profile>
+MPS_MIG_STRATEGY = "none"                     # MPS pools' GPUs are never in MIG mode
+MIG_MANAGER_CONFIGMAP = "mig-parted-config"   # the MIG layouts of the stack's MIG pools, when it has any
+MIG_MANAGER_CONFIG_KEY = "config.yaml"        # the key the operator mounts (values.yaml lines 423-425)
 MIG_DISABLED_CONFIG = "all-disabled"          # MIG-capable GPUs of pools that do not ask for MIG
 EFA_LABEL = f"{LABEL_PREFIX}efa"              # spec/pools.node_labels: "true" on EFA pools' nodes
 
@@ -83,6 +105,7 @@ GPU_OPERATOR_VALUE_PATHS: Mapping[str, int] = {
     "migManager.enabled": 371,
     "migManager.env": 377,
     "migManager.config.default": 420,
+    "migManager.config.name": 426,
     "nodeStatusExporter.enabled": 434,
     "node-feature-discovery.worker.tolerations": 631,
 }
@@ -117,13 +140,13 @@ EFA_PLUGIN_VALUE_PATHS: Mapping[str, int] = {
     "tolerations": 332,
 }
 
-# The MIG manager's partitions per catalog GPU: profile -> instances of it per GPU under mig-config
-# `all-<profile>`. Transcribed from the operator's fallback config, assets/state-mig-manager/0400_configmap.yaml
-# at gpu-operator v26.7.0 (`all-1g.10gb` is 7 on A100 80GB and H100, 4 on A100 40GB, by device filter;
-# `all-1g.35gb` is 4 on H200). mig-manager v0.15.0 first generates the same `all-<profile>` entries from the
-# hardware's maximum counts (NVIDIA/mig-parted v0.15.0 pkg/mig/builder/builder.go) and falls back to that file
-# only when discovery finds no profiles. tests/test_gpu_operator.py holds these equal to spec/catalog.yaml, whose
-# counts size the autoscaler's scale-from-zero templates and the team quotas.
+# NVIDIA's own partitions per catalog GPU: profile -> instances of it per GPU under mig-config `all-<profile>`.
+# Transcribed from the operator's fallback config, assets/state-mig-manager/0400_configmap.yaml at gpu-operator
+# v26.7.0 (`all-1g.10gb` is 7 on A100 80GB and H100, 4 on A100 40GB, by device filter; `all-1g.35gb` is 4 on H200);
+# mig-manager v0.15.0 generates the same from the hardware's maximum counts (NVIDIA/mig-parted v0.15.0
+# pkg/mig/builder/builder.go lines 86-139). tests/test_gpu_operator.py holds these equal to spec/catalog.yaml, whose
+# counts are what a `migProfile` pool's layout cuts (mig_manager_config), the autoscaler's scale-from-zero
+# templates and the team quotas count.
 MIG_MANAGER_PARTITIONS: Mapping[str, Mapping[str, int]] = {
     "A100 40GB": {"1g.5gb": 7, "1g.10gb": 4, "2g.10gb": 3, "3g.20gb": 2, "4g.20gb": 1, "7g.40gb": 1},
     "A100 80GB": {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1},
@@ -135,10 +158,17 @@ MIG_MANAGER_PARTITIONS: Mapping[str, Mapping[str, int]] = {
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)$")
 
 
-def time_slicing_replicas(pools: Sequence["ResolvedPool"]) -> Tuple[int, ...]:
-    """The distinct replica counts of the time-slicing pools, ascending."""
-    return tuple(sorted({pool.spec.gpu_sharing.replicas for pool in pools
-                         if pool.spec.gpu_sharing.mode == "time-slicing"}))
+def replicated_sharing(pools: Sequence["ResolvedPool"]) -> Tuple[Tuple[str, int], ...]:
+    """The distinct (mode, replicas) of the time-slicing and MPS pools, sorted: one device-plugin config each."""
+    return tuple(sorted({(pool.spec.gpu_sharing.mode, pool.spec.gpu_sharing.replicas) for pool in pools
+                         if pool.spec.gpu_sharing.mode in pool_rules.REPLICATED_MODES}))
+
+
+def mig_layouts(pools: Sequence["ResolvedPool"]) -> Dict[str, Dict[str, int]]:
+    """The MIG pools' layouts by config name (spec/pools.mig_config_name), each once; empty without MIG pools."""
+    catalog = load_catalog()
+    layouts = (pool_rules.mig_layout(pool, catalog) for pool in pools if pool.spec.gpu_sharing.mode == "mig")
+    return {pool_rules.mig_config_name(layout): layout for layout in layouts}
 
 
 def gpu_node_taints(pools: Sequence["ResolvedPool"]) -> Tuple[Taint, ...]:
@@ -150,41 +180,65 @@ def gpu_node_taints(pools: Sequence["ResolvedPool"]) -> Tuple[Taint, ...]:
     return tuple(taints)
 
 
-def time_slicing_config_name(replicas: int) -> str:
-    """The device-plugin config a time-slicing pool's nodes select (their nvidia.com/device-plugin.config label)."""
-    return f"time-slicing-{replicas}"
+def device_plugin_configs(shared: Iterable[Tuple[str, int]]) -> Dict[str, str]:
+    """ConfigMap data for the device plugin (k8s-device-plugin v0.20.0 config v1, api/config/v1/config.go lines
+    34-40, sharing.go lines 20-25, replicas.go lines 29-34 and 80-86): the default (no sharing) and one config per
+    (mode, replicas) of `shared`, mode time-slicing (`sharing.timeSlicing`) or mps (`sharing.mps`).
 
-
-def device_plugin_configs(replicas: Iterable[int]) -> Dict[str, str]:
-    """ConfigMap data for the device plugin (k8s-device-plugin v0.20.0 config v1): the default (no sharing) and
-    one time-slicing config per replica count.
-
-    renameByDefault false: a replica stays `nvidia.com/gpu`, the resource the pools' autoscaler templates and the
-    team quotas count. failRequestsGreaterThanOne true: asking for 2 replicas would only mean 2 turns on the same
-    GPU, never more memory or a second GPU, so such a pod fails admission instead of running on a false promise.
-    The MIG strategy is not repeated here: the operator passes MIG_STRATEGY from `mig.strategy` to the plugin and
-    GFD, and an environment variable takes precedence over the file.
+    renameByDefault false: a replica stays `nvidia.com/gpu` (renamed, it would be `nvidia.com/gpu.shared`:
+    replicas.go lines 204-208), the resource whole GPUs are, which the pools' autoscaler templates, the team quotas
+    and Kueue count; pods pick a pool by its label. failRequestsGreaterThanOne true: 2 replicas would be 2 turns on
+    the same GPU, or 2 MPS clients of 1/N each, never one client with more memory or a second GPU, so such a pod
+    fails admission instead of running on a false promise (internal/rm/rm.go lines 95-105; for MPS the plugin's
+    own default, config.go lines 72-76, said here). Each entry carries its MIG strategy (module docstring).
     """
-    configs = {DEFAULT_DEVICE_PLUGIN_CONFIG: _dump({"version": "v1"})}
-    for count in replicas:
-        # The plugin refuses fewer than 2 (api/config/v1/replicas.go) and would stop advertising GPUs on the node.
+    configs = {DEFAULT_DEVICE_PLUGIN_CONFIG: _dump({"version": "v1", "flags": {"migStrategy": MIG_STRATEGY}})}
+    for mode, count in shared:
+        if mode not in pool_rules.REPLICATED_MODES:
+            raise ValueError(f"{mode!r} is not a sharing mode of the device plugin; modes: "
+                             f"{', '.join(pool_rules.REPLICATED_MODES)}")
+        # The plugin refuses fewer than 2 (replicas.go lines 251-253) and would stop advertising GPUs on the node;
+        # the MPS daemon more than 48 clients (cmd/mps-control-daemon/mps/device.go lines 35-49).
         if isinstance(count, bool) or not isinstance(count, int) or count < 2:
-            raise ValueError(f"time-slicing replicas must be an integer of at least 2, got {count!r}")
-        configs[time_slicing_config_name(count)] = _dump({
+            raise ValueError(f"{mode} replicas must be an integer of at least 2, got {count!r}")
+        if mode == "mps" and count > 48:
+            raise ValueError(f"mps replicas must be at most 48 (the MPS server's client limit), got {count}")
+        configs[pool_rules.device_plugin_config_name(mode, count)] = _dump({
             "version": "v1",
-            "sharing": {"timeSlicing": {
+            "flags": {"migStrategy": MPS_MIG_STRATEGY if mode == "mps" else MIG_STRATEGY},
+            "sharing": {"mps" if mode == "mps" else "timeSlicing": {
                 "renameByDefault": False,
                 "failRequestsGreaterThanOne": True,
-                "resources": [{"name": "nvidia.com/gpu", "replicas": count}],
+                "resources": [{"name": pool_rules.GPU_RESOURCE, "replicas": count}],
             }},
         })
     return configs
 
 
-def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[str, str]) -> Dict[str, Any]:
+def mig_manager_config(layouts: Mapping[str, Mapping[str, int]]) -> Dict[str, str]:
+    """ConfigMap data for the MIG manager (NVIDIA/mig-parted v0.15.0 config v1: api/spec/v1/spec.go lines 29-41):
+    `all-disabled` for every GPU outside a MIG pool, and each layout by name (mig_layouts), on all of a node's GPUs.
+
+    Given a config, the MIG manager uses it instead of the one it generates from the hardware (mig-parted v0.15.0
+    cmd/nvidia-mig-manager/main.go lines 366-376), which has only single-profile `all-<profile>` entries. It tries
+    every creation order of a layout's instances until one fits (pkg/mig/config/config.go lines 255-293);
+    spec/validate.py keeps a layout within the GPU's 7 compute and 8 memory slices."""
+    configs: Dict[str, List[Dict[str, Any]]] = {MIG_DISABLED_CONFIG: [{"devices": "all", "mig-enabled": False}]}
+    for name, layout in layouts.items():
+        configs[name] = [{"devices": "all", "mig-enabled": True, "mig-devices": dict(layout)}]
+    return {MIG_MANAGER_CONFIG_KEY: _dump({"version": "v1", "mig-configs": configs})}
+
+
+def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[str, str],
+                    mig_config: bool = False) -> Dict[str, Any]:
     """Helm values for the gpu-operator chart. node_taints: gpu_node_taints(pools); system_node_labels: the
-    labels of the system node group, where the operator's own Deployment runs."""
+    labels of the system node group, where the operator's own Deployment runs; mig_config: some pool uses MIG, and
+    the MIG manager reads the program's MIG_MANAGER_CONFIGMAP (without, its own generated `all-disabled` is all
+    the nodes need)."""
     tolerations = _tolerations(node_taints)
+    mig_manager_config_values = {"default": MIG_DISABLED_CONFIG}
+    if mig_config:
+        mig_manager_config_values["name"] = MIG_MANAGER_CONFIGMAP
     return {
         # The node image (or the gate) installed both; a second driver or a rewritten containerd config would
         # fight it.
@@ -195,11 +249,12 @@ def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[st
         # chart does not create one; the plugin's config-manager follows each node's label.
         "devicePlugin": {"enabled": True, "config": {
             "create": False, "name": DEVICE_PLUGIN_CONFIGMAP, "default": DEFAULT_DEVICE_PLUGIN_CONFIG}},
-        "mig": {"strategy": MIG_STRATEGY},
+        # Each device-plugin config says its own strategy (module docstring).
+        "mig": {"strategy": ""},
         "migManager": {
             "enabled": True,
-            # Only nodes without nvidia.com/mig.config get this label value (controllers/nodelabeling_controller.go).
-            "config": {"default": MIG_DISABLED_CONFIG},
+            # Only nodes without nvidia.com/mig.config get the default (controllers/nodelabeling_controller.go).
+            "config": mig_manager_config_values,
             # Read by nvidia-mig-manager (WITH_REBOOT, default false): a node whose MIG mode would not change
             # without a reboot is left failed (nvidia.com/mig.config.state=failed), never rebooted under its pods.
             "env": [{"name": "WITH_REBOOT", "value": "false"}],

@@ -123,6 +123,7 @@ HEALTHCHECK_UNHEALTHY_THRESHOLD = _ANNOTATION + "healthcheck-unhealthy-threshold
 HEALTHCHECK_SUCCESS_CODES = _ANNOTATION + "healthcheck-success-codes"
 ADDITIONAL_RESOURCE_TAGS = _ANNOTATION + "additional-resource-tags"
 LOAD_BALANCER_ATTRIBUTES = _ANNOTATION + "attributes"
+TARGET_GROUP_ATTRIBUTES = _ANNOTATION + "target-group-attributes"
 
 # Each annotation set -> the line of docs/guide/service/annotations.md (v3.5.0) that defines it.
 SERVICE_ANNOTATION_DOC_LINES: Mapping[str, int] = {
@@ -139,6 +140,10 @@ SERVICE_ANNOTATION_DOC_LINES: Mapping[str, int] = {
     ADDITIONAL_RESOURCE_TAGS: 460,
     LOAD_BALANCER_ATTRIBUTES: 352,
 }
+
+# docs/guide/service/annotations.md (v3.5.0) line 308 defines TARGET_GROUP_ATTRIBUTES; line 312 gives the
+# deregistration delay's range (AWS's default, 300 s, applies when it is not set).
+DEREGISTRATION_DELAY_RANGE_S = (0, 3600)
 
 SCHEMES = ("internal", "internet-facing")
 # Successes after which a target takes traffic again: the controller's own default (pkg/service/model_builder.go
@@ -352,6 +357,12 @@ def nlb_service_annotations(scheme: str, health_path: str, health_port: int, int
     if extra_tags:
         annotations[ADDITIONAL_RESOURCE_TAGS] = _tags_annotation(extra_tags)
     return annotations
+
+
+def deregistration_delay_annotation(seconds: int) -> Dict[str, str]:
+    """The Service annotation that sets how long the NLB keeps a deregistering target's open flows."""
+    _check_int("deregistration delay", seconds, *DEREGISTRATION_DELAY_RANGE_S)
+    return {TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds}"}
 
 
 def controller_load_balancer_tags(cluster_name: str, namespace: str, service: str) -> Dict[str, str]:

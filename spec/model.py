@@ -185,21 +185,33 @@ class GpuDriver(ConfigModel):
         return self
 
 
+# Sharing modes in which the device plugin advertises each GPU `replicas` times (spec/gpu_operator.py).
+REPLICATED_MODES = ("time-slicing", "mps")
+
+
 class GpuSharing(ConfigModel):
-    mode: Literal["none", "time-slicing", "mig"] = "none"
+    mode: Literal["none", "time-slicing", "mps", "mig"] = "none"
+    # 48: the most clients an MPS server takes on compute capability 7.5 and newer, every catalog GPU
+    # (NVIDIA/k8s-device-plugin v0.20.0 cmd/mps-control-daemon/mps/device.go lines 43-49); time-slicing has no limit
+    # of its own and keeps the same one.
     replicas: Optional[int] = Field(default=None, ge=2, le=48)
-    mig_profile: Optional[str] = None
+    mig_profile: Optional[str] = None                        # every GPU cut into as many of it as fit
+    mig_profiles: Optional[Dict[str, Annotated[int, Field(ge=1)]]] = None   # profile -> instances on every GPU
 
     @model_validator(mode="after")
     def _fields_for_mode(self) -> "GpuSharing":
-        if self.mode == "time-slicing" and self.replicas is None:
-            raise ValueError("mode time-slicing needs replicas (2 to 48)")
-        if self.mode != "time-slicing" and self.replicas is not None:
-            raise ValueError(f"replicas is only allowed with mode time-slicing, not {self.mode}")
-        if self.mode == "mig" and not self.mig_profile:
-            raise ValueError("mode mig needs migProfile (for example 1g.10gb)")
-        if self.mode != "mig" and self.mig_profile:
-            raise ValueError(f"migProfile is only allowed with mode mig, not {self.mode}")
+        replicated = self.mode in REPLICATED_MODES
+        if replicated and self.replicas is None:
+            raise ValueError(f"mode {self.mode} needs replicas (2 to 48)")
+        if not replicated and self.replicas is not None:
+            raise ValueError(f"replicas is only allowed with mode time-slicing or mps, not {self.mode}")
+        if self.mode == "mig" and (self.mig_profile is None) == (self.mig_profiles is None):
+            raise ValueError("mode mig needs one of migProfile (one profile, as many as fit: 1g.10gb) or migProfiles "
+                             "(instances of each profile on every GPU: {1g.10gb: 2, 3g.40gb: 1})")
+        if self.mode != "mig" and (self.mig_profile is not None or self.mig_profiles is not None):
+            raise ValueError(f"migProfile and migProfiles are only allowed with mode mig, not {self.mode}")
+        if self.mig_profiles == {}:
+            raise ValueError("migProfiles needs at least one profile")
         return self
 
 
@@ -298,6 +310,25 @@ class Triton(ConfigModel):
     target_queue_ms: float = Field(default=10, gt=0)
     # The load balancer in front of Triton: inside the VPC unless the stack says otherwise.
     scheme: Literal["internal", "internet-facing"] = "internal"
+    # The repository holds no engine built for one GPU architecture (no TensorRT plan): its models load on any GPU, so
+    # a DR pair may serve on two architectures (spec/dr_pair.py). A declaration: nothing inspects the models.
+    portable_models: bool = False
+    # The roles (a CI or release job's) that may assume the stack's model publisher role, the one writer of Triton's
+    # repository in the stack's models bucket (spec/data_access.py). Empty: no publisher role.
+    publisher_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = ()
+
+    @field_validator("publisher_role_arns")
+    @classmethod
+    def _publishers_need_the_stacks_repository(cls, arns: Tuple[str, ...], info: ValidationInfo) -> Tuple[str, ...]:
+        if arns and not info.data.get("enabled"):
+            raise ValueError("publishers publish into Triton's repository: set enabled, or leave publisherRoleArns out")
+        if arns and info.data.get("model_repository"):
+            raise ValueError(f"the stack publishes only into its own models bucket, and modelRepository names "
+                             f"{info.data['model_repository']}: grant publishing where that bucket is managed")
+        repeated = sorted({arn for arn in arns if arns.count(arn) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} listed twice")
+        return arns
 
     @model_validator(mode="after")
     def _enabled_needs(self) -> "Triton":
@@ -348,6 +379,12 @@ class Dr(ConfigModel):
     # How the two regions share `domain` (spec/failover.py): failover (active-passive), weighted or latency
     # (active-active). Both stacks of a pair must say the same.
     routing: Literal["failover", "weighted", "latency"] = "failover"
+    # A primary's target recovery point, in minutes, for what it replicates to the peer (spec/dr_pair.py holds it
+    # to S3 Replication Time Control's 15). Left out: no target.
+    rpo_minutes: Optional[int] = Field(default=None, ge=1)
+    # Where inference clients call from, with an internal load balancer: each must reach this VPC and the peer's
+    # (spec/dr_pair.py client_route_issues).
+    client_cidrs: Tuple[Cidr, ...] = ()
 
     @model_validator(mode="after")
     def _peer_fields(self) -> "Dr":

@@ -13,6 +13,22 @@ What EFA jobs need, and where it is set
   memlock; awslabs/amazon-eks-ami v20260714), so workers get IPC_LOCK, which lifts the limit for pinning.
 - A memory-backed /dev/shm far above the runtime's 64 MiB: NCCL's shared-memory transport needs it.
 - Workers select the pool (and its Kueue flavor) and tolerate every taint the pool's nodes carry.
+
+Where the launcher runs
+-----------------------
+On the job's own pool, beside one of its workers (launcher_placement). It asks only CPU and memory, which the
+queue does not cover, so Kueue assigns its pod set no flavor and adds no node selector (kubernetes-sigs/kueue
+v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go lines 803-812, quotaCheckStrategy IgnoreUndeclared). Left
+alone it could only land on the untainted system nodes, whose root volumes are EKS's managed-node-group default
+(20 GiB: components/cluster.py sets no disk size) and cannot hold a training image. So the template gives it the
+pool's selector and tolerations itself, and a preferred affinity for a node running one of the job's workers, where
+the image is already pulled. The operator hides that node's GPUs from the launcher (NVIDIA_VISIBLE_DEVICES empty:
+kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go lines 1600-1606).
+`runLauncherAsWorker` (v0.8.0 pkg/apis/kubeflow/v2beta1/types.go lines 176-180) is the other way: the launcher
+becomes the first host of the hostfile (mpi_job_controller.go lines 1319-1327) and Kueue counts whatever its
+template requests (Kueue's pkg/controller/jobs/mpijob/mpijob_controller.go lines 113-133), so it would have to take
+a whole node and run ranks itself, and the launcher's ssh wait would have to skip its own hostfile line. The side
+launcher keeps the two roles apart and costs no node.
 """
 from __future__ import annotations
 
@@ -20,15 +36,16 @@ import hashlib
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from spec.pools import GPU_RESOURCE, LABEL_PREFIX, QUEUE_FLAVOR_LABEL, efa_devices, node_labels, node_taints, \
-    toleration
+from spec.pools import GPU_RESOURCE, POOL_LABEL, efa_devices, node_taints, toleration
 
 API_VERSION = "kubeflow.org/v2beta1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-POOL_LABEL = f"{LABEL_PREFIX}pool"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 MPIRUN = "/opt/amazon/openmpi/bin/mpirun"       # Open MPI as the EFA installer puts it in images
 HOSTFILE = "/etc/mpi/hostfile"                  # where mpi-operator v0.8.0 mounts it (configMountPath)
+# Labels mpi-operator v0.8.0 puts on an MPIJob's pods (pkg/apis/kubeflow/v2beta1/constants.go lines 42-45).
+MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 SHM_SIZE = "16Gi"
 SHM_VOLUME = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}
 SHM_MOUNT = {"name": "shm", "mountPath": "/dev/shm"}
@@ -43,6 +60,44 @@ GENERATE_NAME_MAX = DNS_LABEL_MAX - len("-worker-9") - GENERATED_SUFFIX     # 49
 def max_job_name(workers: int) -> int:
     """The longest MPIJob name whose last worker pod name is still a DNS-1035 label."""
     return DNS_LABEL_MAX - len(f"-worker-{workers - 1}")
+
+
+# EC2's network topology, as EKS shows it on the nodes of types that report one (the p, trn and hpc families: every
+# EFA training type here, no g type): the AWS cloud controller manager asks DescribeInstanceTopology when a node
+# registers and labels it topology.k8s.aws/network-node-layer-<n> (kubernetes/cloud-provider-aws v1.35.2
+# pkg/providers/v1/topology.go line 43, instances_v2.go lines 86-107); layer 3 is the switch nearest the instance.
+NEAREST_SWITCH_LABEL = "topology.k8s.aws/network-node-layer-3"
+
+
+def nearest_switch_preference(match_labels: Mapping[str, str], match_label_keys: Sequence[str] = ()) -> Dict[str, Any]:
+    """A pod affinity that draws a multi-node job's ranks under one bottom-layer switch where there is room, and
+    changes nothing where there is not (preferred; a node without the label matches no term). Kueue's topology-aware
+    scheduling would place them by the same labels, but not here: at v0.19.2 a pod set without a topology request is
+    never admitted to a TAS flavor, and one with a request never to another flavor (pkg/scheduler/flavorassigner/
+    tas_flavorassigner.go lines 166-204), so a TAS flavor in the one shared queue would shut ordinary jobs out of
+    its pool; and TAS places only on nodes that exist (pkg/cache/scheduler/tas_nodes_cache.go), which pools scaling
+    from zero do not have. The EFA pools' cluster placement group already keeps their nodes close
+    (components/nodepool.py)."""
+    term: Dict[str, Any] = {"labelSelector": {"matchLabels": dict(match_labels)}, "topologyKey": NEAREST_SWITCH_LABEL}
+    if match_label_keys:
+        term["matchLabelKeys"] = list(match_label_keys)
+    return {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "podAffinityTerm": term}]}}
+
+
+def launcher_placement(pool) -> Dict[str, Any]:
+    """Launcher pod-spec fields: the pool's nodes, preferring one that runs a worker of the same MPIJob. The
+    operator labels workers job-role=worker and every pod job-name=<MPIJob> (mpi_job_controller.go lines 1482-1484,
+    1564-1566, 1743-1749); matchLabelKeys takes the job name from the launcher's own label, so the rule needs no name
+    and also fits generated ones (KEP-3633: on by default from Kubernetes 1.31, GA in 1.33). Preferred, not
+    required: a launcher recreated while its workers wait for nodes still starts."""
+    return {
+        "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
+        "affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {MPI_JOB_ROLE_LABEL: "worker"}},
+                "matchLabelKeys": [MPI_JOB_NAME_LABEL], "topologyKey": "kubernetes.io/hostname"}}]}},
+    }
 
 
 def efa_env(pool) -> Dict[str, str]:
@@ -75,10 +130,9 @@ def tolerations(pool) -> List[dict]:
 
 
 def node_selector(pool) -> Dict[str, str]:
-    """The pool's nodes, and its Kueue flavor where it has one: Kueue matches a job to a flavor only by the labels
-    flavors define, so without it Kueue could admit the job to another flavor whose nodes are not this pool's."""
-    labels = node_labels(pool)
-    return {key: labels[key] for key in (POOL_LABEL, QUEUE_FLAVOR_LABEL) if key in labels}
+    """The pool's nodes. The pool's Kueue flavor selects by the same label (spec/kueue.py), so Kueue admits the job
+    only to this pool's flavor."""
+    return {POOL_LABEL: pool.name}
 
 
 def env_list(values: Mapping[str, str]) -> List[dict]:
@@ -94,12 +148,17 @@ def mpirun_command(pool, workers: int, program: Sequence[str], forward: Sequence
             *forward, *program]
 
 
-def worker_container(pool, image: str) -> dict:
+def whole_node_resources(pool) -> Dict[str, Dict[str, Any]]:
+    """Every GPU and EFA device of one node of the pool, requested and limited alike."""
     gpus, efa = pool.gpus_per_node, efa_devices(pool)
+    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": "16", "memory": "64Gi"},
+            "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa}}
+
+
+def worker_container(pool, image: str) -> dict:
     return {
         "name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"],
-        "resources": {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": "16", "memory": "64Gi"},
-                      "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa}},
+        "resources": whole_node_resources(pool),
         "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
         "volumeMounts": [SHM_MOUNT],
     }
@@ -108,7 +167,7 @@ def worker_container(pool, image: str) -> dict:
 def check_pool(pool, workers: int) -> None:
     """A pool a multi-node EFA job can run on, or a ValueError naming the pool and why not."""
     if not pool.efa:
-        raise ValueError(f"pool {pool.name}: EFA is off; a multi-node MPI job needs an EFA pool")
+        raise ValueError(f"pool {pool.name}: EFA is off; a multi-node job over EFA needs an EFA pool")
     if workers < 1 or pool.spec.max_nodes < workers:
         raise ValueError(f"pool {pool.name}: {workers} worker(s) do not fit its maxNodes {pool.spec.max_nodes}")
     mode = pool.spec.gpu_sharing.mode
@@ -123,15 +182,16 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
     """An MPIJob on `pool` (a spec.validate.ResolvedPool) named `name` (a generateName prefix when `generated`):
     `workers` whole nodes running sshd, and a launcher
     pod whose first container is `launcher` (the operator adds the hostfile, ssh keys and MPI environment to the
-    first container only). `launcher_pod`: more launcher pod-spec fields (containers after the first, volumes).
-    `worker_service_account`: the workers' service account (the namespace's default without)."""
+    first container only), placed on the pool beside a worker (launcher_placement). `launcher_pod`: more launcher
+    pod-spec fields (containers after the first, volumes). `worker_service_account`: the workers' service account
+    (the namespace's default without)."""
     check_pool(pool, workers)
     length = len(name) + (GENERATED_SUFFIX if generated else 0)
     if length > max_job_name(workers):
         raise ValueError(f"job name {name!r} is too long: with {workers} workers a name may have at most "
                          f"{max_job_name(workers) - (GENERATED_SUFFIX if generated else 0)} characters")
     pod = dict(launcher_pod)
-    launcher_spec = {**pod, "containers": [dict(launcher), *pod.get("containers", [])]}
+    launcher_spec = {**pod, **launcher_placement(pool), "containers": [dict(launcher), *pod.get("containers", [])]}
     return {
         "apiVersion": API_VERSION, "kind": "MPIJob",
         "metadata": {("generateName" if generated else "name"): name, "namespace": namespace,
@@ -148,6 +208,8 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
                     "metadata": {"labels": dict(labels)},
                     "spec": {**({"serviceAccountName": worker_service_account} if worker_service_account else {}),
                              "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
+                             "affinity": nearest_switch_preference({MPI_JOB_ROLE_LABEL: "worker"},
+                                                                   (MPI_JOB_NAME_LABEL,)),
                              "automountServiceAccountToken": False, "containers": [worker_container(pool, image)],
                              "volumes": [SHM_VOLUME]}}},
             },
@@ -159,8 +221,8 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
 TRAINING_BACKOFF_LIMIT = 6
 TRAINING_TTL_S = 7 * 86400      # a finished job stays a week for its logs and status
 CHECKPOINT_ENV = "CHECKPOINT_URI"
-# Training pods run as this service account, whose Pod Identity role reads and writes the stack's datasets,
-# checkpoints and models buckets (components/data_access.py).
+# Training pods run as this service account, whose Pod Identity role reads and writes the stack's datasets and
+# checkpoints buckets and reads its models bucket (components/data_access.py, spec/data_access.py).
 JOB_SERVICE_ACCOUNT = "trainer"
 # What the Pod Identity webhook sets in a pod for AWS SDKs and the CLI. Ranks start through sshd and inherit no
 # environment, so mpirun forwards these from the launcher (the same values hold on every worker: the agent's
@@ -171,7 +233,8 @@ POD_IDENTITY_ENV = ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORI
 def wait_for_workers_script(wait_s: int) -> str:
     """Bash that waits until every worker in the hostfile answers ssh, for at most `wait_s` seconds. After an
     interruption the operator recreates lost workers, which may wait for a new node; mpirun would fail at once and
-    spend the job's retries, so the launcher waits instead (Kueue requeues the job if they do not come back)."""
+    spend the job's retries, so the launcher waits instead. Nothing requeues an MPIJob whose workers do not come
+    back (training_mpijob says why): after `wait_s` the attempt fails and spends one retry."""
     return "\n".join([
         f"deadline=$((SECONDS + {int(wait_s)}))",
         # -n: ssh must not read the hostfile the loop is reading.
@@ -191,10 +254,16 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
                     program: Sequence[str], worker_wait_s: int, checkpoint_uri: str = "") -> dict:
     """The training-job template: `program` under mpirun on `workers` whole nodes of an EFA pool.
 
-    Interruptions: a worker lost to a spot reclaim or a drain is recreated by the operator; the launcher restarts
-    (restartPolicy OnFailure, up to TRAINING_BACKOFF_LIMIT times), waits for every worker and runs `program` again,
-    which resumes from its last checkpoint under CHECKPOINT_URI. If the workers stay away past Kueue's recovery
-    timeout, Kueue suspends and requeues the whole job instead.
+    Interruptions, as kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go handles them:
+    - a worker pod deleted (a drain's eviction, a node gone) is created again (lines 1010-1017); the launcher's
+      mpirun fails, the launcher restarts (restartPolicy OnFailure, up to TRAINING_BACKOFF_LIMIT times), waits for
+      every worker and runs `program` again, which resumes from its last checkpoint under CHECKPOINT_URI;
+    - a worker the kubelet evicts (phase Failed, reason Evicted) fails the whole MPIJob (lines 1139-1158);
+    - nothing requeues it: Kueue's pods-ready for an MPIJob is its Running condition (kubernetes-sigs/kueue v0.19.2
+      pkg/controller/jobs/mpijob/mpijob_controller.go lines 204-211), which the operator sets false only on suspend
+      (lines 1160-1167), so waitForPodsReady's recovery timeout never starts. Workers that stay away make each
+      retry wait `worker_wait_s` and fail, until the backoff limit fails the job.
+    The JobSet template (spec/jobset.py) is the one Kueue requeues.
     """
     env = efa_env(pool)
     forward = (*POD_IDENTITY_ENV, *((CHECKPOINT_ENV,) if checkpoint_uri else ()))

@@ -5,23 +5,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from spec.catalog import load_catalog
 from spec.efa import efa_device_count
-from spec.model import ACCELERATOR_LABEL
+from spec.model import ACCELERATOR_LABEL, REPLICATED_MODES
 
 GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 LABEL_PREFIX = "gpu-cloud.io/"
-# Spot nodes take only work that says it may be interrupted, by tolerating this taint. Kueue's spot flavor
-# lists it as a node taint (spec/kueue.py), so only such jobs are admitted to spot; others skip to on-demand.
+# Spot nodes take only work that says it may be interrupted, by tolerating this taint. Kueue's spot flavors
+# list it as a node taint (spec/kueue.py), so only such jobs are admitted to spot; others skip to on-demand.
 INTERRUPTIBLE_TAINT = (f"{LABEL_PREFIX}interruptible", "true", "NoSchedule")
 CA_PREFIX = "k8s.io/cluster-autoscaler"
 TEMPLATE_LABEL_PREFIX = f"{CA_PREFIX}/node-template/label/"
 TEMPLATE_TAINT_PREFIX = f"{CA_PREFIX}/node-template/taint/"
 ASG_TAG_KEY_MAX = 128     # EC2 Auto Scaling tag keys: 1 to 128 characters
 
-QUEUE_FLAVOR_LABEL = f"{LABEL_PREFIX}queue-flavor"
+# Names the node's pool; each Kueue flavor selects its pool's nodes by it (spec/kueue.py).
+POOL_LABEL = f"{LABEL_PREFIX}pool"
 QUEUE_WORKLOADS = ("training", "general")   # pools whose nodes the training queue (Kueue) places jobs on
 
 # Priority-expander weights (higher wins): capacity that is already paid for first, then spot, then on-demand.
@@ -68,21 +69,18 @@ def node_labels(pool) -> Dict[str, str]:
     s, itype = pool.spec, pool.primary_type
     labels = {
         ACCELERATOR_LABEL: accelerator_label(itype.gpu.model),
-        f"{LABEL_PREFIX}pool": s.name,
+        POOL_LABEL: s.name,
         f"{LABEL_PREFIX}capacity": s.capacity,
         f"{LABEL_PREFIX}workload": s.workload,
         f"{LABEL_PREFIX}gpu-model": gpu_model_label(itype.gpu.model),
         f"{LABEL_PREFIX}gpu-count": str(itype.gpu.count),
         f"{LABEL_PREFIX}efa": str(pool.efa).lower(),
     }
-    flavor = queue_flavor(pool)
-    if flavor:
-        labels[QUEUE_FLAVOR_LABEL] = flavor
     sharing = s.gpu_sharing
     if sharing.mode == "mig":
-        labels["nvidia.com/mig.config"] = f"all-{sharing.mig_profile}"   # read by the GPU operator's MIG manager
-    elif sharing.mode == "time-slicing":
-        labels["nvidia.com/device-plugin.config"] = f"time-slicing-{sharing.replicas}"
+        labels[MIG_CONFIG_LABEL] = mig_config_name(mig_layout(pool, load_catalog()))
+    elif sharing.mode in REPLICATED_MODES:
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config_name(sharing.mode, sharing.replicas)
     return {**labels, **dict(s.labels)}
 
 
@@ -92,9 +90,9 @@ def toleration(taint: Taint) -> Dict[str, str]:
 
 
 def queue_flavor(pool) -> Optional[str]:
-    """The Kueue ResourceFlavor the pool's nodes belong to (one per capacity type among the pools the training
-    queue uses; spec/kueue.py), or None for pools the queue does not use (inference)."""
-    return f"training-{pool.spec.capacity}" if pool.spec.workload in QUEUE_WORKLOADS else None
+    """The Kueue ResourceFlavor of the pool's nodes: one per pool the training queue uses, named as the pool and
+    selecting its nodes by POOL_LABEL (spec/kueue.py); None for pools the queue does not use (inference)."""
+    return pool.spec.name if pool.spec.workload in QUEUE_WORKLOADS else None
 
 
 def node_taints(pool) -> Tuple[Taint, ...]:
@@ -105,20 +103,49 @@ def node_taints(pool) -> Tuple[Taint, ...]:
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
+# The labels that pick a node's sharing: the device plugin's config-manager selects its entry of the plugin's
+# ConfigMap by the first, the MIG manager the layout it cuts the GPUs into by the second (spec/gpu_operator.py).
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# MPS limits each client to 1/replicas of a GPU's memory, and the plugin's MPS daemon takes up to 48 clients from
+# compute capability 7.5 (Turing) on, 16 below (NVIDIA/k8s-device-plugin v0.20.0 cmd/mps-control-daemon/mps/
+# device.go lines 43-55). Every catalog GPU is Turing or newer; an older one is refused rather than given 16.
+MPS_ARCHITECTURES = ("turing", "ampere", "ada", "hopper", "blackwell")
+
+
+def device_plugin_config_name(mode: str, replicas: int) -> str:
+    """The device-plugin config a time-slicing or MPS pool's nodes select: 'time-slicing-4', 'mps-8'."""
+    return f"{mode}-{replicas}"
+
 
 def mig_resource(profile: str) -> str:
     """The extended resource the device plugin advertises a MIG instance as under the mixed strategy."""
     return f"nvidia.com/mig-{profile}"
 
 
+def mig_layout(pool, catalog) -> Dict[str, int]:
+    """Instances of each MIG profile on every GPU of a MIG pool: its migProfiles, or its migProfile as many times as
+    fit on its GPU (spec/catalog.yaml migProfiles)."""
+    sharing = pool.spec.gpu_sharing
+    if sharing.mig_profiles is not None:
+        return dict(sharing.mig_profiles)
+    return {sharing.mig_profile: catalog.gpus[pool.primary_type.gpu.model].mig_profiles[sharing.mig_profile]}
+
+
+def mig_config_name(layout: Mapping[str, int]) -> str:
+    """The MIG manager config that cuts every GPU into `layout`, named by it ({'3g.40gb': 1, '1g.10gb': 2} ->
+    '1g.10gbx2-3g.40gbx1'): pools with one layout share a config, and a node's label says what its GPUs hold."""
+    return "-".join(f"{profile}x{count}" for profile, count in sorted(layout.items()))
+
+
 def offered_gpu_resources(pool, catalog) -> Dict[str, int]:
     """GPU resources one node of `pool` offers to pods, by resource name, as the device plugin advertises them:
-    GPUs, GPUs x time-slicing replicas, or (MIG, mixed strategy) GPUs x instances of the profile per GPU."""
+    GPUs; GPUs x replicas under time-slicing and MPS (still `nvidia.com/gpu`: spec/gpu_operator.py says why); or
+    (MIG, mixed strategy) per profile of the pool's layout, GPUs x its instances per GPU."""
     sharing, gpus = pool.spec.gpu_sharing, pool.gpus_per_node
     if sharing.mode == "mig":
-        per_gpu = catalog.gpus[pool.primary_type.gpu.model].mig_profiles[sharing.mig_profile]
-        return {mig_resource(sharing.mig_profile): gpus * per_gpu}
-    if sharing.mode == "time-slicing":
+        return {mig_resource(profile): gpus * count for profile, count in mig_layout(pool, catalog).items()}
+    if sharing.mode in REPLICATED_MODES:
         return {GPU_RESOURCE: gpus * sharing.replicas}
     return {GPU_RESOURCE: gpus}
 

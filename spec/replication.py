@@ -7,8 +7,11 @@ A stack whose `dr.role` is `primary` replicates to the DR peer stack's buckets o
   S3 Replication Time Control"). RTC needs replication metrics, turned on with the same 15-minute threshold.
 - **KMS**: objects are SSE-KMS in the source; S3 replicates them only when told to (`sse_kms_encrypted_objects`),
   and re-encrypts them with the peer's own key, so each region's data is under its own key.
-- **Deletes**: delete markers replicate, so a checkpoint deleted in the primary is deleted in the peer too (the
-  versions stay there: deletes of specific versions never replicate, and the peer's lifecycle expires them).
+- **Deletes** are a choice per bucket (DELETE_MARKERS_REPLICATE): a checkpoint deleted in the primary is deleted in
+  the peer too (a job's pruning is pruning in both regions); a model deleted in the primary is not: the peer is
+  what clients fail over to, and it keeps serving the model until the publisher deletes it there as well. Deletes
+  of specific versions never replicate, and each region's lifecycle expires its own noncurrent versions (S3 User
+  Guide, "Replicating delete markers between buckets").
 - **The role** may read only these source buckets, write replicas only into these peer buckets, decrypt only with
   the source keys and encrypt only with the peer keys, each through S3 in its own region. Its permissions follow
   the S3 User Guide, "Setting up permissions for live replication" and "Replicating encrypted objects".
@@ -18,10 +21,19 @@ The secondary replicates nothing outward: on failover its buckets already hold t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 REPLICATION_TIME_MINUTES = 15      # the only value S3 Replication Time Control takes
 RULE_ID = "to-dr-peer"
+# Whether a delete marker written in the source is written in the peer, per replicated purpose.
+DELETE_MARKERS_REPLICATE: Mapping[str, bool] = {"checkpoints": True, "models": False}
+
+
+def delete_marker_replication(purpose: str) -> str:
+    """The replication rule's delete_marker_replication status for a bucket of this purpose."""
+    if purpose not in DELETE_MARKERS_REPLICATE:
+        raise ValueError(f"{purpose!r} is not replicated; replicated: {', '.join(DELETE_MARKERS_REPLICATE)}")
+    return "Enabled" if DELETE_MARKERS_REPLICATE[purpose] else "Disabled"
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,12 @@ the general pools between teams (that is Kueue's job, which comes next).
 
 Per node, a pool offers:
 - no sharing: `nvidia.com/gpu` = GPUs;
-- time-slicing: `nvidia.com/gpu` = GPUs x replicas (the device plugin advertises each GPU `replicas` times);
+- time-slicing or MPS: `nvidia.com/gpu` = GPUs x replicas (the device plugin advertises each GPU `replicas`
+  times, under its own name);
 - MIG: the GPU operator's `mixed` strategy advertises each instance as `nvidia.com/mig-<profile>` and no
-  `nvidia.com/gpu` at all; a pool's GPUs are cut `all-<profile>`, so it offers GPUs x instances per GPU of
-  that profile (spec/catalog.yaml migProfiles; spec.pools.offered_gpu_resources, which cluster-autoscaler's
-  node templates use too).
+  `nvidia.com/gpu` at all; a pool's GPUs are all cut into its layout (one profile as many as fit, or its
+  migProfiles), so it offers, per profile, GPUs x instances of it per GPU (spec.pools.offered_gpu_resources,
+  which cluster-autoscaler's node templates and Kueue's flavors use too).
 Every GPU resource any pool of the cluster offers, and `nvidia.com/gpu` always, is quota'd in every team
 namespace, at 0 where the namespace's pools offer none: extended resources that have no quota item are
 unlimited, so a team could otherwise take another's MIG slices through a resource its quota forgot.
@@ -152,6 +153,7 @@ TEAM_RULES: Tuple[RbacRule, ...] = (
     RbacRule(("",), ("pods", "services", "configmaps"), MANAGE),
     RbacRule(("",), ("pods/log",), ("get",)),
     RbacRule(("kubeflow.org",), ("mpijobs",), MANAGE),
+    RbacRule(("jobset.x-k8s.io",), ("jobsets",), MANAGE),
     RbacRule(("batch",), ("cronjobs",), READ),
     RbacRule(("kueue.x-k8s.io",), ("workloads", "localqueues"), READ),
     RbacRule(("",), ("events", "resourcequotas"), READ),

@@ -17,14 +17,15 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost, kueue, lb_controller, lustre, zones
+from spec import addons, charts, cost, dr_pair, kueue, lb_controller, lustre, zones
 from spec.amis import NodeImage, image_warnings, resolve_node_image
-from spec.catalog import Catalog, InstanceType, load_catalog
+from spec.catalog import (MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, Catalog, GpuModel, InstanceType, load_catalog,
+                          mig_compute_slices)
 from spec.eks import version_warnings
 from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
-from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, Inference, Monitoring, Network, NodePool, Repair,
-                        Storage, Tenancy, Training)
-from spec.pools import ASG_TAG_KEY_MAX, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
+from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, GpuSharing, Inference, Monitoring, Network, NodePool,
+                        Repair, Storage, Tenancy, Training)
+from spec.pools import ASG_TAG_KEY_MAX, MPS_ARCHITECTURES, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
 from spec.zones import is_zone_id
 
 NAMESPACE = "gpu-cloud"
@@ -157,6 +158,9 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     if dr is not None and dr.peer_stack and dr.peer_stack.split("/")[1:] == [project, stack]:
         issues.append(_issue(("dr", "peerStack"), f"{dr.peer_stack} is this very stack; name the stack in the "
                              "other region that backs this one up"))
+    if dr is not None and parsed.get("inference") is not None and network is not None:
+        issues.extend(_issue(parts, message) for parts, message in
+                      dr_pair.stack_issues(dr, parsed["inference"].triton, network, peer_cidr))
     resolved = tuple(r for _, _, r in pools if r is not None)
     lustre_config = parsed["storage"].lustre if parsed.get("storage") is not None else None
     if lustre_config is not None and all_pools_parsed and len(resolved) == len(pools):
@@ -263,18 +267,41 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
     if s.capacity == "capacity-block" and s.placement_group:
         issues.append(_issue(at + ("placementGroup",), "capacity blocks need no placement group; leave it out"))
 
-    mode = s.gpu_sharing.mode
     for t in types[:1]:
-        gpu = catalog.gpus[t.gpu.model]
-        if mode == "mig" and not gpu.supports_mig:
-            issues.append(_issue(at + ("gpuSharing", "mode"), f"mig is not supported on {t.gpu.model} ({t.name}); "
-                                 "MIG GPUs: A100, H100, H200, B200"))
-        elif mode == "mig" and s.gpu_sharing.mig_profile not in gpu.mig_profiles:
-            issues.append(_issue(at + ("gpuSharing", "migProfile"), f"{s.gpu_sharing.mig_profile!r} is not a MIG profile "
-                                 f"of {t.gpu.model}; allowed: {', '.join(gpu.mig_profiles)}"))
+        issues.extend(_check_gpu_sharing(at + ("gpuSharing",), s.gpu_sharing, t, catalog.gpus[t.gpu.model]))
     if len(issues) > before or len(types) != len(s.instance_types):
         return None
     return ResolvedPool(spec=pool, types=tuple(types), efa=efa)
+
+
+def _check_gpu_sharing(at: Tuple[PathPart, ...], sharing: GpuSharing, itype: InstanceType,
+                       gpu: GpuModel) -> List[ConfigIssue]:
+    """The pool's sharing against its GPU: MPS on a GPU the device plugin's MPS server takes 48 clients on; MIG on
+    a MIG GPU, with its profiles, and a mix (migProfiles) within the GPU's slices."""
+    model = f"{itype.gpu.model} ({itype.name})"
+    if sharing.mode == "mps" and gpu.architecture not in MPS_ARCHITECTURES:
+        return [_issue(at + ("mode",), f"mps needs a GPU of compute capability 7.5 or newer "
+                                       f"({', '.join(MPS_ARCHITECTURES)}); {model} is {gpu.architecture}")]
+    if sharing.mode != "mig":
+        return []
+    if not gpu.supports_mig:
+        return [_issue(at + ("mode",), f"mig is not supported on {model}; MIG GPUs: A100, H100, H200, B200")]
+    allowed = f"allowed: {', '.join(gpu.mig_profiles)}"
+    if sharing.mig_profile is not None:
+        return [] if sharing.mig_profile in gpu.mig_profiles else [_issue(
+            at + ("migProfile",), f"{sharing.mig_profile!r} is not a MIG profile of {itype.gpu.model}; {allowed}")]
+    unknown = [_issue(at + ("migProfiles", profile), f"is not a MIG profile of {itype.gpu.model}; {allowed}")
+               for profile in sharing.mig_profiles if profile not in gpu.mig_profiles]
+    if unknown:
+        return unknown
+    compute, memory = gpu.mig_slices(sharing.mig_profiles)
+    if compute <= MIG_COMPUTE_SLICES and memory <= MIG_MEMORY_SLICES:
+        return []
+    takes = "; ".join(f"{count} x {profile}: {mig_compute_slices(profile) * count} and "
+                      f"{gpu.mig_memory_slices[profile] * count}" for profile, count in sharing.mig_profiles.items())
+    return [_issue(at + ("migProfiles",), f"needs {compute} compute and {memory} memory slices of each GPU ({takes}), "
+                                          f"over the budget of one {itype.gpu.model}: {MIG_COMPUTE_SLICES} compute and "
+                                          f"{MIG_MEMORY_SLICES} memory slices")]
 
 
 def _node_shape(itype: InstanceType) -> Tuple:
@@ -322,6 +349,7 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
         if pool.name in seen:
             issues.append(_issue(("nodePools", i, "name"), f"{pool.name!r} is already used by nodePools[{seen[pool.name]}]"))
         seen.setdefault(pool.name, i)
+    issues.extend(_issue(parts, message) for parts, message in kueue.pool_issues([(i, p) for i, p, _ in pools]))
     network = parsed.get("network")
     if network is not None:
         pins = [(i, p.availability_zone) for i, p, _ in pools if p.availability_zone]
@@ -334,6 +362,9 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
         if target is None or target.workload != "inference":
             issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} is not an inference pool of this "
                                  f"stack; inference pools: {', '.join(inference_pools) or 'none'}"))
+        elif len(target.gpu_sharing.mig_profiles or {}) > 1:
+            issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} cuts its GPUs into several MIG "
+                                 "profiles, and each Triton pod asks for one GPU of one kind; give it one profile"))
         # The stack's tags go onto the NLB through an annotation of the Service: what it cannot carry is refused here.
         tags = parsed.get("tags") or {}
         issues += [_issue(("tags", key), f"cannot be tagged on Triton's load balancer: {problem}")

@@ -67,6 +67,26 @@ def stack_config(stack: str, overrides=None) -> dict:
     return config
 
 
+def _parent(keys, path):
+    for part in path[:-1]:
+        keys = keys[part]
+    return keys
+
+
+def setting(*path, value):
+    """A change to stack keys: set the key at `path` (names and list indexes) to `value`."""
+    def change(keys):
+        _parent(keys, path)[path[-1]] = value
+    return change
+
+
+def dropping(*path):
+    """A change to stack keys: remove the key at `path`."""
+    def change(keys):
+        del _parent(keys, path)[path[-1]]
+    return change
+
+
 def run_stack(stack: str, overrides=None, account=None) -> ProgramRun:
     """Run __main__.py for a stack file, with optional key overrides and a changed mock account
     (plan.engine.MockAccount; by default the offline plan's)."""

@@ -3,7 +3,8 @@
 `crd_schema("mpijobs.kubeflow.org")` (or "kubeflow.org/mpijobs") returns the openAPIV3Schema of the storage
 version (or `version`). It reads the CRDs from the directory GPU_CLOUD_CRD_DIR (any *.yaml there), else from the
 pinned releases in the local mirror (git show <tag>:<path>): mpi-operator v0.8.0 for kubeflow.org, Kueue v0.19.2's
-chart for kueue.x-k8s.io and kube-prometheus-stack 88.5.3's for monitoring.coreos.com; else (CI has no mirror)
+chart for kueue.x-k8s.io, JobSet v0.12.0 for jobset.x-k8s.io and kube-prometheus-stack 88.5.3's for
+monitoring.coreos.com; else (CI has no mirror)
 from the record tests/upstream/crd-schemas.json (see tests/upstream_records.py), pruned to the fields the tests
 use. Run with GPU_CLOUD_CRD_USES=FILE, `validate_against_crd` appends each object it checks against a mirrored
 schema to FILE: that is how scripts/upstream_records.py learns which fields to keep.
@@ -31,6 +32,9 @@ SOURCES = {
     "kubeflow.org": ("kubeflow/mpi-operator", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
     "kueue.x-k8s.io": ("kubernetes-sigs/kueue", "v0.19.2",
                        lambda plural: f"charts/kueue/templates/crd/kueue.x-k8s.io_{plural}.yaml"),
+    # The CRD its release manifest (spec/charts.yaml) is built from (Makefile `artifacts`: config/default).
+    "jobset.x-k8s.io": ("kubernetes-sigs/jobset", "v0.12.0",
+                        lambda plural: f"config/components/crd/bases/jobset.x-k8s.io_{plural}.yaml"),
     # prometheus-operator's CRDs as kube-prometheus-stack 88.5.3 installs them (its crds subchart).
     "monitoring.coreos.com": ("prometheus-community/helm-charts", "kube-prometheus-stack-88.5.3",
                               lambda plural: f"charts/kube-prometheus-stack/charts/crds/crds/crd-{plural}.yaml"),

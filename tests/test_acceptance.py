@@ -320,8 +320,8 @@ def test_mpijob_carries_what_efa_needs():
     for name in (*env, "PATH", "LD_LIBRARY_PATH"):             # ranks start through sshd: each must be forwarded
         assert f"-x {name} " in script
     workers = worker_pod(job)
-    # The pool, and its Kueue flavor (so Kueue admits the job only where this pool's nodes are).
-    assert workers["nodeSelector"] == {"gpu-cloud.io/pool": "train", "gpu-cloud.io/queue-flavor": "training-on-demand"}
+    # The pool, by the label its Kueue flavor selects (so Kueue admits the job only where this pool's nodes are).
+    assert workers["nodeSelector"] == {"gpu-cloud.io/pool": "train"}
     tolerations = {(t["key"], t["value"], t["effect"]) for t in workers["tolerations"]}
     assert {(t.key, t.value, t.effect) for t in node_taints(p)} <= tolerations
     assert {("example.com/batch", "true", "NoSchedule"), ("nvidia.com/gpu", "true", "NoSchedule")} <= tolerations

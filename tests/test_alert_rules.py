@@ -581,6 +581,41 @@ def test_only_the_newest_nvlink_run_decides(spec, tmp_path):
     ])
 
 
+# --- the training queue ------------------------------------------------------------------------------------------------
+
+def pending(status, role, values):
+    return series("kueue_pending_workloads", {"cluster_queue": "training", "status": status, "replica_role": role},
+                  values)
+
+
+def test_a_queue_deep_past_100_for_30_minutes_warns(spec, tmp_path):
+    groups = groups_of(spec)
+    deep = {"cluster_queue": "training", "severity": "warning"}
+    # 60 waiting their turn + 41 tried and not fitting = 101, the design requirements' "more than 100".
+    over = [pending("active", "leader", "60x40"), pending("inadmissible", "leader", "41x40")]
+    at_limit = [pending("active", "leader", "60x40"), pending("inadmissible", "leader", "40x40")]
+    # A follower replica reporting the same queue does not count it twice.
+    doubled = [pending("active", "leader", "60x40"), pending("active", "follower", "60x40")]
+    run_promtool_tests(tmp_path, groups, [
+        case(over, "TrainingQueueDeep", "29m", [], groups),             # deep, but not for 30 minutes yet
+        case(over, "TrainingQueueDeep", "31m", [deep], groups),
+        case(at_limit, "TrainingQueueDeep", "40m", [], groups),
+        case(doubled, "TrainingQueueDeep", "40m", [], groups),
+    ])
+
+
+def test_the_queue_alert_waits_as_long_as_kueues_longest_requeue_backoff(specs):
+    from spec import kueue
+    for stack in STACKS:
+        [rule] = [r for r in rules_of(groups_of(specs[stack])) if r["alert"] == "TrainingQueueDeep"]
+        assert rule["for"] == f"{kueue.REQUEUE_BACKOFF_MAX_S // 60}m" == "30m"
+    # No queue, no alert: a stack of inference pools only has no Kueue.
+    spec = specs[STACK]
+    inference = [p for p in spec.pools if p.spec.workload == "inference"]
+    assert not [r for r in rules_of(ar.rule_groups(spec.monitoring.alerts, inference, spec.catalog))
+                if r["alert"] == "TrainingQueueDeep"]
+
+
 # --- Triton ------------------------------------------------------------------------------------------------------------
 
 def model(name):

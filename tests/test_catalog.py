@@ -62,6 +62,54 @@ def test_mig_instance_counts_entry_by_entry():
     assert all(not gpu.mig_profiles for model, gpu in CATALOG.gpus.items() if model not in MIG_INSTANCES)
 
 
+# Memory slices (of 8) per profile: the same tables' "Fraction of Memory" (1/8, 2/8, 4/8, Full).
+MIG_MEMORY_SLICES = {
+    "A100 40GB": {"1g.5gb": 1, "1g.10gb": 2, "2g.10gb": 2, "3g.20gb": 4, "4g.20gb": 4, "7g.40gb": 8},
+    "A100 80GB": {"1g.10gb": 1, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 4, "4g.40gb": 4, "7g.80gb": 8},
+    "H100": {"1g.10gb": 1, "1g.20gb": 2, "2g.20gb": 2, "3g.40gb": 4, "4g.40gb": 4, "7g.80gb": 8},
+    "H200": {"1g.18gb": 1, "1g.35gb": 2, "2g.35gb": 2, "3g.71gb": 4, "4g.71gb": 4, "7g.141gb": 8},
+    "B200": {"1g.23gb": 1, "1g.45gb": 2, "2g.45gb": 2, "3g.90gb": 4, "4g.90gb": 4, "7g.180gb": 8},
+}
+
+
+def test_mig_memory_slices_entry_by_entry_and_the_slices_a_layout_takes():
+    assert {model: dict(gpu.mig_memory_slices) for model, gpu in CATALOG.gpus.items() if gpu.supports_mig} == MIG_MEMORY_SLICES
+    assert all(not gpu.mig_memory_slices for model, gpu in CATALOG.gpus.items() if model not in MIG_MEMORY_SLICES)
+    # compute slices from the name, memory from the table
+    assert CATALOG.gpus["A100 80GB"].mig_slices({"1g.10gb": 2, "3g.40gb": 1, "1g.20gb": 1}) == (6, 8)
+    assert CATALOG.gpus["A100 40GB"].mig_slices({"1g.10gb": 4}) == (4, 8)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"migMemorySlices": {"1g.10gb": 1}}, "every MIG profile needs both"),
+    ({"migProfiles": {"1g.10gb": 8}, "migMemorySlices": {"1g.10gb": 1}}, "1g.10gb: 8, but 7 fit"),       # compute-bound
+    ({"migProfiles": {"1g.20gb": 4}, "migMemorySlices": {"1g.20gb": 1}}, "1g.20gb: 4, but 7 fit"),       # memory wrong
+    ({"migProfiles": {"4g.40gb": 2}, "migMemorySlices": {"4g.40gb": 4}}, "4g.40gb: 2, but 1 fit"),
+])
+def test_mig_counts_must_be_what_the_slices_allow(change, words):
+    from spec.catalog import GpuModel
+    data = CATALOG.gpus["H100"].model_dump(by_alias=True)
+    with pytest.raises(ValueError, match=words):
+        GpuModel.model_validate({**data, **change})
+
+
+# NVIDIA, "CUDA GPU Compute Capability" (developer.nvidia.com/cuda-gpus): the architecture of every catalog GPU. The DR
+# pair check refuses two architectures for one replicated model repository (spec/dr_pair.py).
+ARCHITECTURES = {"T4": "turing", "A10G": "ampere", "A100 40GB": "ampere", "A100 80GB": "ampere", "L4": "ada",
+                 "L40S": "ada", "H100": "hopper", "H200": "hopper", "B200": "blackwell"}
+
+
+def test_every_gpu_has_its_architecture():
+    assert {model: gpu.architecture for model, gpu in CATALOG.gpus.items()} == ARCHITECTURES
+
+
+def test_a_misspelt_architecture_is_refused():
+    from spec.catalog import GpuModel
+    data = CATALOG.gpus["A10G"].model_dump(by_alias=True)
+    with pytest.raises(ValueError, match="'turing', 'ampere', 'ada', 'hopper' or 'blackwell'"):
+        GpuModel.model_validate({**data, "architecture": "ampre"})
+
+
 @pytest.mark.parametrize("name,model,count,links,nvswitch", [
     ("p5.48xlarge", "H100", 8, 18, True), ("p4d.24xlarge", "A100 40GB", 8, 12, True),
     ("p6-b200.48xlarge", "B200", 8, 18, True), ("g6e.48xlarge", "L40S", 8, 0, False), ("g4dn.12xlarge", "T4", 4, 0, False),

@@ -31,6 +31,7 @@ UIDS = {
     "triton.json": "gpu-cloud-triton",
     "node-verification.json": "gpu-cloud-node-verification",
     "spot-drains.json": "gpu-cloud-spot-drains",
+    "training-queue.json": "gpu-cloud-training-queue",
 }
 GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range"}
 
@@ -50,7 +51,7 @@ EXPRESSIONS = _all_expressions()
 
 # --- the models --------------------------------------------------------------------------------------------------
 
-def test_four_dashboards_with_stable_uids_and_current_schema():
+def test_five_dashboards_with_stable_uids_and_current_schema():
     assert {name: model["uid"] for name, model in MODELS.items()} == UIDS
     for name, model in MODELS.items():
         assert re.fullmatch(r"[a-z0-9-]{1,40}", model["uid"]), model["uid"]
@@ -108,6 +109,9 @@ def test_pool_and_node_variables_where_series_have_nodes():
         names = [v["name"] for v in MODELS[name]["templating"]["list"]]
         assert names == ["datasource", "pool", "node"], name
     assert [v["name"] for v in MODELS["spot-drains.json"]["templating"]["list"]] == ["datasource", "pool"]
+    # Kueue's series name no node: the queue and the flavor, which is the pool (spec/kueue.py).
+    assert [v["name"] for v in MODELS["training-queue.json"]["templating"]["list"]] == [
+        "datasource", "cluster_queue", "flavor"]
     triton = {v["name"]: v for v in MODELS["triton.json"]["templating"]["list"]}
     assert list(triton) == ["datasource", "namespace", "pod", "model"]
     assert triton["namespace"]["current"]["value"] == "inference"
@@ -144,12 +148,19 @@ def test_metric_names_reads_selectors_not_functions_labels_or_strings():
     assert d.metric_names(expr) == {"nv_x", "kube_pod_info"}
 
 
+def _family(name: str) -> str:
+    """A histogram's series (_bucket, _sum, _count) -> the histogram the table documents."""
+    types = {n: e["type"] for n, e in d.metric_table()["metrics"].items()}
+    base = re.sub(r"_(bucket|sum|count)$", "", name)
+    return base if types.get(base) == "histogram" else name
+
+
 def test_every_metric_used_is_documented_and_every_documented_metric_is_used():
     documented = d.documented_metrics()
     used: Dict[str, List[str]] = {}
     for where, expr in EXPRESSIONS:
         for name in d.metric_names(expr):
-            used.setdefault(name, []).append(where)
+            used.setdefault(_family(name), []).append(where)
     undocumented = {name: where for name, where in used.items() if name not in documented}
     assert not undocumented, f"metrics no source documents (spec/dashboards/metrics.yaml): {undocumented}"
     assert set(documented) - set(used) == set(), "documented but unused: drop them from the table"
@@ -261,6 +272,13 @@ def test_every_public_source_is_recorded():
     ("go-quoted", 'runtimeMetrics := []string{\n\tkey := fmt.Sprintf("actions_total{node_action=\\"%v\\"}", a)\n'
                   '\tvalidateGauge(t, metricsMap, 2, "nth_tagged_nodes")\n\tname := fmt.Sprintf("%v{x}", n)\n',
      {"actions_total": "", "nth_tagged_nodes": ""}),
+    ("go-prometheus", '\t// +metricsdoc:group=health\n\tPendingWorkloads *prometheus.GaugeVec\n'
+                      '\tPendingWorkloads = prometheus.NewGaugeVec(\n\t\tprometheus.GaugeOpts{\n'
+                      '\t\t\tSubsystem: constants.KueueName,\n\t\t\tName:      "pending_workloads",\n'
+                      '\t\t\tHelp: `The number of pending workloads`,\n\t\t}, []string{"cluster_queue"},\n\t)\n'
+                      '\tAdmissionWaitTime = prometheus.NewHistogramVec(\n\t\tprometheus.HistogramOpts{\n'
+                      '\t\t\tSubsystem: constants.MultiKueueName,\n\t\t\tName:      "wait_seconds",\n',
+     {"kueue_pending_workloads": "gauge", "multikueue_wait_seconds": "histogram"}),
 ])
 def test_the_source_parser_reads_each_format(fmt, text, names):
     # Lines shaped as each source writes them (the counters CSV, Triton's metrics guide, kube-state-metrics'
@@ -268,7 +286,7 @@ def test_the_source_parser_reads_each_format(fmt, text, names):
     assert metric_sources.stated(text, fmt) == names
 
 
-@pytest.mark.parametrize("key", ["dcgm-default", "dcgm-extra", "triton", "nth", "ksm-node", "ksm-pod"])
+@pytest.mark.parametrize("key", ["dcgm-default", "dcgm-extra", "triton", "nth", "ksm-node", "ksm-pod", "kueue"])
 def test_table_entries_are_what_their_source_states(key):
     stated = _stated(key)
     entries = {name: e["type"] for name, e in d.metric_table()["metrics"].items() if e["source"] == key}
@@ -281,3 +299,24 @@ def test_table_entries_are_what_their_source_states(key):
 def test_extra_dcgm_counters_are_not_collected_by_default():
     collected = _stated("dcgm-default")
     assert not {field for field, _, _ in dcgm.EXTRA_COUNTERS} & set(collected)
+
+
+def test_the_training_queue_dashboard_shows_what_the_alert_and_kueues_configuration_give():
+    from spec import alert_rules, kueue
+    model = MODELS["training-queue.json"]
+    [stat] = [p for p in model["panels"] if p["title"] == "Pending workloads" and p["type"] == "stat"]
+    steps = stat["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[1]["value"] == alert_rules.QUEUE_DEEP_PENDING + 1        # orange where TrainingQueueDeep counts
+    exprs = [expr for _, expr in d.expressions(model)]
+    # A follower replica's copy would count the queue twice.
+    assert all('replica_role!="follower"' in expr for expr in exprs)
+    # The flavor panels read the resource metrics, which Kueue reports only when told to.
+    assert any("kueue_cluster_queue_nominal_quota" in expr for expr in exprs)
+    assert kueue.manager_configuration("ami")["metrics"]["enableClusterQueueResources"] is True
+    # Every label a query filters or groups on, or a legend shows, is one the table records Kueue setting (le: the
+    # histogram's buckets).
+    used = {label for expr in exprs for group in re.findall(r"by \(([^)]*)\)", expr) for label in group.split(", ")}
+    used |= {label for expr in exprs for label in re.findall(r'(\w+)!?=~?"', expr)}
+    used |= {label for p in model["panels"] for t in p.get("targets", ()) for label in
+             re.findall(r"\{\{(\w+)\}\}", t["legendFormat"])}
+    assert used - {"le"} <= set(d.metric_table()["sources"]["kueue"]["labels"])

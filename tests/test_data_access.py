@@ -1,9 +1,10 @@
-"""Training jobs reach the datasets, checkpoints and models buckets, and nothing else, as the `trainer` account."""
+"""Training jobs reach the datasets, checkpoints and models buckets, and nothing else, as the `trainer` account; they
+write the first two only (what the statements allow against IAM itself: tests/test_model_access.py)."""
 import json
 
 import pytest
 
-from spec.buckets import JOB_DATA, bucket_name
+from spec.buckets import JOB_DATA, JOB_READ_ONLY, bucket_name
 from tests.conftest import STACKS
 
 ACCOUNT = "123456789012"
@@ -15,19 +16,23 @@ def role_policy(run):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_the_trainer_account_reads_and_writes_exactly_the_job_buckets(stack_runs, stack):
+def test_the_trainer_account_reads_the_job_buckets_and_writes_all_but_the_models(stack_runs, stack):
     run = stack_runs[stack]
-    arns = [f"arn:aws:s3:::{bucket_name('gpu-cloud', stack, ACCOUNT, p)}" for p in JOB_DATA]
+    arns = {p: f"arn:aws:s3:::{bucket_name('gpu-cloud', stack, ACCOUNT, p)}" for p in JOB_DATA}
+    keys = {p: run.outputs["buckets"][p]["keyArn"] for p in JOB_DATA}
+    writable = [p for p in JOB_DATA if p not in JOB_READ_ONLY]
+    assert JOB_READ_ONLY == ("models",) and writable == ["datasets", "checkpoints"]
     by_sid = role_policy(run)
-    assert set(by_sid) == {"ListDataBuckets", "ReadWriteData", "UseDataKeysThroughS3"}
-    assert by_sid["ListDataBuckets"]["Resource"] == arns
-    assert by_sid["ReadWriteData"]["Resource"] == [arn + "/*" for arn in arns]
-    assert by_sid["ReadWriteData"]["Action"] == ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-                                                 "s3:AbortMultipartUpload"]
-    keys = {b: run.outputs["buckets"][b]["keyArn"] for b in JOB_DATA}
-    assert by_sid["UseDataKeysThroughS3"]["Resource"] == [keys[p] for p in JOB_DATA]
-    assert by_sid["UseDataKeysThroughS3"]["Condition"] == {
-        "StringEquals": {"kms:ViaService": f"s3.{run.region}.amazonaws.com"}}
+    assert set(by_sid) == {"ListDataBuckets", "ReadData", "DecryptDataThroughS3", "WriteData", "EncryptDataThroughS3"}
+    assert by_sid["ListDataBuckets"]["Resource"] == [arns[p] for p in JOB_DATA]
+    assert (by_sid["ReadData"]["Action"], by_sid["ReadData"]["Resource"]) == (
+        "s3:GetObject", [arns[p] + "/*" for p in JOB_DATA])
+    assert by_sid["WriteData"]["Resource"] == [arns[p] + "/*" for p in writable]
+    assert by_sid["WriteData"]["Action"] == ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+    assert by_sid["DecryptDataThroughS3"]["Resource"] == [keys[p] for p in JOB_DATA]
+    assert by_sid["EncryptDataThroughS3"]["Resource"] == [keys[p] for p in writable]
+    for sid in ("DecryptDataThroughS3", "EncryptDataThroughS3"):
+        assert by_sid[sid]["Condition"] == {"StringEquals": {"kms:ViaService": f"s3.{run.region}.amazonaws.com"}}
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -26,8 +26,9 @@ def test_no_record_without_a_role_or_with_an_unknown_routing(role, routing, mess
 def test_recovery_time_is_detection_plus_ttl():
     # internet-facing: Route 53 every 10 s, 3 failures -> 30 s; plus the 60 s TTL
     assert (failover.detection_seconds("internet-facing"), failover.recovery_seconds("internet-facing")) == (30, 90)
-    # internal: target checks 10 s x 3, then the alarm's 2 one-minute periods -> 150 s; plus 60 s TTL
-    assert (failover.detection_seconds("internal"), failover.recovery_seconds("internal")) == (150, 210)
+    # internal: target checks 10 s x 3, then 2 breaching one-minute periods after the one the targets fail in (which
+    # may still hold a healthy report) -> 30 + 3 x 60 = 210 s; plus 60 s TTL
+    assert (failover.detection_seconds("internal"), failover.recovery_seconds("internal")) == (210, 270)
 
 
 @pytest.mark.parametrize("arn, suffix", [
@@ -74,9 +75,13 @@ def test_an_internal_nlb_is_judged_by_an_alarm_on_its_healthy_targets(stack_runs
     assert lookup["tags"] == {"elbv2.k8s.aws/cluster": "gpu-cloud-prod-us-east-1",
                               "service.k8s.aws/stack": "inference/triton", "service.k8s.aws/resource": "LoadBalancer"}
     alarm = run.one(ALARM).inputs
-    assert (alarm["namespace"], alarm["metricName"], alarm["statistic"]) == ("AWS/NetworkELB", "HealthyHostCount", "Minimum")
+    assert (alarm["namespace"], alarm["metricName"]) == ("AWS/NetworkELB", "HealthyHostCount")
     assert alarm["dimensions"]["LoadBalancer"].startswith("net/") and alarm["dimensions"]["TargetGroup"].startswith("targetgroup/")
-    assert (alarm["threshold"], alarm["treatMissingData"]) == (1, "breaching")
+    # The Maximum over the load balancer's nodes below 1, for 2 of 3 minutes: the ELB guide's recommendation
+    # (spec/failover.py); no data (no registered target at all) counts as breaching.
+    assert (alarm["statistic"], alarm["comparisonOperator"], alarm["threshold"]) == ("Maximum", "LessThanThreshold", 1)
+    assert (alarm["period"], alarm["datapointsToAlarm"], alarm["evaluationPeriods"]) == (60, 2, 3)
+    assert alarm["treatMissingData"] == "breaching"
     check = run.one(CHECK).inputs
     assert check["type"] == "CLOUDWATCH_METRIC"
     assert check["cloudwatchAlarmName"] == alarm["name"] == "gpu-cloud-prod-us-east-1-triton-no-healthy-targets"
@@ -100,3 +105,21 @@ def test_an_internet_facing_nlb_is_checked_by_route53_on_tritons_readiness():
     assert check["fqdn"] == run.outputs["inferenceEndpoint"]                  # the NLB itself, not the shared name
     assert run.of_type(ALARM) == [] and not [t for t, _ in run.invokes if t == "aws:lb/getLoadBalancer:getLoadBalancer"]
     assert run.one(RECORD).inputs["healthCheckId"] == run.one(CHECK).state["id"]
+
+
+def _breaching(alarm: dict, node_reports) -> bool:
+    """One period of the alarm, as CloudWatch judges it: its statistic over the data points the load balancer's
+    nodes reported (HealthyHostCount per node), against its threshold."""
+    value = {"Maximum": max, "Minimum": min}[alarm["statistic"]](node_reports)
+    assert alarm["comparisonOperator"] == "LessThanThreshold"
+    return value < alarm["threshold"]
+
+
+@pytest.mark.parametrize("node_reports, down", [
+    ([2, 2, 0], False),     # a zone without a replica (or its node counting none): the region still serves
+    ([1, 0, 0], False),     # one node still sees a ready Triton
+    ([0, 0, 0], True),      # no node sees one: the region is down
+])
+def test_the_alarm_means_the_region_is_down_not_that_one_zone_has_no_triton(stack_runs, node_reports, down):
+    alarm = stack_runs["prod-us-east-1"].one(ALARM).inputs
+    assert _breaching(alarm, node_reports) is down

@@ -1,8 +1,9 @@
 """components/gpu_operator.py under the mock engine, and the pure decisions in spec/gpu_operator.py.
 
 What users rely on: the pinned GPU operator leaves the node image's driver and container toolkit alone; a
-time-sliced pool's nodes get exactly the replicas the pool asks for, and every other node whole GPUs; a MIG pool's
-profile is one the MIG manager can cut, into as many instances as the autoscaler and the quotas count, and the MIG
+time-sliced or MPS pool's nodes get exactly the replicas the pool asks for (MPS: each a 1/N share of memory and
+compute, under a MIG strategy the plugin accepts with MPS), and every other node whole GPUs; a MIG pool's GPUs are
+cut into its layout, one profile or a mix, into as many instances as the autoscaler and the quotas count, and the MIG
 manager never reboots a node; the EFA device plugin exists only when some pool has EFA, runs only on EFA nodes, and
 is new enough not to hand out a p6-b200's NVLink controllers; every operand reaches every GPU node whatever taints
 its pool adds; every Helm value set is one the pinned chart has; the ConfigMap exists before the operator reads it.
@@ -14,8 +15,11 @@ skip and the file:line records in spec/gpu_operator.py stand as the confirmation
 """
 from __future__ import annotations
 
+import base64
 import copy
-from typing import Any, Dict, List, Mapping
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Set
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -24,13 +28,15 @@ import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from spec import charts, dcgm, gpu_operator, monitoring
+from plan.stackfile import project_keys
+from spec import charts, dcgm, gpu_operator, monitoring, tenancy
 from spec.catalog import load_catalog
 from spec.model import NodePool
-from spec.pools import Taint, mig_resource, node_labels, node_taints, offered_gpu_resources
-from spec.validate import ResolvedPool
-from tests.chart_values import assert_values_confirmed, values_file
-from tests.conftest import run_component, validate_kubernetes
+from spec.pools import Taint, mig_layout, mig_resource, node_labels, node_taints, offered_gpu_resources
+from spec.validate import ResolvedPool, load_stack_spec
+from tests import upstream_records
+from tests.chart_values import assert_values_confirmed, merged_values, values_file
+from tests.conftest import run_component, run_stack, stack_config, validate_kubernetes
 
 COMPONENT = "gpu-cloud:gpu_operator:GpuOperator"
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -50,15 +56,17 @@ def gpu_pool(name: str, instance_type: str, sharing=None, efa: bool = False, tai
     return ResolvedPool(spec=spec, types=(catalog.instance_types[instance_type],), efa=efa)
 
 
-# Two pools share replicas 3 (one config for both), one asks for 4; two MIG pools on different GPUs; pools add
-# their own taints; one EFA pool.
+# Two pools share replicas 3 (one config for both), one asks for 4; one MPS pool; three MIG pools on different GPUs,
+# one of them mixing profiles; pools add their own taints; one EFA pool.
 POOLS = (
     gpu_pool("train-h100", "p5.48xlarge", efa=True),
     gpu_pool("infer-l40s", "g6e.12xlarge", {"mode": "time-slicing", "replicas": 3}, taints=[BATCH_TAINT]),
     gpu_pool("infer-l4", "g6.12xlarge", {"mode": "time-slicing", "replicas": 3}),
     gpu_pool("dev-l4", "g6.12xlarge", {"mode": "time-slicing", "replicas": 4}, taints=[DEDICATED_TAINT]),
+    gpu_pool("share-a100", "p4de.24xlarge", {"mode": "mps", "replicas": 8}),
     gpu_pool("mig-a100", "p4de.24xlarge", {"mode": "mig", "migProfile": "1g.10gb"}),
     gpu_pool("mig-h200", "p5e.48xlarge", {"mode": "mig", "migProfile": "3g.71gb"}),
+    gpu_pool("mig-h100-mixed", "p5.48xlarge", {"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}),
 )
 NO_EFA_POOLS = tuple(pool for pool in POOLS if not pool.efa)
 
@@ -96,6 +104,11 @@ def _efa_values(run) -> Dict[str, Any]:
 
 def _device_plugin_configs(run) -> Dict[str, Dict[str, Any]]:
     return {key: yaml.safe_load(text) for key, text in run.one(CONFIGMAP, "gpu-device-plugin-config").inputs["data"].items()}
+
+
+def _mig_manager_config(run) -> Dict[str, Any]:
+    (text,) = run.one(CONFIGMAP, "gpu-mig-config").inputs["data"].values()
+    return yaml.safe_load(text)
 
 
 def _tolerates(tolerations: List[Mapping[str, str]], taint: Taint) -> bool:
@@ -158,36 +171,109 @@ def test_the_operands_the_platform_needs_are_on(run):
     assert "validator" not in values
 
 
-# --- time-slicing -----------------------------------------------------------------------------------------
+# --- time-slicing and MPS: the device plugin's configs ------------------------------------------------------
 
-def test_time_slicing_configs_exist_only_for_the_replicas_pools_ask_for(run):
-    configs = _device_plugin_configs(run)
-    assert set(configs) == {"default", "time-slicing-3", "time-slicing-4"}
-    for replicas in (3, 4):
-        sharing = configs[f"time-slicing-{replicas}"]["sharing"]["timeSlicing"]
-        assert sharing["resources"] == [{"name": "nvidia.com/gpu", "replicas": replicas}]
-        assert sharing["renameByDefault"] is False, "replicas must stay nvidia.com/gpu, the resource quotas count"
-        assert sharing["failRequestsGreaterThanOne"] is True
-    assert configs["default"] == {"version": "v1"}, "nodes without the label get whole GPUs"
-    assert all(config["version"] == "v1" for config in configs.values())
+# The device plugin's config v1 at the tag the operator pins (values.yaml devicePlugin.version v0.20.0): the JSON
+# names each file's structs declare. api/config/v1/config.go lines 34-40 (Config), sharing.go lines 20-25
+# (Sharing), replicas.go lines 29-34 and 80-86 (ReplicatedResources, ReplicatedResource); flags.go line 60 declares
+# migStrategy among many flags. Where the mirror is on the machine, the source itself is read instead.
+PLUGIN_REPO, PLUGIN_TAG = "NVIDIA/k8s-device-plugin", "v0.20.0"
+PLUGIN_FIELDS = {
+    "api/config/v1/config.go": {"version", "flags", "resources", "sharing", "imex"},
+    "api/config/v1/sharing.go": {"timeSlicing", "mps"},
+    "api/config/v1/replicas.go": {"renameByDefault", "failRequestsGreaterThanOne", "resources", "name", "rename",
+                                  "devices", "replicas"},
+}
+# mig-parted's config v1 at the MIG manager's tag (values.yaml migManager.version v0.15.0): api/spec/v1/spec.go
+# lines 29-41 (Spec, MigConfigSpec).
+MIG_PARTED_REPO, MIG_PARTED_TAG, MIG_PARTED_SPEC = "NVIDIA/mig-parted", "v0.15.0", "api/spec/v1/spec.go"
+MIG_PARTED_FIELDS = {"version", "mig-configs", "device-filter", "devices", "mig-enabled", "mig-devices"}
 
 
-def test_each_time_slicing_pool_selects_its_own_config_by_label(run):
+def _go_fields(repo: str, tag: str, path: str, transcribed: Set[str]) -> Set[str]:
+    """The JSON names a Go file declares, from its source where the mirror is on the machine, else as transcribed."""
+    source = upstream_records.show(repo, tag, path)
+    return set(re.findall(r'json:"([A-Za-z-]+)[,"]', source)) if source is not None else transcribed
+
+
+def _plugin_config_mistakes(config: Mapping[str, Any]) -> List[str]:
+    """What the plugin would not read as gpu-cloud means it, in one config entry."""
+    fields = {path: _go_fields(PLUGIN_REPO, PLUGIN_TAG, path, names) for path, names in PLUGIN_FIELDS.items()}
+    mistakes = [f"unknown key {k}" for k in set(config) - fields["api/config/v1/config.go"]]
+    if config.get("version") != "v1":                                   # config.go lines 128-134
+        mistakes.append(f"version {config.get('version')!r}")
+    flags = config.get("flags", {})
+    mistakes += [f"unknown flag {k}" for k in set(flags) - {"migStrategy"}]
+    if flags.get("migStrategy") not in ("none", "single", "mixed"):     # cmd/nvidia-device-plugin/main.go 244-250
+        mistakes.append(f"migStrategy {flags.get('migStrategy')!r}")
+    sharing = config.get("sharing", {})
+    mistakes += [f"unknown sharing {k}" for k in set(sharing) - fields["api/config/v1/sharing.go"]]
+    if len(sharing) > 1:                                                # sharing.go lines 36-45: MPS would win
+        mistakes.append(f"two sharing strategies {sorted(sharing)}")
+    for replicated in sharing.values():
+        mistakes += [f"unknown key {k}" for k in set(replicated) - fields["api/config/v1/replicas.go"]]
+        for resource in replicated.get("resources", []):
+            mistakes += [f"unknown key {k}" for k in set(resource) - fields["api/config/v1/replicas.go"]]
+            if not isinstance(resource.get("replicas"), int) or resource["replicas"] < 2:   # replicas.go 251-253
+                mistakes.append(f"replicas {resource.get('replicas')!r}")
+    return mistakes
+
+
+def test_device_plugin_configs_exist_only_for_what_pools_ask_for_entry_by_entry(run):
+    def shared(strategy: str, replicas: int, mig_strategy: str) -> Dict[str, Any]:
+        return {"version": "v1", "flags": {"migStrategy": mig_strategy}, "sharing": {strategy: {
+            "renameByDefault": False, "failRequestsGreaterThanOne": True,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}]}}}
+    assert _device_plugin_configs(run) == {
+        "default": {"version": "v1", "flags": {"migStrategy": "mixed"}},       # whole GPUs, or MIG instances
+        "time-slicing-3": shared("timeSlicing", 3, "mixed"),
+        "time-slicing-4": shared("timeSlicing", 4, "mixed"),
+        # A replica stays nvidia.com/gpu (no .shared suffix), what the quotas and templates count; the plugin refuses
+        # MPS under the mixed strategy (cmd/nvidia-device-plugin/main.go lines 227-230), and MPS GPUs have no MIG.
+        "mps-8": shared("mps", 8, "none"),
+    }
+
+
+def test_every_device_plugin_config_is_one_the_plugin_reads(run):
+    for name, config in _device_plugin_configs(run).items():
+        assert not _plugin_config_mistakes(config), (name, _plugin_config_mistakes(config))
+    # The check itself catches what the plugin would not read.
+    assert _plugin_config_mistakes({"version": "v1", "flags": {"migStrategy": "mixed"},
+                                    "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1,
+                                                                       "memory": "10G"}]}}}) == [
+        "unknown key memory", "replicas 1"]
+
+
+def test_the_transcribed_schemas_are_the_sources():
+    for repo, tag, path, transcribed in [
+            *((PLUGIN_REPO, PLUGIN_TAG, path, names) for path, names in PLUGIN_FIELDS.items()),
+            (MIG_PARTED_REPO, MIG_PARTED_TAG, MIG_PARTED_SPEC, MIG_PARTED_FIELDS)]:
+        source = upstream_records.show(repo, tag, path)
+        if source is None:
+            pytest.skip(f"no mirror of {repo} on this machine: the transcription stands")
+        assert _go_fields(repo, tag, path, set()) == transcribed, f"{repo} {tag} {path}"
+    assert "migStrategy" in _go_fields(PLUGIN_REPO, PLUGIN_TAG, "api/config/v1/flags.go", set())
+
+
+def test_each_shared_pool_selects_its_own_config_by_label(run):
     # A node selects its config by label; what the plugin then advertises must be what the autoscaler's node
     # templates and the quotas count (spec.pools.offered_gpu_resources).
     configs = _device_plugin_configs(run)
+    key = {"time-slicing": "timeSlicing", "mps": "mps"}
     for pool in POOLS:
         selected = node_labels(pool).get("nvidia.com/device-plugin.config", "default")
-        if pool.spec.gpu_sharing.mode == "time-slicing":
-            (resource,) = configs[selected]["sharing"]["timeSlicing"]["resources"]
+        mode = pool.spec.gpu_sharing.mode
+        if mode in key:
+            assert selected == f"{mode}-{pool.spec.gpu_sharing.replicas}"
+            (resource,) = configs[selected]["sharing"][key[mode]]["resources"]
             assert offered_gpu_resources(pool, catalog) == {
                 resource["name"]: pool.gpus_per_node * resource["replicas"]}, pool.name
         else:
-            assert selected == "default", f"{pool.name} must not be time-sliced"
+            assert selected == "default", f"{pool.name} must not be shared"
 
 
-def test_without_time_slicing_pools_only_the_default_config_exists():
-    run = run_component(_build(tuple(p for p in POOLS if p.spec.gpu_sharing.mode != "time-slicing")))
+def test_without_shared_pools_only_the_default_config_exists():
+    run = run_component(_build(tuple(p for p in POOLS if p.spec.gpu_sharing.mode in ("none", "mig"))))
     assert set(_device_plugin_configs(run)) == {"default"}
 
 
@@ -203,40 +289,180 @@ def test_device_plugin_reads_the_configmap_created_before_the_release(run):
     assert run.one(NAMESPACE).urn in release.dependencies
 
 
-@pytest.mark.parametrize("replicas", [(1,), (0,), (True,), ("4",)])
-def test_replicas_the_device_plugin_would_refuse_are_refused(replicas):
-    with pytest.raises(ValueError, match="at least 2"):
-        gpu_operator.device_plugin_configs(replicas)
+@pytest.mark.parametrize("shared,words", [
+    *(((("time-slicing", bad),), "at least 2") for bad in (1, 0, True, "4")),
+    *(((("mps", bad),), "at least 2") for bad in (1, True)),
+    ((("mps", 49),), "at most 48"),                 # the MPS server's client limit (mps/device.go lines 35-49)
+    ((("timeslicing", 4),), "not a sharing mode"),
+])
+def test_replicas_the_device_plugin_would_refuse_are_refused(shared, words):
+    with pytest.raises(ValueError, match=words):
+        gpu_operator.device_plugin_configs(shared)
+
+
+def test_the_mig_strategy_is_each_configs_so_mps_and_mig_share_a_cluster(run):
+    # A cluster-wide strategy reaches the plugin as MIG_STRATEGY and overrides the file (module docstring of
+    # spec/gpu_operator.py): left empty, the chart's ClusterPolicy has none (templates/clusterpolicy.yaml lines
+    # 139-142), and each config says its own.
+    values = _operator_values(run)
+    assert values["mig"] == {"strategy": ""}
+    assert merged_values(charts.chart(charts.GPU_OPERATOR), values)["mig"]["strategy"] == ""   # not the chart's single
+    for name, config in _device_plugin_configs(run).items():
+        assert config["flags"]["migStrategy"] == ("none" if "mps" in config.get("sharing", {}) else "mixed"), name
+
+
+def test_the_mps_server_needs_no_value_of_its_own(run):
+    # The operator deploys nvidia-device-plugin-mps-control-daemon with the device plugin, on MPS nodes, tolerating
+    # daemonsets.tolerations, with the plugin's MPS root; the chart's root is the operator's default, so the
+    # operator rewrites no volume (controllers/object_controls.go lines 184-185 and 1606-1618).
+    assert "mps" not in _operator_values(run)["devicePlugin"]
+    merged = merged_values(charts.chart(charts.GPU_OPERATOR), _operator_values(run))
+    assert merged["devicePlugin"]["mps"] == {"root": "/run/nvidia/mps"}
 
 
 # --- MIG --------------------------------------------------------------------------------------------------
 
 def test_mig_strategy_is_mixed_so_each_profile_is_its_own_resource(run):
-    assert _operator_values(run)["mig"]["strategy"] == "mixed"
+    assert _device_plugin_configs(run)["default"]["flags"]["migStrategy"] == "mixed"
     for pool in (p for p in POOLS if p.spec.gpu_sharing.mode == "mig"):
-        assert set(offered_gpu_resources(pool, catalog)) == {mig_resource(pool.spec.gpu_sharing.mig_profile)}
+        assert set(offered_gpu_resources(pool, catalog)) == {mig_resource(p) for p in mig_layout(pool, catalog)}
 
 
-def test_every_mig_profile_pools_use_is_a_config_the_mig_manager_cuts():
+def test_the_mig_managers_config_entry_by_entry(run):
+    def cut(**instances):
+        return [{"devices": "all", "mig-enabled": True, "mig-devices": instances}]
+    assert _mig_manager_config(run) == {"version": "v1", "mig-configs": {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],       # every GPU outside a MIG pool
+        "1g.10gbx7": cut(**{"1g.10gb": 7}),                                 # mig-a100: migProfile, as many as fit
+        "3g.71gbx2": cut(**{"3g.71gb": 2}),                                 # mig-h200
+        "1g.10gbx2-3g.40gbx1": cut(**{"1g.10gb": 2, "3g.40gb": 1}),         # mig-h100-mixed: migProfiles
+    }}
+
+
+def test_the_mig_managers_config_is_one_mig_parted_reads(run):
+    config = _mig_manager_config(run)
+    fields = _go_fields(MIG_PARTED_REPO, MIG_PARTED_TAG, MIG_PARTED_SPEC, MIG_PARTED_FIELDS)
+    assert set(config) <= fields and config["version"] == "v1"
+    for name, entries in config["mig-configs"].items():
+        for entry in entries:
+            assert set(entry) <= fields and entry["devices"] == "all", name
+            # spec.go lines 173-179: instances only, and always, with MIG enabled.
+            assert ("mig-devices" in entry) == entry["mig-enabled"], name
+            assert all(isinstance(n, int) and n >= 1 for n in entry.get("mig-devices", {}).values()), name
+
+
+def test_each_mig_pool_selects_the_layout_the_autoscaler_and_quotas_count(run):
+    configs = _mig_manager_config(run)["mig-configs"]
     for pool in (p for p in POOLS if p.spec.gpu_sharing.mode == "mig"):
-        config = node_labels(pool)["nvidia.com/mig.config"]
+        (entry,) = configs[node_labels(pool)["nvidia.com/mig.config"]]
+        assert offered_gpu_resources(pool, catalog) == {
+            mig_resource(profile): pool.gpus_per_node * count for profile, count in entry["mig-devices"].items()}
+
+
+def test_a_single_profile_pool_is_cut_as_nvidia_cuts_that_profile():
+    for pool in (p for p in POOLS if p.spec.gpu_sharing.mig_profile):
         profile = pool.spec.gpu_sharing.mig_profile
-        assert config == f"all-{profile}"
-        assert profile in gpu_operator.MIG_MANAGER_PARTITIONS[pool.primary_type.gpu.model], pool.name
+        assert mig_layout(pool, catalog) == {
+            profile: gpu_operator.MIG_MANAGER_PARTITIONS[pool.primary_type.gpu.model][profile]}, pool.name
 
 
 @pytest.mark.parametrize("model", sorted(m for m, gpu in catalog.gpus.items() if gpu.mig_profiles))
 def test_the_mig_manager_cuts_what_the_catalog_counts(model):
-    # The catalog's counts size scale-from-zero templates and team quotas; the MIG manager's `all-<profile>`
-    # decides what a node actually offers. Every catalog profile must be one it knows, with the same count.
+    # The catalog's counts size scale-from-zero templates, team quotas and a migProfile pool's layout; NVIDIA's own
+    # `all-<profile>` configs cut the same. Every catalog profile must be one it knows, with the same count.
     assert gpu_operator.MIG_MANAGER_PARTITIONS[model] == dict(catalog.gpus[model].mig_profiles)
 
 
-def test_mig_manager_never_reboots_and_leaves_other_gpus_whole(run):
+def test_mig_manager_never_reboots_and_reads_the_programs_config(run):
     mig_manager = _operator_values(run)["migManager"]
     assert {"name": "WITH_REBOOT", "value": "false"} in mig_manager["env"]
-    assert mig_manager["config"]["default"] == "all-disabled"
-    assert "name" not in mig_manager["config"], "a custom config would turn off mig-manager's own discovery"
+    assert mig_manager["config"] == {"default": "all-disabled", "name": "mig-parted-config"}
+    configmap = run.one(CONFIGMAP, "gpu-mig-config")
+    assert configmap.inputs["metadata"]["name"] == "mig-parted-config"
+    assert configmap.inputs["metadata"]["namespace"] == gpu_operator.NAMESPACE
+    assert list(configmap.inputs["data"]) == ["config.yaml"]          # the key the operator mounts
+    assert mig_manager["config"]["default"] in _mig_manager_config(run)["mig-configs"]
+    assert configmap.urn in _release(run, "gpu-operator").dependencies
+
+
+def test_without_mig_pools_the_mig_manager_keeps_its_own_configs():
+    # Its generated configs have `all-disabled`, all such a cluster needs; a config of the program's would replace them.
+    run = run_component(_build(tuple(p for p in POOLS if p.spec.gpu_sharing.mode != "mig")))
+    assert not [r for r in run.of_type(CONFIGMAP) if r.name == "gpu-mig-config"]
+    assert _operator_values(run)["migManager"]["config"] == {"default": "all-disabled"}
+
+
+# --- the design's "8 x 10 GB on an A100 80GB", planned ------------------------------------------------------
+# MIG gives at most 7 (docs/gpu-platform.md); MPS with 8 replicas gives 8 clients, each limited to 1/8 of the
+# memory. Planned on prod-us-east-1 with two pools added (the shipped stacks have no MPS or MIG pool): the MPS one,
+# and a p4de pool cut 2 x 1g.10gb + 1 x 3g.40gb per GPU.
+EXAMPLE_POOLS = [
+    {"name": "infer-a100-mps", "instanceTypes": ["p4de.24xlarge"], "capacity": "on-demand", "minNodes": 0,
+     "desiredNodes": 0, "maxNodes": 2, "efa": False, "workload": "inference",
+     "gpuSharing": {"mode": "mps", "replicas": 8}},
+    {"name": "infer-a100-mig", "instanceTypes": ["p4de.24xlarge"], "capacity": "spot", "minNodes": 0,
+     "desiredNodes": 0, "maxNodes": 1, "efa": False, "workload": "inference",
+     "gpuSharing": {"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}},
+]
+TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+
+
+@pytest.fixture(scope="module")
+def example_run():
+    pools = stack_config("prod-us-east-1")["gpu-cloud:nodePools"]
+    return run_stack("prod-us-east-1", {"gpu-cloud:nodePools": [*pools, *EXAMPLE_POOLS]})
+
+
+def _template(run, pool: str) -> Dict[str, str]:
+    tags = run.one("aws:autoscaling/group:Group", f"{pool}-asg").inputs["tags"]
+    return {t["key"][len(TEMPLATE):]: t["value"] for t in tags if t["key"].startswith(TEMPLATE)}
+
+
+def test_eight_10_gb_shares_of_each_a100_80gb_plan_as_64_gpus_a_node(example_run):
+    template = _template(example_run, "infer-a100-mps")
+    assert {k: v for k, v in template.items() if k.startswith("resources/")} == {"resources/nvidia.com/gpu": "64"}
+    assert template["label/nvidia.com/device-plugin.config"] == "mps-8"
+    user_data = base64.b64decode(example_run.one("aws:ec2/launchTemplate:LaunchTemplate", "infer-a100-mps-lt")
+                                 .inputs["userData"]).decode()
+    assert "nvidia.com/device-plugin.config=mps-8" in user_data          # the node registers with it
+    configs = {k: yaml.safe_load(v) for k, v in
+               example_run.one(CONFIGMAP, "gpu-operator-device-plugin-config").inputs["data"].items()}
+    assert configs["mps-8"]["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 8}]
+    assert configs["mps-8"]["flags"] == {"migStrategy": "none"}
+    # What the MPS server sets per client: the GPU's memory / replicas in MiB, rounded down, and 100 / replicas %
+    # of its SMs (k8s-device-plugin v0.20.0 cmd/mps-control-daemon/mps/daemon.go lines 252-280). The GPU's memory is
+    # the catalog's, which the node gate holds each GPU to.
+    memory_mib, replicas = catalog.instance_types["p4de.24xlarge"].gpu.memory_mib, 8
+    assert (memory_mib // replicas, 100 // replicas) == (10240, 12)     # 10 GiB and 12 % each
+
+
+def test_the_documented_example_is_the_pool_planned():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "gpu-platform.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("- name: infer-a100-mps")]
+    assert yaml.safe_load(block) == EXAMPLE_POOLS[:1]
+
+
+def test_a_mixed_mig_pool_plans_one_resource_per_profile(example_run):
+    template = _template(example_run, "infer-a100-mig")
+    assert {k: v for k, v in template.items() if k.startswith("resources/")} == {
+        "resources/nvidia.com/mig-1g.10gb": str(8 * 2), "resources/nvidia.com/mig-3g.40gb": str(8 * 1)}
+    assert template["label/nvidia.com/mig.config"] == "1g.10gbx2-3g.40gbx1"
+    (text,) = example_run.one(CONFIGMAP, "gpu-operator-mig-config").inputs["data"].values()
+    assert yaml.safe_load(text)["mig-configs"]["1g.10gbx2-3g.40gbx1"] == [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 2, "3g.40gb": 1}}]
+
+
+def test_the_example_pools_count_in_the_inference_quota_and_only_there(example_run):
+    quotas = {q.inputs["metadata"]["namespace"]: q.inputs["spec"]["hard"]
+              for q in example_run.of_type("kubernetes:core/v1:ResourceQuota")}
+    config = stack_config("prod-us-east-1")
+    shipped = tenancy.gpu_quotas(load_stack_spec(project_keys(config), stack="prod-us-east-1",
+                                                 region=config["aws:region"]).pools)
+    gpus = {ns: int(shipped[ns]["requests.nvidia.com/gpu"]) for ns in shipped}
+    assert quotas["inference"] == {"requests.nvidia.com/gpu": str(gpus["inference"] + 2 * 64),   # the MPS pool
+                                   "requests.nvidia.com/mig-1g.10gb": "16", "requests.nvidia.com/mig-3g.40gb": "8"}
+    assert quotas["training"] == {"requests.nvidia.com/gpu": str(gpus["training"]),
+                                  "requests.nvidia.com/mig-1g.10gb": "0", "requests.nvidia.com/mig-3g.40gb": "0"}
 
 
 # --- EFA --------------------------------------------------------------------------------------------------
@@ -290,7 +516,9 @@ def test_operator_runs_on_the_system_nodes(run):
 
 def test_args_from_pools():
     args = GpuOperatorArgs.for_pools(POOLS)
-    assert args.time_slicing_replicas == (3, 4)
+    assert args.shared == (("mps", 8), ("time-slicing", 3), ("time-slicing", 4))
+    assert args.mig_layouts == {"1g.10gbx7": {"1g.10gb": 7}, "3g.71gbx2": {"3g.71gb": 2},
+                                "1g.10gbx2-3g.40gbx1": {"1g.10gb": 2, "3g.40gb": 1}}
     assert args.efa is True and GpuOperatorArgs.for_pools(NO_EFA_POOLS).efa is False
     assert args.node_taints == gpu_operator.gpu_node_taints(POOLS)
 
@@ -340,8 +568,8 @@ def test_the_operators_own_service_monitor_is_labelled_for_prometheus_by_the_val
 
 
 def test_every_object_created_directly_is_valid_kubernetes_1_35(run, run_without_efa):
-    assert validate_kubernetes(run, "1.35") == 3          # the namespace and the two ConfigMaps
-    assert validate_kubernetes(run_without_efa, "1.35") == 3
+    assert validate_kubernetes(run, "1.35") == 4          # the namespace and the three ConfigMaps
+    assert validate_kubernetes(run_without_efa, "1.35") == 4
 
 
 def test_every_child_is_parented_under_the_component_with_its_prefix(run):
@@ -350,4 +578,4 @@ def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     strays = [r.name for r in run.resources if r.parent != component.urn and r.urn != component.urn
               and r.type != K8S_PROVIDER]
     assert not strays, f"registered outside the component: {strays}"
-    assert len(children) == 5 and all(r.name.startswith("gpu-") for r in children)
+    assert len(children) == 6 and all(r.name.startswith("gpu-") for r in children)

@@ -1,10 +1,11 @@
 """components/inference.py under the mock engine, in the shipped prod stack (and variants of it).
 
-What users rely on: Triton runs on its inference pool only, as a non-root user, reading the stack's models bucket
-and nothing else; it takes traffic only when ready, through an NLB inside the VPC unless the stack says otherwise;
-the autoscaler scales the Deployment between the configured bounds on the very metric prometheus-adapter serves;
-Prometheus scrapes it; a second `pulumi up` leaves the replica count to the autoscaler; the load balancer controller
-runs with a role limited to this stack's load balancers.
+What users rely on: Triton runs on its inference pool only, as a non-root user, serving a copy of the stack's models
+bucket that containers with a Pod Identity-capable CLI keep; it takes traffic only while it serves a model, through
+an NLB inside the VPC unless the stack says otherwise, and drains without dropping what the NLB still sends; only the
+publisher the stack names may change its models; the autoscaler scales the Deployment between the configured bounds
+on the very metric prometheus-adapter serves; Prometheus scrapes it; a second `pulumi up` leaves the replica count
+to the autoscaler; the load balancer controller runs with a role limited to this stack's load balancers.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 
 import pytest
 
-from spec import lb_controller, monitoring, triton
+from spec import data_access, drain, lb_controller, monitoring, triton
 from spec.pools import node_taints, toleration
 from tests.conftest import run_stack, validate_kubernetes
 
@@ -49,23 +50,71 @@ def test_triton_runs_on_its_pool_only_and_tolerates_exactly_its_taints(run):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": container["resources"]["requests"]["memory"]}
 
 
-def test_triton_serves_the_stacks_models_bucket_as_a_non_root_user(run):
-    (container,) = pod_spec(run)["containers"]
+def test_triton_serves_a_copy_of_the_stacks_models_bucket_kept_by_a_pod_identity_capable_cli(run):
+    pod = pod_spec(run)
+    (container,) = pod["containers"]
+    first, sidecar = pod["initContainers"]
     models = run.outputs["buckets"]["models"]["name"]
     assert container["image"] == triton.IMAGE and container["command"] == ["tritonserver"]
-    assert container["args"][0] == f"--model-repository=s3://{models}/triton"
-    security = container["securityContext"]
-    assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
-    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
-    assert {e["name"]: e["value"] for e in container["env"]}["AWS_DEFAULT_REGION"] == "us-east-1"
+    assert container["args"][0] == "--model-repository=/models/current"
+    # The copy is made before Triton starts, then followed: a native sidecar (an init container that keeps running).
+    assert (first["name"], first.get("restartPolicy"), first["command"][-1]) == ("models-first-sync", None, "once")
+    assert (sidecar["name"], sidecar["restartPolicy"], sidecar["command"][-1]) == ("models-sync", "Always", "loop")
+    for sync in (first, sidecar):
+        assert sync["image"] == "public.ecr.aws/aws-cli/aws-cli:2.36.7"    # CLI 2.15.0 or later reads Pod Identity
+        env = {e["name"]: e["value"] for e in sync["env"]}
+        assert env["MODEL_SOURCE"] == f"s3://{models}/triton" and env["AWS_REGION"] == "us-east-1"
+        assert sync["volumeMounts"] == [{"name": "models", "mountPath": "/models", "readOnly": False}]
+    assert {"name": "models", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
+    assert {"name": "models", "emptyDir": {}} in pod["volumes"]
+    # Triton's bundled SDK cannot use Pod Identity, and reads only local files: it gets no credentials at all.
+    assert "env" not in container
+    annotations = named(run, DEPLOYMENT, "inference-deployment").inputs["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"eks.amazonaws.com/skip-containers": "triton"}
+    for each in (container, first, sidecar):
+        security = each["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+        assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
 
 
-def test_it_takes_traffic_only_when_ready_and_is_restarted_when_dead(run):
-    (container,) = pod_spec(run)["containers"]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+def test_it_takes_traffic_only_while_it_serves_a_model_it_keeps_following_and_is_restarted_when_dead(run):
+    pod = pod_spec(run)
+    (container,) = pod["containers"]
+    sidecar = pod["initContainers"][1]
+    # Readiness: a model READY (an empty or unreadable repository has none; one broken model beside good ones
+    # leaves the pod in); and a sync no older than ten polls.
+    assert container["readinessProbe"]["exec"]["command"] == triton.MODEL_READY_COMMAND
+    assert sidecar["readinessProbe"]["exec"]["command"] == triton.SYNC_FRESH_COMMAND
+    assert "--strict-readiness=false" in container["args"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] == 900
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+
+def test_a_drain_keeps_serving_until_the_nlb_stops_sending_then_finishes_what_it_has(run):
+    pod = pod_spec(run)
+    (container,) = pod["containers"]
+    exit_timeout = next(int(a.split("=")[1]) for a in container["args"] if a.startswith("--exit-timeout-secs="))
+    pause = int(container["lifecycle"]["preStop"]["sleep"]["seconds"])
+    assert pause >= 120                       # how long an NLB keeps sending new flows after deregistration
+    assert pod["terminationGracePeriodSeconds"] > pause + exit_timeout
+    assert pod["terminationGracePeriodSeconds"] <= drain.WORKLOAD_MAX_GRACE_S
+    annotations = named(run, SERVICE, "inference-service").inputs["metadata"]["annotations"]
+    delay = annotations["service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"]
+    assert delay == f"deregistration_delay.timeout_seconds={pause + exit_timeout}"
+    budget = named(run, "kubernetes:policy/v1:PodDisruptionBudget", "inference-disruption-budget").inputs["spec"]
+    assert budget["maxUnavailable"] == 1
+
+
+def test_pulumi_waits_for_the_load_balancer_not_for_published_models(run):
+    """Pods are ready only once a model is published, which `pulumi up` does not do: a new stack, or a DR secondary
+    whose models come from its primary later, must still deploy. The DNS record needs the NLB's name."""
+    deployment = named(run, DEPLOYMENT, "inference-deployment")
+    assert deployment.inputs["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert deployment.custom_timeouts == {}
+    service = named(run, SERVICE, "inference-service").inputs["metadata"]["annotations"]
+    assert service["pulumi.com/waitFor"] == "jsonpath={.status.loadBalancer.ingress[0].hostname}"
 
 
 def test_the_replica_count_belongs_to_the_autoscaler_after_the_first_up(run):
@@ -166,23 +215,66 @@ def test_every_object_inference_creates_directly_is_valid_kubernetes(run):
     assert validate_kubernetes(subset, "1.35") == 6
 
 
-def test_an_empty_models_bucket_still_starts_triton(run):
-    """Triton refuses a repository path that does not exist, and on S3 a prefix exists only while a key starts with
-    it: the stack makes the prefix's marker before the Deployment."""
-    marker = named(run, "aws:s3/bucketObjectv2:BucketObjectv2", "inference-repository")
-    models = run.outputs["buckets"]["models"]["name"]
-    assert (marker.inputs["bucket"], marker.inputs["key"], marker.inputs["content"]) == (models, "triton/", "")
-    (container,) = pod_spec(run)["containers"]
-    assert container["args"][0] == f"--model-repository=s3://{models}/{marker.inputs['key'].rstrip('/')}"
-    assert marker.urn in named(run, DEPLOYMENT, "inference-deployment").dependencies
+PUBLISHERS = ["arn:aws:iam::123456789012:role/ci-release", "arn:aws:iam::123456789012:role/oncall"]
 
 
-@pytest.mark.parametrize("source, timeout", [("ami", "40m"), ("install", "70m")])
-def test_pulumi_waits_long_enough_for_the_first_pods(source, timeout):
-    # The node's boot, gate and registration (1500 s or 3300 s, spec/boot.py) plus 15 minutes of model loading.
-    assert triton.rollout_timeout(source) == timeout
+@pytest.fixture(scope="module")
+def published():
+    return run_stack(STACK, {"gpu-cloud:inference": {"triton": {
+        "enabled": True, "pool": "infer-l40s", "minReplicas": 2, "maxReplicas": 8, "publisherRoleArns": PUBLISHERS}}})
 
 
-def test_the_deployment_uses_the_rollout_timeout(run):
-    deployment = named(run, DEPLOYMENT, "inference-deployment")
-    assert deployment.custom_timeouts == {"create": "40m", "update": "40m"}
+def test_the_named_roles_and_only_they_may_assume_the_model_publisher(published):
+    role = published.one("aws:iam/role:Role", "inference-publisher")
+    trust = json.loads(role.inputs["assumeRolePolicy"])
+    assert trust == data_access.publisher_trust_policy(PUBLISHERS)
+    assert published.outputs["modelPublisherRoleArn"] == role.state["arn"]
+
+
+def test_the_publisher_writes_the_stacks_repository_prefix_and_deletes_no_version(published):
+    models = published.outputs["buckets"]["models"]
+    policy = json.loads(published.one("aws:iam/rolePolicy:RolePolicy", "inference-publisher-policy").inputs["policy"])
+    assert policy["Statement"] == data_access.publisher_statements(models["arn"], "triton", models["keyArn"],
+                                                                   "us-east-1")
+
+
+def test_without_named_publishers_there_is_no_publisher_role(run):
+    assert [r for r in run.of_type("aws:iam/role:Role") if r.name == "inference-publisher"] == []
+    assert "modelPublisherRoleArn" not in run.outputs
+
+
+def _config_issues(triton_settings):
+    from spec.errors import ConfigError
+    from spec.validate import load_stack_spec
+    from tests.conftest import stack_config
+    config = stack_config(STACK)
+    keys = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-cloud:")}
+    keys["inference"] = {"triton": triton_settings}
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(keys, stack=STACK, region=config["aws:region"])
+    return {issue.path: issue.message for issue in raised.value.issues}
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"enabled": True, "pool": "infer-l40s", "publisherRoleArns": ["arn:aws:iam::123456789012:user/ci"]},
+     "is not an IAM role ARN"),
+    ({"enabled": False, "publisherRoleArns": PUBLISHERS}, "set enabled"),
+    ({"enabled": True, "pool": "infer-l40s", "modelRepository": "s3://acme-models/triton",
+      "publisherRoleArns": PUBLISHERS},
+     "publishes only into its own models bucket, and modelRepository names s3://acme-models/triton"),
+    ({"enabled": True, "pool": "infer-l40s", "publisherRoleArns": PUBLISHERS[:1] * 2}, "listed twice"),
+])
+def test_a_publisher_the_stack_cannot_have_is_a_config_error_at_its_key(settings, words):
+    issues = _config_issues(settings)
+    (path,) = [p for p in issues if p.startswith("gpu-cloud:inference.triton.publisherRoleArns")]
+    assert words in issues[path]
+
+
+@pytest.mark.parametrize("seconds, allowed", [(0, True), (3600, True), (-1, False), (3601, False)])
+def test_the_deregistration_delay_is_one_the_target_group_takes(seconds, allowed):
+    if allowed:
+        assert lb_controller.deregistration_delay_annotation(seconds) == {
+            lb_controller.TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds}"}
+    else:
+        with pytest.raises(ValueError, match="deregistration delay"):
+            lb_controller.deregistration_delay_annotation(seconds)

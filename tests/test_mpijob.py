@@ -150,3 +150,48 @@ def test_the_launcher_script_passes_shellcheck(tmp_path):
     path.write_text("#!/usr/bin/env bash\n" + launcher(job())["command"][2])
     checked = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize("capacity", ["reserved", "spot"])
+def test_the_launcher_runs_on_the_jobs_pool_beside_a_worker(capacity):
+    """Kueue gives the CPU-only launcher no flavor, so without its own placement it would land on the system nodes
+    (spec/mpijob.py, "Where the launcher runs")."""
+    from spec import acceptance
+
+    p = pool(capacity=capacity)
+    judged = acceptance.mpijob_manifest(p, CATALOG, namespace="training", queue_name="training",
+                                        judge_configmap="nccl-judge", service_account="nccl-acceptance")
+    for manifest in (job(p), judged):
+        launcher_pod = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+        workers = worker_spec(manifest)
+        assert launcher_pod["nodeSelector"] == workers["nodeSelector"] == {"gpu-cloud.io/pool": "train"}
+        assert launcher_pod["tolerations"] == workers["tolerations"]
+        # It takes no GPU: the node's GPUs stay its worker's.
+        assert not {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} & set(
+            launcher_pod["containers"][0]["resources"].get("requests", {}))
+        # Preferably on a node of one of its own workers, whose image is already there: mpi-operator v0.8.0 labels
+        # every pod of an MPIJob with its name and role (pkg/controller/mpi_job_controller.go lines 1743-1749).
+        [term] = launcher_pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"] == {
+            "labelSelector": {"matchLabels": {"training.kubeflow.org/job-role": "worker"}},
+            "matchLabelKeys": ["training.kubeflow.org/job-name"], "topologyKey": "kubernetes.io/hostname"}
+        validate_against_crd(manifest, crd_schema("kubeflow.org/mpijobs"))
+
+
+def test_workers_prefer_the_nearest_switch_of_their_own_job():
+    """EKS labels p-family nodes with EC2's network layers (kubernetes/cloud-provider-aws v1.35.2
+    pkg/providers/v1/topology.go line 43: types matching ^(hpc|trn|p)[0-9]...); a preferred affinity draws one job's
+    workers under one bottom-layer switch and never keeps a pod from starting."""
+    from spec.mpijob import NEAREST_SWITCH_LABEL
+    import re as _re
+
+    workers = worker_spec(job())
+    [term] = workers["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": {"training.kubeflow.org/job-role": "worker"}},
+        "matchLabelKeys": ["training.kubeflow.org/job-name"], "topologyKey": "topology.k8s.aws/network-node-layer-3"}
+    assert NEAREST_SWITCH_LABEL == "topology.k8s.aws/network-node-layer-3"
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in workers["affinity"]["podAffinity"]
+    # every EFA training type gets the labels; no g type does (their NCCL stays within a node)
+    pattern = _re.compile(r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$")
+    assert all(bool(pattern.match(name)) == name.startswith("p") for name in CATALOG.instance_types)

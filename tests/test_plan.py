@@ -67,16 +67,26 @@ def test_plan_shows_the_gpu_platform_and_the_training_queue(documents):
     assert offers["train-h100"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
     assert offers["infer-l40s"] == {"nvidia.com/gpu": 8}           # 4 L40S x 2 time-slicing replicas
     queue = platform["trainingQueue"]
-    assert [(f["name"], f["pools"], f["quotas"], f["interruptibleOnly"]) for f in queue["flavors"]] == [
-        ("training-reserved", ["train-h100"], {"nvidia.com/gpu": 32, "vpc.amazonaws.com/efa": 128}, False),
-        ("training-spot", ["finetune-a100-80gb-spot", "finetune-a100-40gb-spot"], {"nvidia.com/gpu": 48}, True)]
+    # One flavor per pool, named as the pool, in the autoscaler's order; spot ones only for jobs that tolerate it.
+    spot = ["gpu-cloud.io/interruptible=true:NoSchedule"]
+    assert [(f["name"], f["capacity"], f["quotas"], f["mustTolerate"]) for f in queue["flavors"]] == [
+        ("train-h100", "reserved", {"nvidia.com/gpu": 32, "vpc.amazonaws.com/efa": 128}, []),
+        ("finetune-a100-80gb-spot", "spot", {"nvidia.com/gpu": 24}, spot),
+        ("finetune-a100-40gb-spot", "spot", {"nvidia.com/gpu": 24}, spot)]
+    assert queue["localQueues"] == ["training", "default"]
+    assert queue["priorityClasses"] == [{"name": "production", "value": 1000}, {"name": "experiment", "value": 0}]
+    assert ("Training queue (LocalQueues training and default in namespace training -> ClusterQueue training), one "
+            "flavor per pool, in admission order:") in text
+    assert re.search(r"\n  train-h100 +reserved +nvidia\.com/gpu 32, vpc\.amazonaws\.com/efa 128 +any job\n", text)
+    assert re.search(r"\n  finetune-a100-40gb-spot +spot +nvidia\.com/gpu 24 +jobs tolerating "
+                     r"gpu-cloud\.io/interruptible\n", text)
+    assert ("priorities (label kueue.x-k8s.io/priority-class; higher preempts lower): production 1000, experiment 0; "
+            "no label runs at 0") in text
     assert queue["nvlinkChecks"] == [{"pool": "train-h100", "schedule": "0 4 * * 0"},
                                      {"pool": "finetune-a100-80gb-spot", "schedule": None},
                                      {"pool": "finetune-a100-40gb-spot", "schedule": None}]
     # The reserved H100s keep 4 nodes on EFA: the across-node check runs on the default weekly slot.
     assert queue["acrossNodeChecks"] == [{"pool": "train-h100", "schedule": "0 6 * * 0"}]
-    assert re.search(r"\n  training-spot +finetune-a100-80gb-spot, finetune-a100-40gb-spot +nvidia\.com/gpu 48 +"
-                     r"interruptible jobs only", text)
     assert ("NVLink bandwidth check: train-h100 (0 4 * * 0 UTC), finetune-a100-80gb-spot (suspended: run by hand), "
             "finetune-a100-40gb-spot (suspended") in text
     assert "\n  EFA bandwidth check across two nodes: train-h100 (0 6 * * 0 UTC)\n" in text
@@ -399,3 +409,54 @@ def test_whole_numbers_stay_integers_in_the_document(documents):
     assert type(group["inputs"]["maxSize"]) is int
     # A fraction stays a fraction.
     assert document["cost"]["hourlyAtDesired"] != int(document["cost"]["hourlyAtDesired"])
+
+
+# --- --dr-pair: two stacks checked as a DR pair (spec/dr_pair.py; tests/test_dr_pair.py has the rules) -----------------
+@pytest.fixture(scope="module")
+def dr_pair_runs(tmp_path_factory):
+    argvs = {"shipped": ["--dr-pair", "prod-us-east-1", "prod-eu-west-1"],
+             "swapped": ["--dr-pair", "prod-eu-west-1", "prod-us-east-1"],
+             "unknown": ["--dr-pair", "prod-us-east-1", "nope"],
+             "with a stack": ["dev", "--dr-pair", "prod-us-east-1", "prod-eu-west-1"],
+             "twice the same": ["--dr-pair", "dev", "dev"],
+             "one stack": ["--dr-pair", "dev"]}
+    directory = tmp_path_factory.mktemp("dr-pair")
+    return dict(zip(argvs, PlanProcess(list(argvs.values()), directory / "results.json").results()))
+
+
+def test_dr_pair_prints_the_pair_and_each_term_of_its_recovery_time(dr_pair_runs):
+    result = dr_pair_runs["shipped"]
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("DR pair: prod-us-east-1 (primary, us-east-1) and prod-eu-west-1 (secondary, eu-west-1), "
+                        "routing failover")
+    assert "  GPUs            L40S (ada) and A10G (ampere): models declared portable in both" in lines
+    assert "  capacity        prod-eu-west-1 grows to 8 GPU slots; prod-us-east-1 always runs 2" in lines
+    assert ("  recovery point  15 min for 99.99 % of objects (S3 Replication Time Control); target 15 min"
+            in lines)
+    recovery = lines[lines.index("Recovery time if prod-us-east-1 fails, carrying its minimum (2 replicas), "
+                                 "worst case:") + 1:]
+    assert [line.split()[:3] for line in recovery[:4]] == [
+        ["detection", "210", "s"], ["DNS", "TTL", "60"], ["scale-up", "0", "s"], ["total", "270", "s"]]
+    assert recovery[4] == "Carrying its maximum (8 replicas): 3,325 s (55.4 min), of which scale-up 3,055 s"
+
+
+def test_a_dr_pair_that_does_not_hold_exits_2_naming_each_stack_and_key(dr_pair_runs):
+    result = dr_pair_runs["swapped"]
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "DR pair prod-eu-west-1 and prod-us-east-1 does not hold (2 mistakes):",
+        "  - prod-eu-west-1: gpu-cloud:dr.role: is secondary; a pair is a primary, then a secondary",
+        "  - prod-us-east-1: gpu-cloud:dr.role: is primary; a pair is a primary, then a secondary"]
+    unknown = dr_pair_runs["unknown"]
+    assert unknown.returncode == 2 and "config error in stack nope: no stack file" in unknown.stderr
+
+
+@pytest.mark.parametrize("case, words", [
+    ("with a stack", "--dr-pair takes two stack names and nothing else, not STACK"),
+    ("twice the same", "--dr-pair needs two different stacks"),
+    ("one stack", "argument --dr-pair: expected 2 arguments"),
+])
+def test_dr_pair_usage_errors_exit_4(dr_pair_runs, case, words):
+    result = dr_pair_runs[case]
+    assert result.returncode == 4 and words in result.stderr and result.stdout == "", result.stderr

@@ -1,5 +1,9 @@
 """Pool decisions: labels, taints, autoscaler tags, priorities, refresh pacing, verifier expectations."""
+import itertools
+
 from spec import pools
+from spec.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, load_catalog
+from spec.model import LABEL_VALUE
 from tests.test_validate import load, valid_config
 
 
@@ -50,7 +54,69 @@ def test_shared_gpus_advertise_their_slices():
     train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.20gb"}))
     tags = pools.autoscaler_tags(train, "c")
     assert tags[template + "nvidia.com/mig-1g.20gb"] == str(8 * 4) and template + "nvidia.com/gpu" not in tags
-    assert pools.node_labels(train)["nvidia.com/mig.config"] == "all-1g.20gb"
+    assert pools.node_labels(train)["nvidia.com/mig.config"] == "1g.20gbx4"      # the layout it is cut into
+
+
+TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
+
+
+def _template(pool) -> dict:
+    return {k[len(TEMPLATE):]: v for k, v in pools.autoscaler_tags(pool, "c").items() if k.startswith(TEMPLATE)}
+
+
+def _sharing_labels(labels) -> dict:
+    return {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+
+
+def test_an_mps_pool_advertises_replicas_of_each_gpu_in_its_template():
+    # 8 clients of each p4de A100 80GB (the design's 8 x 10 GB): 64 nvidia.com/gpu a node, the config by label.
+    def mps(c):
+        c["nodePools"][1].update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mps", "replicas": 8})
+    _, infer = pools_of(mps)
+    template = _template(infer)
+    assert {k: v for k, v in template.items() if not k.startswith("label/gpu-cloud.io/")} == {
+        "label/k8s.amazonaws.com/accelerator": "nvidia-a100-80gb",
+        "label/nvidia.com/device-plugin.config": "mps-8",
+        "taint/nvidia.com/gpu": "true:NoSchedule",
+        "taint/gpu-cloud.io/interruptible": "true:NoSchedule",
+        "resources/nvidia.com/gpu": "64",
+    }
+    assert _sharing_labels(pools.node_labels(infer)) == {"nvidia.com/device-plugin.config": "mps-8"}
+    assert pools.verify_expectations(infer, load(valid_config()).node_image, 85, load_catalog())[
+        "p4de.24xlarge"]["migMode"] == "disabled"                          # MPS needs MIG off (the gate checks it)
+
+
+def test_a_mixed_mig_pool_advertises_each_profile_in_its_template():
+    def mixed(c):
+        c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfiles": {"3g.40gb": 1, "1g.10gb": 2, "1g.20gb": 1}})
+    train, _ = pools_of(mixed)
+    template = _template(train)
+    assert {k: v for k, v in template.items() if k.startswith("resources/")} == {
+        "resources/nvidia.com/mig-1g.10gb": str(8 * 2), "resources/nvidia.com/mig-1g.20gb": str(8 * 1),
+        "resources/nvidia.com/mig-3g.40gb": str(8 * 1), "resources/vpc.amazonaws.com/efa": "32"}
+    assert template["label/nvidia.com/mig.config"] == "1g.10gbx2-1g.20gbx1-3g.40gbx1"
+    assert _sharing_labels(pools.node_labels(train)) == {"nvidia.com/mig.config": "1g.10gbx2-1g.20gbx1-3g.40gbx1"}
+    assert pools.mig_layout(train, load_catalog()) == {"3g.40gb": 1, "1g.10gb": 2, "1g.20gb": 1}
+
+
+def test_a_single_profile_mig_pool_is_cut_into_as_many_as_fit():
+    train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}))
+    assert pools.mig_layout(train, load_catalog()) == {"1g.10gb": 7}
+    assert pools.mig_config_name({"1g.10gb": 7}) == "1g.10gbx7"
+
+
+def test_every_layout_within_a_gpus_slices_names_a_valid_label_value():
+    # The config name is the node's nvidia.com/mig.config label: at most 63 characters of [-A-Za-z0-9_.].
+    catalog, longest = load_catalog(), ""
+    for gpu in (g for g in catalog.gpus.values() if g.supports_mig):
+        profiles = sorted(gpu.mig_profiles)
+        for counts in itertools.product(*(range(gpu.mig_profiles[p] + 1) for p in profiles)):
+            layout = {p: n for p, n in zip(profiles, counts) if n}
+            if layout and all(a <= b for a, b in zip(gpu.mig_slices(layout), (MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES))):
+                name = pools.mig_config_name(layout)
+                assert LABEL_VALUE.match(name), name
+                longest = max(longest, name, key=len)
+    assert len(longest) <= 63, longest
 
 
 def test_priorities_prefer_paid_for_capacity_then_spot_then_on_demand():

@@ -1,5 +1,6 @@
 """Cross-region replication: a primary replicates checkpoints and models into the peer stack's buckets, with the
-peer's keys, deletes and a stated 15-minute recovery point; a secondary replicates nothing."""
+peer's keys, checkpoints' deletes (not models') and a stated 15-minute recovery point; a secondary replicates
+nothing."""
 import json
 import subprocess
 import sys
@@ -43,6 +44,13 @@ def test_the_role_may_do_exactly_what_replication_needs_and_no_more():
     assert not any(a.endswith("*") for a in actions) and "s3:PutObject" not in actions
 
 
+def test_deletes_replicate_for_checkpoints_and_not_for_models():
+    assert replication.delete_marker_replication("checkpoints") == "Enabled"
+    assert replication.delete_marker_replication("models") == "Disabled"
+    with pytest.raises(ValueError, match="'datasets' is not replicated"):
+        replication.delete_marker_replication("datasets")
+
+
 def test_nothing_to_replicate_is_an_error():
     with pytest.raises(ValueError, match="no bucket to replicate"):
         replication.role_policy_statements([])
@@ -80,7 +88,8 @@ def test_the_primary_replicates_into_the_peers_bucket_with_the_peers_key(stack_r
     assert destination["encryptionConfiguration"] == {"replicaKmsKeyId": peer_exports[purpose]["keyArn"]}
     assert ":eu-west-1:" in peer_exports[purpose]["keyArn"]
     assert rule["status"] == "Enabled" and rule["filter"] == {"prefix": ""}
-    assert rule["deleteMarkerReplication"] == {"status": "Enabled"}
+    # A pruned checkpoint is pruned in both regions; a deleted model keeps serving in the peer (spec/replication.py).
+    assert rule["deleteMarkerReplication"] == {"status": {"checkpoints": "Enabled", "models": "Disabled"}[purpose]}
     assert rule["sourceSelectionCriteria"] == {"sseKmsEncryptedObjects": {"status": "Enabled"}}
     assert destination["replicationTime"] == {"status": "Enabled", "time": {"minutes": 15}}
     assert destination["metrics"] == {"status": "Enabled", "eventThreshold": {"minutes": 15}}

@@ -94,8 +94,12 @@ def test_quotas_are_what_each_namespaces_pools_offer_at_max_nodes():
     (gpu_pool("m", "p5en.48xlarge", "training", 1, {"mode": "mig", "migProfile": "1g.35gb"}), {"nvidia.com/mig-1g.35gb": 32}),
     (gpu_pool("m", "p6-b200.48xlarge", "training", 1, {"mode": "mig", "migProfile": "3g.90gb"}), {"nvidia.com/mig-3g.90gb": 16}),
     (gpu_pool("m", "p5.48xlarge", "training", 1, {"mode": "mig", "migProfile": "7g.80gb"}), {"nvidia.com/mig-7g.80gb": 8}),
+    (gpu_pool("s", "p4de.24xlarge", "inference", 1, {"mode": "mps", "replicas": 8}), {"nvidia.com/gpu": 64}),
+    (gpu_pool("s", "g6.12xlarge", "inference", 1, {"mode": "mps", "replicas": 48}), {"nvidia.com/gpu": 192}),
+    (gpu_pool("m", "p4d.24xlarge", "training", 1, {"mode": "mig", "migProfiles": {"1g.5gb": 3, "2g.10gb": 2}}),
+     {"nvidia.com/mig-1g.5gb": 24, "nvidia.com/mig-2g.10gb": 16}),
 ], ids=["whole", "mig-a100-80", "mig-a100-40", "time-sliced", "48-replicas", "mig-h200-1g35", "mig-b200-3g",
-        "mig-h100-7g"])
+        "mig-h100-7g", "mps-8x10gb", "mps-48", "mig-mixed-a100-40"])
 def test_each_pool_offers_what_the_device_plugin_advertises(pool, offered):
     assert offered_gpu_resources(pool, catalog) == offered
 
@@ -112,6 +116,18 @@ def test_a_namespace_without_pools_gets_zero_and_every_cluster_resource_is_cover
     # A pool that may not scale offers nothing; no pools at all is 0 GPUs.
     assert tenancy.gpu_quota((gpu_pool("off", "p5.48xlarge", "training", 0),), "training") == {"requests.nvidia.com/gpu": "0"}
     assert tenancy.gpu_quotas(()) == {ns: {"requests.nvidia.com/gpu": "0"} for ns in tenancy.TEAM_NAMESPACES}
+
+
+def test_mps_and_mixed_mig_pools_are_quotad_as_the_plugin_advertises_them():
+    # MPS replicas are nvidia.com/gpu like whole GPUs; a mixed MIG pool quotas each of its profiles, in every namespace.
+    shared = (gpu_pool("serve-mps", "p4de.24xlarge", "inference", 3, {"mode": "mps", "replicas": 8}),
+              gpu_pool("train-mixed", "p5.48xlarge", "training", 2, {"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}))
+    assert tenancy.gpu_quotas(shared) == {
+        "training": {"requests.nvidia.com/gpu": "0", "requests.nvidia.com/mig-1g.10gb": str(2 * 8 * 2),
+                     "requests.nvidia.com/mig-3g.40gb": str(2 * 8 * 1)},
+        "inference": {"requests.nvidia.com/gpu": str(3 * 8 * 8), "requests.nvidia.com/mig-1g.10gb": "0",
+                      "requests.nvidia.com/mig-3g.40gb": "0"},
+    }
 
 
 def test_general_pools_count_for_both_namespaces():
@@ -278,6 +294,7 @@ TEAM_ROLE_RULES = [
      "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events", "resourcequotas"], "verbs": ["get", "list", "watch"]},

@@ -63,17 +63,35 @@ def _checks(run, component):
     return [c for c in run.of_type(CRONJOB) if c.inputs["metadata"]["labels"]["app.kubernetes.io/component"] == component]
 
 
-# --- Kueue and the MPI Operator ---------------------------------------------------------------------------
+# --- Kueue, the MPI Operator and JobSet ------------------------------------------------------------------
 
-def test_the_mpi_operator_comes_from_its_pinned_release_manifest(run):
-    assert run.one(CONFIG_FILE).inputs["file"] == charts.manifest(charts.MPI_OPERATOR).url
+def test_the_mpi_operator_and_jobset_come_from_their_pinned_release_manifests(run):
+    assert run.one(CONFIG_FILE, "training-operators-mpi-operator").inputs["file"] == \
+        charts.manifest(charts.MPI_OPERATOR).url
+    jobset = charts.manifest(charts.JOBSET)
+    assert run.one(CONFIG_FILE, "training-operators-jobset").inputs["file"] == jobset.url == \
+        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
+    # The JobSet API Kueue v0.19.2 is built against (its go.mod: sigs.k8s.io/jobset v0.12.0).
+    assert jobset.version == "v0.12.0"
 
 
-def test_kueue_starts_after_the_mpijob_crd_and_its_custom_resources_after_kueue(run):
+def test_the_jobset_controller_can_only_run_on_the_system_nodes():
+    """Its release manifest's Deployment has no node selector and no toleration (kubernetes-sigs/jobset v0.12.0
+    config/components/manager/manager.yaml), so it stays off every node that carries a NoSchedule taint: every GPU
+    node does (the GPU taint, spec/pools.node_taints), which leaves the system nodes."""
+    from spec.pools import GPU_TAINT, Taint, node_taints
+
+    for pool in ALL_POOLS:
+        assert Taint(*GPU_TAINT) in node_taints(pool) and GPU_TAINT[2] == "NoSchedule", pool.name
+
+
+def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_after_kueue(run):
     release = run.one(RELEASE)
     assert release.inputs["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
     assert release.inputs["namespace"] == kueue.NAMESPACE
-    assert run.one(CONFIG_FILE).urn in release.dependencies
+    # Both CRDs exist when Kueue starts, so it runs both integrations from its start.
+    manifests = {c.urn for c in run.of_type(CONFIG_FILE)}
+    assert len(manifests) == 2 and manifests <= set(release.dependencies)
     flavors = run.of_type(KUEUE_TYPE + "ResourceFlavor")
     assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(f.name for f in FLAVORS)
     probe = run.one(JOB)
@@ -82,29 +100,50 @@ def test_kueue_starts_after_the_mpijob_crd_and_its_custom_resources_after_kueue(
     assert all(probe.urn in f.dependencies for f in flavors)
     queue = run.one(KUEUE_TYPE + "ClusterQueue")
     assert {f.urn for f in flavors} | {probe.urn} <= set(queue.dependencies)
-    local = run.one(KUEUE_TYPE + "LocalQueue")
-    assert queue.urn in local.dependencies
-    assert local.inputs["metadata"] == {"name": kueue.LOCAL_QUEUE, "namespace": "training"}
+    priorities = run.of_type(KUEUE_TYPE + "WorkloadPriorityClass")
+    assert priorities and all(probe.urn in p.dependencies for p in priorities)
+    # Both LocalQueues, `default` taking jobs without the label; once they exist, so do the priorities jobs name.
+    locals_ = _named(run, KUEUE_TYPE + "LocalQueue")
+    assert sorted(locals_) == sorted(kueue.LOCAL_QUEUES)
+    for name, local in locals_.items():
+        assert {queue.urn} | {p.urn for p in priorities} <= set(local.dependencies)
+        assert local.inputs["metadata"] == {"name": name, "namespace": "training"}
+        assert local.inputs["spec"] == {"clusterQueue": kueue.CLUSTER_QUEUE}
+    # The queue jobs already name keeps its place in deployed stacks: it answers to its earlier resource name.
+    assert locals_[kueue.LOCAL_QUEUE].aliases == ("name=training-local-queue",)
 
 
 def test_custom_resources_carry_the_specs_spec_kueue_renders(run):
     assert run.one(KUEUE_TYPE + "ClusterQueue").inputs["spec"] == kueue.cluster_queue_spec(FLAVORS)
-    spot = _named(run, KUEUE_TYPE + "ResourceFlavor")["training-spot"]
-    assert spot.inputs["spec"]["nodeTaints"] == [{"key": "gpu-cloud.io/interruptible", "value": "true",
-                                                  "effect": "NoSchedule"}]
+    flavors = _named(run, KUEUE_TYPE + "ResourceFlavor")
+    assert {name: f.inputs["spec"] for name, f in flavors.items()} == {
+        f.name: kueue.resource_flavor_spec(f) for f in FLAVORS}
+    assert flavors["spot-h100"].inputs["spec"]["nodeLabels"]["gpu-cloud.io/pool"] == "spot-h100"
+    assert flavors["spot-h100"].inputs["spec"]["nodeTaints"] == [{"key": "gpu-cloud.io/interruptible",
+                                                                  "value": "true", "effect": "NoSchedule"}]
 
 
-@pytest.mark.parametrize("kind,plural", [("ResourceFlavor", "resourceflavors"), ("ClusterQueue", "clusterqueues"),
-                                         ("LocalQueue", "localqueues")])
-def test_custom_resources_validate_against_kueues_crds(run, stack_runs, kind, plural):
+def test_one_priority_class_per_kind_of_work(run):
+    priorities = _named(run, KUEUE_TYPE + "WorkloadPriorityClass")
+    assert {name: p.inputs["value"] for name, p in priorities.items()} == {"production": 1000, "experiment": 0}
+    assert all(p.inputs["description"] for p in priorities.values())
+
+
+@pytest.mark.parametrize("kind,plural,each", [("ResourceFlavor", "resourceflavors", None),
+                                              ("ClusterQueue", "clusterqueues", 1),
+                                              ("LocalQueue", "localqueues", len(kueue.LOCAL_QUEUES)),
+                                              ("WorkloadPriorityClass", "workloadpriorityclasses",
+                                               len(kueue.PRIORITY_CLASSES))])
+def test_custom_resources_validate_against_kueues_crds(run, stack_runs, kind, plural, each):
     schema = crd_schema(f"kueue.x-k8s.io/{plural}", "v1beta2")
     checked = 0
     for result in (run, *stack_runs.values()):
         for resource in result.of_type(KUEUE_TYPE + kind):
-            validate_against_crd({"apiVersion": kueue.API_VERSION, "kind": kind, "metadata": resource.inputs["metadata"],
-                                  "spec": resource.inputs["spec"]}, schema)
+            # A WorkloadPriorityClass has its fields beside metadata; the others under spec.
+            validate_against_crd({"apiVersion": kueue.API_VERSION, "kind": kind, **resource.inputs}, schema)
             checked += 1
-    assert checked == (len(FLAVORS) + 4 if kind == "ResourceFlavor" else 4)   # the component's and 3 stacks'
+    # The component's and 3 stacks': one flavor per queue pool (3 in prod-us-east-1, 1 in the others).
+    assert checked == (len(FLAVORS) + 5 if each is None else 4 * each)
 
 
 # --- the NCCL acceptance test's standing parts ------------------------------------------------------------
@@ -170,7 +209,8 @@ def test_the_starters_account_may_list_and_create_mpijobs_and_nothing_else(run):
 
 
 def test_checks_wait_for_the_queue_their_judge_and_its_rights(run):
-    needs = {run.one(KUEUE_TYPE + "LocalQueue").urn, _named(run, BINDING)[acceptance.SERVICE_ACCOUNT].urn,
+    needs = {*(q.urn for q in run.of_type(KUEUE_TYPE + "LocalQueue")),
+             _named(run, BINDING)[acceptance.SERVICE_ACCOUNT].urn,
              _named(run, "kubernetes:core/v1:ConfigMap")[acceptance.JUDGE_CONFIGMAP].urn}
     for check in run.of_type(CRONJOB):
         assert needs <= set(check.dependencies), check.name
@@ -215,12 +255,15 @@ def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
 def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     component = run.one("gpu-cloud:training:TrainingQueue", "training")
     children = run.children_of(component.urn)
-    assert len(children) == len(FLAVORS) + 2 + 4 + len(CHECKED) + 4
+    # flavors, the ClusterQueue, its LocalQueues and priority classes; the judge's ConfigMap, account, Role and
+    # binding; the NVLink CronJobs; the across-node CronJob and its starter's account, Role and binding.
+    assert len(children) == len(FLAVORS) + 1 + len(kueue.LOCAL_QUEUES) + len(kueue.PRIORITY_CLASSES) + 4 \
+        + len(CHECKED) + 4
     assert all(r.name.startswith("training-") for r in children)
     operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")
     children = run.children_of(operators.urn)
-    # the MPI Operator, kueue-system, Kueue; the probe's ConfigMap, account, ClusterRole, binding and Job
-    assert len(children) == 3 + 5 and all(r.name.startswith("training-operators-") for r in children)
+    # the MPI Operator, JobSet, kueue-system, Kueue; the probe's ConfigMap, account, ClusterRole, binding and Job
+    assert len(children) == 4 + 5 and all(r.name.startswith("training-operators-") for r in children)
 
 
 def test_a_stack_without_queue_pools_installs_no_queue():

@@ -1,20 +1,27 @@
-"""spec/triton.py: the server's arguments, a pod's share of its node, the queue-time metric the autoscaler scales
-on, and config.pbtxt with dynamic batching, parsed by Triton's own model configuration schema (model_config.proto,
-as generated in tritonclient of the same release as the server image)."""
+"""spec/triton.py: the server's arguments, the models' copy (its script run against a stand-in `aws`), readiness (its
+commands run against a stand-in Triton), drain timings, a pod's share of its node, the queue-time metric the
+autoscaler scales on, and config.pbtxt with dynamic batching, parsed by Triton's own model configuration schema
+(model_config.proto, as generated in tritonclient of the same release as the server image)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from spec import charts, triton
+from spec import charts, drain, triton
 from spec.catalog import load_catalog
 from tests.chart_values import assert_values_confirmed
 from tests.conftest import ROOT, missing, require_tool
+from tests.loopback import LoopbackServer, QuietHandler
 
 CATALOG = load_catalog()
 
@@ -90,15 +97,21 @@ def test_a_preferred_size_at_the_maximum_is_accepted():
 
 
 # --- the server --------------------------------------------------------------------------------------------------
-def test_the_server_reads_s3_polls_for_new_models_and_exposes_p99():
-    args = triton.server_args("s3://gpu-cloud-prod-123456789012-models/triton")
-    assert args[0] == "--model-repository=s3://gpu-cloud-prod-123456789012-models/triton"
+def test_the_server_serves_the_local_copy_polls_for_new_models_and_exposes_p99():
+    args = triton.server_args()
+    assert args[0] == f"--model-repository={triton.MODELS_MOUNT}/current"
     assert {"--model-control-mode=poll", "--repository-poll-secs=60"} <= set(args)
     # One model that fails to load must not take the server out of service (nor, replicated, the DR peer's).
     assert {"--strict-readiness=false", "--exit-on-error=false"} <= set(args)
     assert args[-2:] == ["--metrics-config", "summary_latencies=true"]       # the p99 alert reads the summary
-    with pytest.raises(ValueError, match="not an s3:// URI"):
-        triton.server_args("/models")
+
+
+def test_the_sync_containers_copy_an_s3_repository_only():
+    assert triton.sync_env("s3://acme-models/triton", "eu-west-1")["MODEL_SOURCE"] == "s3://acme-models/triton"
+    with pytest.raises(ValueError, match="not an s3://bucket/prefix URI"):
+        triton.sync_env("/models", "eu-west-1")
+    with pytest.raises(ValueError, match="allowed once, loop"):
+        triton.sync_command("twice")
 
 
 def test_an_outside_repository_names_its_bucket():
@@ -173,3 +186,237 @@ def test_the_queue_time_query_is_milliseconds_per_request(tmp_path):
                 {"labels": 'queue_ms{namespace="inference",pod="triton-b"}', "value": 0}]}]}]}))
     result = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the models' copy ----------------------------------------------------------------------------------------------
+# A stand-in for `aws s3 sync SRC DST --delete --no-progress`, over a local directory per bucket, doing what the CLI
+# does where the script relies on it (aws-cli 2.36.7, spec/triton.py): a changed or new file is downloaded to a
+# temporary name and renamed into place with the object's time as its mtime, a file that is gone is deleted, each
+# change prints a line, and a failure exits non-zero with nothing printed on stdout.
+FAKE_AWS = r"""#!PYTHON
+import os, shutil, sys
+from pathlib import Path
+if os.path.exists(os.environ["FAKE_S3"] + "/.fail"):
+    sys.stderr.write("An error occurred (AccessDenied) when calling the ListObjectsV2 operation\n")
+    sys.exit(1)
+assert sys.argv[1:3] == ["s3", "sync"] and sys.argv[5:] == ["--delete", "--no-progress"], sys.argv
+source = Path(os.environ["FAKE_S3"]) / sys.argv[3][len("s3://"):]
+target = Path(sys.argv[4])
+wanted = {p.relative_to(source) for p in source.rglob("*") if p.is_file()} if source.is_dir() else set()
+for rel in sorted(wanted):
+    src, dst = source / rel, target / rel
+    if dst.exists() and dst.stat().st_size == src.stat().st_size and dst.stat().st_mtime >= src.stat().st_mtime:
+        continue
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    temp = dst.with_name(dst.name + ".TMP1234")
+    shutil.copyfile(src, temp)
+    os.utime(temp, (src.stat().st_mtime, src.stat().st_mtime))
+    os.rename(temp, dst)
+    print(f"download: {sys.argv[3]}/{rel} to {dst}")
+for path in sorted(p for p in target.rglob("*") if p.is_file()):
+    if path.relative_to(target) not in wanted:
+        path.unlink()
+        print(f"delete: {path}")
+"""
+SOURCE = "s3://models-bucket/triton"
+
+
+class Volume:
+    """The pod's models volume at `root`, the script run against it, and a stand-in S3 bucket."""
+
+    def __init__(self, tmp_path: Path):
+        self.root, self.s3 = tmp_path / "models", tmp_path / "s3"
+        self.root.mkdir()
+        (self.s3 / "models-bucket" / "triton").mkdir(parents=True)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "aws").write_text(FAKE_AWS.replace("PYTHON", sys.executable))
+        (bin_dir / "aws").chmod(0o755)
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_S3": str(self.s3),
+                    **triton.sync_env(SOURCE, "us-east-1")}
+        self.script = triton.MODEL_SYNC_SCRIPT.replace(triton.MODELS_MOUNT, str(self.root))
+
+    def publish(self, key: str, body: str, when: float) -> None:
+        path = self.s3 / "models-bucket" / "triton" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+        os.utime(path, (when, when))
+
+    def sync(self, mode: str = "once") -> subprocess.CompletedProcess:
+        command = triton.sync_command(mode)
+        command[2] = self.script
+        return subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+
+    @property
+    def served(self) -> Path:
+        return self.root / os.readlink(self.root / "current")
+
+    def generations(self):
+        return sorted(p.name for p in self.root.glob("gen-*"))
+
+
+@pytest.fixture
+def volume(tmp_path):
+    require_tool("bash")
+    return Volume(tmp_path)
+
+
+def test_the_first_copy_is_whole_and_stamped(volume):
+    volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
+    volume.publish("resnet50/1/model.onnx", "weights-1", 1000)
+    result = volume.sync()
+    assert result.returncode == 0, result.stderr
+    assert (volume.served / "resnet50" / "1" / "model.onnx").read_text() == "weights-1"
+    assert abs(int((volume.root / ".synced-at").read_text()) - time.time()) < 60
+    assert volume.generations() == [volume.served.name]
+
+
+def test_an_empty_repository_gives_triton_an_empty_directory_to_start_on(volume):
+    assert volume.sync().returncode == 0
+    assert volume.served.is_dir() and list(volume.served.iterdir()) == []
+
+
+def test_nothing_changed_means_nothing_swapped(volume):
+    volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
+    volume.sync()
+    served = volume.served
+    assert volume.sync().returncode == 0
+    assert volume.served == served and volume.generations() == [served.name]
+
+
+def test_a_publish_swaps_in_a_whole_new_tree_and_leaves_the_served_one_as_it_was(volume):
+    volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
+    volume.publish("resnet50/1/model.onnx", "weights-1", 1000)
+    volume.publish("bert/config.pbtxt", "name: bert", 1000)
+    volume.sync()
+    before = volume.served
+    bert_mtime = os.stat(before / "bert").st_mtime
+    volume.publish("resnet50/1/model.onnx", "weights-2", 2000)
+    assert volume.sync().returncode == 0
+    after = volume.served
+    assert after != before and volume.generations() == sorted([before.name, after.name])
+    assert (after / "resnet50" / "1" / "model.onnx").read_text() == "weights-2"
+    # The tree Triton was serving is untouched (it may still be loading from it) ...
+    assert (before / "resnet50" / "1" / "model.onnx").read_text() == "weights-1"
+    # ... an unchanged model costs no copy, and keeps its times, so Triton's poll does not reload it.
+    assert os.stat(after / "bert" / "config.pbtxt").st_ino == os.stat(before / "bert" / "config.pbtxt").st_ino
+    assert os.stat(after / "bert").st_mtime == bert_mtime
+    # A third tree retires the first.
+    volume.publish("bert/config.pbtxt", "name: bert\nmax_batch_size: 8", 3000)
+    volume.sync()
+    assert before.name not in volume.generations() and len(volume.generations()) == 2
+
+
+def test_a_deleted_model_leaves_no_empty_directory_behind(volume):
+    volume.publish("resnet50/1/model.onnx", "weights-1", 1000)
+    volume.publish("bert/config.pbtxt", "name: bert", 1000)
+    volume.sync()
+    (volume.s3 / "models-bucket" / "triton" / "resnet50" / "1" / "model.onnx").unlink()
+    assert volume.sync().returncode == 0
+    assert sorted(p.name for p in volume.served.iterdir()) == ["bert"]
+
+
+def test_a_failed_sync_keeps_the_last_good_copy_and_its_stamp(volume):
+    volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
+    volume.sync()
+    served, stamp = volume.served, (volume.root / ".synced-at").read_text()
+    (volume.s3 / ".fail").touch()
+    volume.publish("resnet50/config.pbtxt", "name: changed", 2000)
+    result = volume.sync()
+    assert result.returncode != 0 and "AccessDenied" in result.stderr
+    assert volume.served == served and volume.generations() == [served.name]
+    assert (volume.root / ".synced-at").read_text() == stamp
+
+
+def test_an_unreadable_repository_fails_the_first_copy(volume):
+    (volume.s3 / ".fail").touch()
+    assert volume.sync().returncode != 0
+    assert not (volume.root / "current").exists() and volume.generations() == []
+
+
+def test_the_sidecar_syncs_at_once_and_stops_on_sigterm(volume):
+    volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
+    command = triton.sync_command("loop")
+    command[2] = volume.script
+    sidecar = subprocess.Popen(command, env=volume.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 30
+        while not (volume.root / ".synced-at").exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert (volume.root / "current").exists()
+        sidecar.send_signal(signal.SIGTERM)
+        assert sidecar.wait(timeout=10) == 0          # not the kubelet's SIGKILL at the end of the grace
+    finally:
+        sidecar.kill()
+
+
+def _run(command, **env):
+    return subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=30).returncode
+
+
+@pytest.mark.parametrize("age_s, fresh", [(0, True), (triton.SYNC_STALE_S - 30, True),
+                                          (triton.SYNC_STALE_S + 1, False)])
+def test_the_sidecar_is_ready_while_its_last_good_sync_is_recent(tmp_path, age_s, fresh):
+    require_tool("bash")
+    stamp = tmp_path / ".synced-at"
+    stamp.write_text(str(int(time.time()) - age_s))
+    command = [part.replace(triton.SYNC_STAMP, str(stamp)) for part in triton.SYNC_FRESH_COMMAND]
+    assert (_run(command) == 0) is fresh
+    stamp.unlink()
+    assert _run(command) != 0                          # never synced: not ready
+
+
+class FakeTriton:
+    """Triton's repository index on loopback: POST /v2/repository/index answers with the ready models only when
+    asked for {"ready": true}, in Triton's compact JSON."""
+
+    def __init__(self, models):
+        self.models, self.requests = models, []
+        owner = self
+
+        class Handler(QuietHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                owner.requests.append((self.path, json.loads(body)))
+                listed = [m for m in owner.models if m["state"] == "READY" or not json.loads(body).get("ready")]
+                self.answer(200, json.dumps(listed, separators=(",", ":")).encode(), "application/json")
+
+        self.server = LoopbackServer(Handler)
+
+
+@pytest.mark.parametrize("models, ready", [
+    ([{"name": "resnet50", "version": "1", "state": "READY"}], True),
+    ([{"name": "bert", "version": "1", "state": "UNAVAILABLE", "reason": "load failed"},
+      {"name": "resnet50", "version": "1", "state": "READY"}], True),       # one broken model takes nothing out
+    ([{"name": "bert", "version": "1", "state": "UNAVAILABLE", "reason": "load failed"}], False),
+    ([], False),                                                             # an empty repository
+])
+def test_triton_is_ready_while_at_least_one_model_is(models, ready):
+    require_tool("curl")
+    fake = FakeTriton(models)
+    try:
+        command = [part.replace(f":{triton.HTTP_PORT}/", f":{fake.server.port}/")
+                   for part in triton.MODEL_READY_COMMAND]
+        assert (_run(command) == 0) is ready
+        assert fake.requests == [("/v2/repository/index", {"ready": True})]
+    finally:
+        fake.server.close()
+
+
+def test_a_server_that_does_not_answer_is_not_ready():
+    require_tool("curl")
+    fake = FakeTriton([])
+    port = fake.server.port
+    fake.server.close()
+    command = [part.replace(f":{triton.HTTP_PORT}/", f":{port}/") for part in triton.MODEL_READY_COMMAND]
+    assert _run(command) != 0
+
+
+# --- drains --------------------------------------------------------------------------------------------------------
+def test_a_draining_pod_outlasts_the_nlb_and_its_own_exit_within_the_drain_contract():
+    exit_timeout = next(int(a.split("=")[1]) for a in triton.server_args() if a.startswith("--exit-timeout-secs="))
+    assert triton.PRESTOP_PAUSE_S >= triton.NLB_DEREGISTRATION_S
+    # The NLB keeps open flows until Triton has served them and closed; the kubelet kills only after both.
+    assert triton.DEREGISTRATION_DELAY_S >= triton.PRESTOP_PAUSE_S + exit_timeout
+    assert triton.TERMINATION_GRACE_S > triton.PRESTOP_PAUSE_S + exit_timeout
+    assert triton.TERMINATION_GRACE_S <= drain.WORKLOAD_MAX_GRACE_S

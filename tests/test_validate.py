@@ -4,6 +4,7 @@ import pytest
 from spec.catalog import EfaSpec, load_catalog
 from spec.errors import ConfigError
 from spec.validate import load_stack_spec
+from tests.conftest import setting
 
 
 def valid_config():
@@ -52,12 +53,7 @@ def pool(i):
 
 
 def setter(path, value):
-    def mutate(config):
-        target = config
-        for part in path[:-1]:
-            target = target[part]
-        target[path[-1]] = value
-    return mutate
+    return setting(*path, value=value)
 
 
 def deleter(path):
@@ -158,6 +154,22 @@ MISTAKES = [
     ("MIG on a GPU without MIG", lambda c: pool(1)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}), "gpu-cloud:nodePools[1].gpuSharing.mode", "mig is not supported on L40S"),
     ("MIG profile of another GPU", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.5gb"}), "gpu-cloud:nodePools[0].gpuSharing.migProfile", "allowed: 1g.10gb"),
     ("time-slicing replicas out of range", lambda c: pool(1)(c).update(gpuSharing={"mode": "time-slicing", "replicas": 64}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
+    ("MPS without replicas", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps"}), "gpu-cloud:nodePools[1].gpuSharing", "mode mps needs replicas (2 to 48)"),
+    ("MPS over the MPS server's 48 clients", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps", "replicas": 49}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
+    ("MPS with one replica", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps", "replicas": 1}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "greater than or equal to 2"),
+    ("replicas with MIG", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "replicas": 2}), "gpu-cloud:nodePools[0].gpuSharing", "replicas is only allowed with mode time-slicing or mps, not mig"),
+    ("MIG profiles on an MPS pool", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps", "replicas": 4, "migProfiles": {"1g.10gb": 1}}), "gpu-cloud:nodePools[1].gpuSharing", "only allowed with mode mig, not mps"),
+    ("MIG with both migProfile and migProfiles", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb", "migProfiles": {"1g.10gb": 2}}), "gpu-cloud:nodePools[0].gpuSharing", "needs one of migProfile"),
+    ("MIG mix without a profile", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {}}), "gpu-cloud:nodePools[0].gpuSharing", "at least one profile"),
+    ("MIG mix with no instance of a profile", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 0}}), "gpu-cloud:nodePools[0].gpuSharing.migProfiles.1g.10gb", "greater than or equal to 1"),
+    ("MIG mix with a profile of another GPU", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"1g.5gb": 1, "1g.10gb": 2}}), "gpu-cloud:nodePools[0].gpuSharing.migProfiles.1g.5gb", "is not a MIG profile of H100; allowed: 1g.10gb, 1g.20gb"),
+    ("MIG mix on a GPU without MIG", lambda c: pool(1)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 2}}), "gpu-cloud:nodePools[1].gpuSharing.mode", "mig is not supported on L40S (g6e.12xlarge)"),
+    ("MIG mix over the compute slices", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"2g.20gb": 3, "1g.10gb": 2}}), "gpu-cloud:nodePools[0].gpuSharing.migProfiles",
+     "needs 8 compute and 8 memory slices of each GPU (3 x 2g.20gb: 6 and 6; 2 x 1g.10gb: 2 and 2), over the budget of one H100: 7 compute and 8 memory slices"),
+    ("MIG mix over the memory slices", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"3g.40gb": 1, "1g.20gb": 2, "1g.10gb": 1}}), "gpu-cloud:nodePools[0].gpuSharing.migProfiles",
+     "needs 6 compute and 9 memory slices of each GPU"),
+    ("Triton on a pool of several MIG profiles", lambda c: pool(1)(c).update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}),
+     "gpu-cloud:inference.triton.pool", "'infer' cuts its GPUs into several MIG profiles"),
     ("label key with a space", lambda c: pool(1)(c).update(labels={"my label": "x"}), "gpu-cloud:nodePools[1].labels.my label", "Kubernetes label key"),
     ("label the kubelet may not set itself", lambda c: pool(1)(c).update(labels={"node-role.kubernetes.io/gpu": "x"}), "gpu-cloud:nodePools[1].labels.node-role.kubernetes.io/gpu", "kubelet may not set"),
     ("label in gpu-cloud's prefix", lambda c: pool(1)(c).update(labels={"gpu-cloud.io/pool": "x"}), "gpu-cloud:nodePools[1].labels.gpu-cloud.io/pool", "gpu-cloud sets itself"),
@@ -201,6 +213,36 @@ def test_efa_on_a_type_without_efa_is_an_error():
     config["nodePools"][1]["efa"] = None
     del config["nodePools"][1]["efa"]
     assert load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog).pools[1].efa is False
+
+
+def test_mps_needs_a_gpu_of_compute_capability_7_5_or_newer():
+    # Every catalog GPU is Turing or newer; an older one (as a new catalog entry might be) is refused: the plugin's
+    # MPS server would take only 16 clients there.
+    catalog = load_catalog()
+    volta = catalog.gpus["L40S"].model_copy(update={"architecture": "volta"})
+    catalog = catalog.model_copy(update={"gpus": {**catalog.gpus, "L40S": volta}})
+    config = valid_config()
+    config["nodePools"][1]["gpuSharing"] = {"mode": "mps", "replicas": 4}
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog)
+    (issue,) = raised.value.issues
+    assert issue.path == "gpu-cloud:nodePools[1].gpuSharing.mode"
+    assert issue.message == ("mps needs a GPU of compute capability 7.5 or newer (turing, ampere, ada, hopper, "
+                             "blackwell); L40S (g6e.12xlarge) is volta")
+    config["nodePools"][1]["gpuSharing"] = {"mode": "time-slicing", "replicas": 4}
+    assert load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog).pools[1].spec.gpu_sharing.replicas == 4
+
+
+@pytest.mark.parametrize("sharing", [
+    {"mode": "mps", "replicas": 2}, {"mode": "mps", "replicas": 48},
+    {"mode": "mig", "migProfiles": {"4g.40gb": 1, "3g.40gb": 1}},                  # every compute and memory slice
+    {"mode": "mig", "migProfiles": {"1g.10gb": 7}}, {"mode": "mig", "migProfiles": {"1g.20gb": 1, "1g.10gb": 6}},
+    {"mode": "mig", "migProfiles": {"3g.40gb": 1}},                                 # some slices left unused
+], ids=lambda s: str(s))
+def test_sharing_within_what_the_gpu_allows_is_accepted(sharing):
+    config = valid_config()
+    config["nodePools"][0]["gpuSharing"] = sharing
+    assert load(config).pools[0].spec.gpu_sharing.mode == sharing["mode"]
 
 
 def test_the_across_node_check_runs_weekly_unless_the_stack_says_otherwise():
