@@ -7,8 +7,21 @@ PY := $(VENV)/bin/python
 # ARGS= anything else (for example ARGS="--against old.json").
 PLAN_ARGS = $(if $(JSON),--json $(JSON)) $(if $(DIAGRAM),--diagram $(DIAGRAM)) $(ARGS)
 PLAN ?= plan.json
+# PYTHON named on the command line (or in the environment) and an existing $(VENV) of another Python version:
+# rebuild $(VENV) with it, rather than keep planning with the old one. PYTHON's version is empty when it is missing,
+# which the recipe then reports as missing.
+_version = import sys; print("%d.%d" % sys.version_info[:2])
+ifneq ($(filter command line environment,$(origin PYTHON)),)
+VENV_VERSION := $(shell test -x $(PY) && $(PY) -c '$(_version)' 2>/dev/null)
+WANT_VERSION := $(shell $(PYTHON) -c '$(_version)' 2>/dev/null)
+ifneq ($(VENV_VERSION),)
+ifneq ($(VENV_VERSION),$(WANT_VERSION))
+REBUILD := $(VENV) has Python $(VENV_VERSION)
+endif
+endif
+endif
 
-.PHONY: help plan check test clean
+.PHONY: help plan check test clean FORCE
 
 help:
 	@echo "make plan   [STACK=$(STACK)] [JSON=plan.json] [DIAGRAM=arch.svg] [ARGS=...]  offline plan of a stack (no AWS account)"
@@ -17,9 +30,14 @@ help:
 	@echo "make clean  remove $(VENV)"
 	@echo "The first run of plan or test creates $(VENV) and installs requirements (1 to 2 minutes)."
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt $(if $(REBUILD),FORCE)
+	@command -v $(PYTHON) >/dev/null 2>&1 || \
+	  { echo "$(PYTHON): not found; install Python 3.11 or newer, or name an installed one:" \
+	         "make $(MAKECMDGOALS) PYTHON=python3.12" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
 	  { echo "gpu-cloud needs Python 3.11 or newer; '$(PYTHON)' is not. Use: make $(MAKECMDGOALS) PYTHON=python3.11" >&2; exit 1; }
+	$(if $(REBUILD),@echo "$(REBUILD) and PYTHON=$(PYTHON) is $(WANT_VERSION): rebuilding $(VENV) with it" >&2)
+	$(if $(REBUILD),rm -rf $(VENV))
 	@echo "installing requirements.txt into $(VENV) (first run only, 1 to 2 minutes)" >&2
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -42,3 +60,5 @@ test: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+FORCE:

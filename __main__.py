@@ -35,14 +35,14 @@ from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, ch
 from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller, replication
 from spec import kueue as kueue_rules, tenancy, triton as triton_rules
 from spec import lustre as lustre_rules
+from spec import preflight
 from spec import pools as pool_rules
 from spec.errors import ConfigError, ConfigIssue, key_path
-from spec.logs import cloudwatch_retention_days
 from plan.stackfile import peer_cidr
 from spec.deployer import AWS_PROVIDER_KEYS, aws_settings
 from spec.model import SECRET_KEYS, SECTIONS
-from spec.validate import NAMESPACE, load_stack_spec, stack_warnings
-from spec.zones import resolve_layout, zone_table
+from spec.validate import NAMESPACE, budget_issues, load_stack_spec, stack_warnings
+from spec.zones import reservation_table, resolve_layout, zone_table
 
 
 def project_config() -> dict:
@@ -76,7 +76,12 @@ try:
         allowed_account_ids=list(settings.allowed_account_ids) or None,
         default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
     reads = pulumi.InvokeOptions(provider=aws_provider)
-    layout = resolve_layout(spec, read_account(spec, reads))   # zones, offerings, reservations, subnet room
+    account = read_account(spec, reads)
+    layout = resolve_layout(spec, account)   # zones, offerings, reservations, subnet room
+    preflight_warnings = preflight.check_account(spec, account)   # vCPU quotas, interface endpoint zones
+    over_budget = budget_issues(spec, account.reservations)      # reservations at the size EC2 bills (spec/cost.py)
+    if over_budget:
+        raise ConfigError(over_budget)
     if spec.storage.lustre is not None:   # the file system's zone: where the training pools are
         zone_problems = lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa)
         if zone_problems:
@@ -90,12 +95,12 @@ try:
                            for team in teams_with_deployer])
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
-for warning in stack_warnings(spec, date.today()) + list(layout.warnings):
+for warning in stack_warnings(spec, date.today()) + list(layout.warnings) + preflight_warnings:
     pulumi.log.warn(warning)
 
 cluster_name = spec.cluster_name
 with_aws = pulumi.ResourceOptions(providers={"aws": aws_provider})
-log_retention = cloudwatch_retention_days(spec.monitoring.retention_days)
+log_retention = spec.log_retention_days    # every log group and the access logs (monitoring.logRetentionDays)
 account_id = aws.get_caller_identity(opts=reads).account_id
 partition = aws.get_partition(opts=reads).partition
 
@@ -115,7 +120,7 @@ cluster = EksCluster("cluster", ClusterArgs(
 with_cluster = pulumi.ResourceOptions(providers={"aws": aws_provider, "kubernetes": cluster.kube_provider})
 
 buckets = stack_buckets(project=spec.project, stack=spec.stack, account_id=account_id, partition=partition,
-                        region=spec.region, log_retention_days=spec.monitoring.retention_days,
+                        region=spec.region, log_retention_days=log_retention,
                         force_destroy=spec.environment == "dev", opts=with_aws)
 # A primary replicates checkpoints and models into its DR peer's buckets, which the peer stack exports.
 if spec.dr.role == "primary":
@@ -199,6 +204,8 @@ lb = LoadBalancerController("lb-controller", LoadBalancerControllerArgs(
 # Team namespaces, GPU quotas, RBAC, network policies and the teams' access entries.
 teams = Tenancy("tenancy", TenancyArgs(
     cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
+    cpu_memory_quotas=tenancy.cpu_memory_quotas(spec.pools),
+    container_defaults=tenancy.team_container_defaults(spec.pools),
     team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
     admin_principal_arns=(*spec.cluster.admin_role_arns, deployer_arn),
     controllers=tuple(c.release for c in (operators, lb) if c is not None)), opts=with_cluster)
@@ -270,6 +277,8 @@ pulumi.export("clusterEndpoint", cluster.endpoint)
 pulumi.export("kubeconfig", pulumi.Output.unsecret(cluster.kubeconfig))
 pulumi.export("vpcId", network.vpc_id)
 pulumi.export("zones", zone_table(spec, layout))
+# Each reservation and capacity block as the account reports it: the size and term the plan's cost section bills.
+pulumi.export("reservations", reservation_table(account.reservations))
 pulumi.export("nodePools", {p.asg_name: p.asg.arn for p in node_pools})
 pulumi.export("artifactBucket", buckets["artifacts"].bucket_name)
 # What a DR primary reads from this stack (and what jobs and Triton use): every bucket with its key.

@@ -4,17 +4,20 @@ through the stack's own AWS provider, no resources; spec/ checks the stack again
 
 The identity running Pulumi needs ec2:DescribeAvailabilityZones, ec2:DescribeInstanceTypeOfferings,
 ec2:DescribeCapacityReservations, ec2:DescribeTransitGateways, iam:GetRole (the session context) and, for
-On-Demand Capacity Reservations (read through Cloud Control), cloudformation:GetResource.
+On-Demand Capacity Reservations (read through Cloud Control), cloudformation:GetResource; for the preflight
+(spec/preflight.py), servicequotas:GetServiceQuota and ec2:DescribeVpcEndpointServices.
 """
 from __future__ import annotations
 
 import json
-from typing import Dict, Union
+from typing import Dict, FrozenSet, Union
 
 import pulumi
 import pulumi_aws as aws
 
+from components.network import INTERFACE_ENDPOINTS
 from spec.deployer import deployer_principal
+from spec.preflight import QUOTA_SERVICE, quota_demand
 from spec.errors import ConfigError, ConfigIssue
 from spec.zones import AccountZones, Reservation
 
@@ -42,9 +45,14 @@ def read_account(spec, opts: pulumi.InvokeOptions) -> AccountZones:
         except Exception as error:  # an invoke error: not found, not shared with this account, or not allowed
             raise ConfigError([ConfigIssue("gpu-cloud:network.transitGateway.id",
                                            f"{tgw.id} could not be read in this account and region: {_first_line(error)}")])
+    # The preflight: the vCPU quotas the pools draw on, and where each interface endpoint service is offered.
+    quotas = {code: _quota(code, opts) for code in quota_demand(spec.pools)}
+    prefix = aws.get_partition(opts=opts).reverse_dns_prefix
+    endpoint_zones = {service: _endpoint_zones(f"{prefix}.{spec.region}.{service}", opts)
+                      for service in INTERFACE_ENDPOINTS.values()}
     return AccountZones(names_by_id=dict(zip(available.zone_ids, available.names)),
                         offerings={zone: frozenset(found) for zone, found in offerings.items()},
-                        reservations=reservations)
+                        reservations=reservations, quotas=quotas, endpoint_zones=endpoint_zones)
 
 
 def read_deployer(opts: pulumi.InvokeOptions) -> str:
@@ -63,13 +71,35 @@ def _reservation(reservation_id: str, capacity: str, opts: pulumi.InvokeOptions)
     try:
         if capacity == "capacity-block":
             block = aws.ec2.get_capacity_block_reservation(id=reservation_id, opts=opts)
+            # start_date/end_date: the block's term (RFC 3339), which its upfront price covers (spec/cost.py)
             return Reservation(reservation_id, block.availability_zone_id, block.instance_type, block.instance_count,
-                               _group_name(block.placement_group_arn))
+                               _group_name(block.placement_group_arn), start_date=block.start_date,
+                               end_date=block.end_date)
         found = json.loads(aws.cloudcontrol.get_resource(type_name=ODCR_TYPE, identifier=reservation_id,
                                                          opts=opts).properties)
+        # InstanceCount: the size EC2 bills whether instances run or not (spec/cost.py prices the pool at it);
+        # EndDate only when the reservation was given one (EndDateType limited).
         return Reservation(reservation_id, found["AvailabilityZoneId"], found["InstanceType"],
-                           int(found["InstanceCount"]), _group_name(found.get("PlacementGroupArn")))
+                           int(found["InstanceCount"]), _group_name(found.get("PlacementGroupArn")),
+                           start_date=found.get("StartDate"), end_date=found.get("EndDate"))
     except Exception as error:  # an invoke error: not found, or not allowed to read it
+        return _first_line(error)
+
+
+def _quota(code: str, opts: pulumi.InvokeOptions) -> Union[float, str]:
+    """The quota's current value in this account and region (the provider's `value`), or why it could not be read."""
+    try:
+        return float(aws.servicequotas.get_service_quota(service_code=QUOTA_SERVICE, quota_code=code, opts=opts).value)
+    except Exception as error:  # an invoke error: not allowed (servicequotas:GetServiceQuota), or no such quota
+        return _first_line(error)
+
+
+def _endpoint_zones(service_name: str, opts: pulumi.InvokeOptions) -> Union[FrozenSet[str], str]:
+    """The zone names an interface endpoint service is offered in, or why that could not be read."""
+    try:
+        found = aws.ec2.get_vpc_endpoint_service(service_name=service_name, service_type="Interface", opts=opts)
+        return frozenset(found.availability_zones)
+    except Exception as error:  # an invoke error: not offered in this region, or not allowed
         return _first_line(error)
 
 

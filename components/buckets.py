@@ -3,8 +3,9 @@
 Each bucket has its own customer-managed KMS key (rotation on, bucket keys on so S3 calls KMS once per bucket key
 rather than per object), versioning, every public access blocked, ACLs disabled, a policy that refuses plain
 HTTP, server access logging to the stack's log bucket, lifecycle rules (spec/buckets.py), and protection on
-both bucket and key. The log bucket itself (no `log_bucket`) admits the S3 logging service instead of logging
-to itself, which would loop.
+both bucket and key. The log bucket itself (no `log_bucket`) admits the S3 logging service for its source buckets
+instead of logging to itself, which would loop, and is SSE-S3 with no key of its own: server access logging
+supports no other default encryption on its target (spec/buckets.py log_delivery_statements).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class SecureBucketArgs:
     account_id: str
     partition: str
     log_bucket: Optional[pulumi.Input[str]]     # where access logs go; None: this IS the log bucket
+    log_sources: Sequence[str] = ()             # the log bucket only: the buckets (names) that log into it
     key_statements: Sequence[Mapping[str, Any]] = ()   # services that use the key besides S3 for this account
     force_destroy: bool = False                 # dev only: let `pulumi destroy` empty the bucket
 
@@ -37,7 +39,7 @@ class SecureBucket(pulumi.ComponentResource):
     versioning: aws.s3.BucketVersioning
     bucket_name: pulumi.Output[str]
     bucket_arn: pulumi.Output[str]
-    key_arn: pulumi.Output[str]
+    key_arn: Optional[pulumi.Output[str]]      # None for the log bucket (SSE-S3)
 
     def __init__(self, name: str, args: SecureBucketArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cloud:buckets:SecureBucket", name, None, opts)
@@ -45,18 +47,21 @@ class SecureBucket(pulumi.ComponentResource):
         # Protected: losing either loses the data (a key deleted makes every object unreadable).
         protected = pulumi.ResourceOptions(parent=self, protect=True)
         receives_logs = args.log_bucket is None
-        account_root = f"arn:{args.partition}:iam::{args.account_id}:root"
-        key_statements = [
-            # IAM policies in this account decide who uses the key (the account's default key policy).
-            {"Sid": "AccountAdministersThroughIam", "Effect": "Allow", "Principal": {"AWS": account_root},
-             "Action": "kms:*", "Resource": "*"},
-            *([buckets.log_delivery_key_statement(args.account_id)] if receives_logs else []),
-            *args.key_statements]
-        self.key = aws.kms.Key(f"{name}-key", description=f"S3 bucket {args.bucket_name}", enable_key_rotation=True,
-                               deletion_window_in_days=KEY_DELETION_WINDOW_DAYS,
-                               policy=policy_document(*key_statements), opts=protected)
-        aws.kms.Alias(f"{name}-key-alias", name=buckets.key_alias(args.bucket_name), target_key_id=self.key.key_id,
-                      opts=child)
+        if receives_logs and args.key_statements:
+            raise ValueError(f"{args.bucket_name}: the log bucket is SSE-S3 and has no key to grant")
+        self.key: Optional[aws.kms.Key] = None
+        if not receives_logs:
+            account_root = f"arn:{args.partition}:iam::{args.account_id}:root"
+            key_statements = [
+                # IAM policies in this account decide who uses the key (the account's default key policy).
+                {"Sid": "AccountAdministersThroughIam", "Effect": "Allow", "Principal": {"AWS": account_root},
+                 "Action": "kms:*", "Resource": "*"},
+                *args.key_statements]
+            self.key = aws.kms.Key(f"{name}-key", description=f"S3 bucket {args.bucket_name}",
+                                   enable_key_rotation=True, deletion_window_in_days=KEY_DELETION_WINDOW_DAYS,
+                                   policy=policy_document(*key_statements), opts=protected)
+            aws.kms.Alias(f"{name}-key-alias", name=buckets.key_alias(args.bucket_name),
+                          target_key_id=self.key.key_id, opts=child)
 
         self.bucket = aws.s3.Bucket(f"{name}-bucket", bucket=args.bucket_name, force_destroy=args.force_destroy,
                                     opts=protected)
@@ -66,13 +71,15 @@ class SecureBucket(pulumi.ComponentResource):
         public_access = aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access", bucket=self.bucket.id, block_public_acls=True, block_public_policy=True,
             ignore_public_acls=True, restrict_public_buckets=True, opts=child)
-        aws.s3.BucketServerSideEncryptionConfiguration(
-            f"{name}-encryption", bucket=self.bucket.id,
-            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+        default_encryption = aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+            apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                sse_algorithm=buckets.LOG_BUCKET_SSE)) if self.key is None else \
+            aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
                 apply_server_side_encryption_by_default=aws.s3.BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
                     sse_algorithm="aws:kms", kms_master_key_id=self.key.arn),
-                bucket_key_enabled=True)],
-            opts=child)
+                bucket_key_enabled=True)
+        aws.s3.BucketServerSideEncryptionConfiguration(f"{name}-encryption", bucket=self.bucket.id,
+                                                       rules=[default_encryption], opts=child)
         self.versioning = aws.s3.BucketVersioning(
             f"{name}-versioning", bucket=self.bucket.id,
             versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"), opts=child)
@@ -81,10 +88,8 @@ class SecureBucket(pulumi.ComponentResource):
             # Lifecycle rules about noncurrent versions need versioning on first (provider docs).
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.versioning]))
         bucket_objects = pulumi.Output.concat(self.bucket.arn, "/*")
-        log_delivery = [{"Sid": "S3ServerAccessLogDelivery", "Effect": "Allow",
-                         "Principal": {"Service": "logging.s3.amazonaws.com"}, "Action": "s3:PutObject",
-                         "Resource": bucket_objects,
-                         "Condition": {"StringEquals": {"aws:SourceAccount": args.account_id}}}] if receives_logs else []
+        log_delivery = buckets.log_delivery_statements(args.partition, args.account_id, args.bucket_name,
+                                                       args.log_sources) if receives_logs else []
         aws.s3.BucketPolicy(f"{name}-policy", bucket=self.bucket.id, policy=policy_document(
             {"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
              "Resource": [self.bucket.arn, bucket_objects], "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
@@ -93,11 +98,11 @@ class SecureBucket(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[public_access]))
         if not receives_logs:
             aws.s3.BucketLogging(f"{name}-access-logs", bucket=self.bucket.id, target_bucket=args.log_bucket,
-                                 target_prefix=f"{args.bucket_name}/", opts=child)
+                                 target_prefix=buckets.log_prefix(args.bucket_name), opts=child)
 
         self.bucket_name = self.bucket.bucket
         self.bucket_arn = self.bucket.arn
-        self.key_arn = self.key.arn
+        self.key_arn = self.key.arn if self.key is not None else None
         self.register_outputs({"bucketName": self.bucket_name, "bucketArn": self.bucket_arn, "keyArn": self.key_arn})
 
 
@@ -134,13 +139,18 @@ def _lifecycle_rules(lifecycle: Lifecycle) -> list:
 def stack_buckets(*, project: str, stack: str, account_id: str, partition: str, region: str, log_retention_days: int,
                   force_destroy: bool, opts: pulumi.ResourceOptions) -> Dict[str, SecureBucket]:
     """Every bucket of the stack by purpose (spec.buckets.PURPOSES): the log bucket first, as the others log to it."""
-    def make(purpose: str, log_bucket: Optional[pulumi.Input[str]], key_statements: Sequence[Mapping[str, Any]] = ()):
-        return SecureBucket(purpose, SecureBucketArgs(
-            bucket_name=buckets.bucket_name(project, stack, account_id, purpose),
-            lifecycle=buckets.lifecycle(purpose, log_retention_days), account_id=account_id, partition=partition,
-            log_bucket=log_bucket, key_statements=key_statements, force_destroy=force_destroy), opts=opts)
+    def name(purpose: str) -> str:
+        return buckets.bucket_name(project, stack, account_id, purpose)
 
-    logs = make(buckets.LOGS, None)
+    def make(purpose: str, log_bucket: Optional[pulumi.Input[str]], key_statements: Sequence[Mapping[str, Any]] = (),
+             log_sources: Sequence[str] = ()):
+        return SecureBucket(purpose, SecureBucketArgs(
+            bucket_name=name(purpose), lifecycle=buckets.lifecycle(purpose, log_retention_days), account_id=account_id,
+            partition=partition, log_bucket=log_bucket, log_sources=log_sources, key_statements=key_statements,
+            force_destroy=force_destroy), opts=opts)
+
+    # The log bucket admits exactly the stack's other buckets, whose names are known before they exist.
+    logs = make(buckets.LOGS, None, log_sources=[name(p) for p in buckets.PURPOSES if p != buckets.LOGS])
     made = {buckets.LOGS: logs}
     for purpose in buckets.PURPOSES:
         if purpose != buckets.LOGS:

@@ -41,16 +41,17 @@ import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
 from components.iam import POD_IDENTITY_TRUST_POLICY, policy_document
-from spec.addons import addon_versions
+from spec.addons import addon_configuration, addon_versions
 from spec.logs import CLOUDWATCH_RETENTION_DAYS
 from spec.model import IAM_ROLE_ARN
 from spec.catalog import load_catalog
-from spec.pods import SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
+from spec.pods import NODEGROUP_TAINT_EFFECTS, SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, \
+    SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of the secrets key can be cancelled
-SYSTEM_NODE_ROLE_LABEL = "gpu-cloud.io/node-role"
-SYSTEM_NODE_LABELS = {SYSTEM_NODE_ROLE_LABEL: "system"}
+# SYSTEM_NODE_ROLE_LABEL, SYSTEM_NODE_LABELS and SYSTEM_NODE_TAINT live in spec/pods.py (imported above, and from
+# here by the components that place pods on the system nodes).
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 DEPLOYER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$")
 # Instance families with GPUs or other accelerators (p*, g*, gr*, inf*, trn*, dl*).
@@ -356,6 +357,11 @@ class EksCluster(pulumi.ComponentResource):
             capacity_type="ON_DEMAND",
             instance_types=list(args.system_instance_types),
             labels=dict(SYSTEM_NODE_LABELS),
+            # From creation: no team pod ever lands here. Every add-on that runs here tolerates it before it is
+            # installed (CoreDNS and the EBS CSI controller by their configuration below; the DaemonSets installed
+            # above tolerate every taint).
+            taints=[aws.eks.NodeGroupTaintArgs(key=SYSTEM_NODE_TAINT.key, value=SYSTEM_NODE_TAINT.value,
+                                               effect=NODEGROUP_TAINT_EFFECTS[SYSTEM_NODE_TAINT.effect])],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=args.system_min_nodes, desired_size=args.system_desired_nodes,
                 max_size=args.system_max_nodes),
@@ -368,10 +374,10 @@ class EksCluster(pulumi.ComponentResource):
                                         ignore_changes=["scalingConfig.desiredSize"]))
 
         # Deployments: they become ACTIVE only once nodes run them, so they wait for the node group,
-        # and they stay on the system nodes.
-        on_system_nodes = {"nodeSelector": dict(SYSTEM_NODE_LABELS)}
-        coredns = addon("coredns", config=on_system_nodes, preserve=True, depends_on=[self.system_node_group])
-        ebs_csi = addon("aws-ebs-csi-driver", config={"controller": on_system_nodes},
+        # and they stay on the system nodes, tolerating its taint (spec/addons.py addon_configuration).
+        coredns = addon("coredns", config=addon_configuration("coredns"), preserve=True,
+                        depends_on=[self.system_node_group])
+        ebs_csi = addon("aws-ebs-csi-driver", config=addon_configuration("aws-ebs-csi-driver"),
                         identity_for=("ebs-csi-controller-sa", ebs_role),
                         depends_on=[ebs_policy, self.system_node_group])
         self.addons = {"vpc-cni": vpc_cni, "coredns": coredns, "kube-proxy": kube_proxy,

@@ -19,7 +19,8 @@ from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from components.monitoring import service_monitor
-from spec import charts, data_access, failover, lb_controller, monitoring, triton
+from components.pod_security import empty_dir, pod_security_context, security_context
+from spec import charts, data_access, failover, lb_controller, monitoring, pod_security, triton
 from spec.catalog import Catalog
 from spec.model import Triton
 from spec.pools import node_labels, node_taints, offered_gpu_resources, toleration
@@ -112,10 +113,11 @@ class Inference(pulumi.ComponentResource):
         selector = kubernetes.meta.v1.LabelSelectorArgs(match_labels=APP_LABELS)
         probe = lambda path, **timing: kubernetes.core.v1.ProbeArgs(  # noqa: E731
             http_get=kubernetes.core.v1.HTTPGetActionArgs(path=path, port="http"), **timing)
-        run_as_triton = kubernetes.core.v1.SecurityContextArgs(
-            run_as_non_root=True, run_as_user=triton.RUN_AS_USER, run_as_group=triton.RUN_AS_USER,
-            allow_privilege_escalation=False, capabilities=kubernetes.core.v1.CapabilitiesArgs(drop=["ALL"]),
-            seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault"))
+        # Hardened as spec/pod_security.py says: Triton as its image's user (1000), the sync containers as nobody,
+        # read-only roots with /tmp as an emptyDir each, every capability dropped.
+        run_as_triton = security_context(pod_security.container_security_context(triton.RUN_AS_USER))
+        run_as_sync = security_context(pod_security.container_security_context(triton.SYNC_RUN_AS))
+        tmp_mount = lambda volume: kubernetes.core.v1.VolumeMountArgs(name=volume, mount_path="/tmp")  # noqa: E731
         models_mount = lambda read_only: kubernetes.core.v1.VolumeMountArgs(  # noqa: E731
             name="models", mount_path=triton.MODELS_MOUNT, read_only=read_only)
         sync_env = pulumi.Output.from_input(args.repository.uri).apply(
@@ -127,16 +129,18 @@ class Inference(pulumi.ComponentResource):
         # a sidecar (an init container that keeps running) that follows the repository.
         first_sync = kubernetes.core.v1.ContainerArgs(
             name="models-first-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("once"), env=sync_env,
-            resources=sync_resources, security_context=run_as_triton, volume_mounts=[models_mount(False)])
+            resources=sync_resources, security_context=run_as_sync,
+            volume_mounts=[models_mount(False), tmp_mount("sync-tmp")])
         sync = kubernetes.core.v1.ContainerArgs(
             name="models-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("loop"), env=sync_env,
-            restart_policy="Always", resources=sync_resources, security_context=run_as_triton,
+            restart_policy="Always", resources=sync_resources, security_context=run_as_sync,
             readiness_probe=kubernetes.core.v1.ProbeArgs(
                 exec_=kubernetes.core.v1.ExecActionArgs(command=triton.SYNC_FRESH_COMMAND), period_seconds=30),
-            volume_mounts=[models_mount(False)])
+            volume_mounts=[models_mount(False), tmp_mount("sync-tmp")])
         container = kubernetes.core.v1.ContainerArgs(
             name=triton.NAME, image=triton.IMAGE,
             command=["tritonserver"], args=triton.server_args(),
+            env=[kubernetes.core.v1.EnvVarArgs(name=key, value=value) for key, value in triton.TRITON_ENV.items()],
             ports=[kubernetes.core.v1.ContainerPortArgs(name=port_name, container_port=port)
                    for port_name, port in triton.PORTS.items()],
             # Loading the models can take minutes: the startup probe waits for the server, then readiness asks for a
@@ -153,7 +157,8 @@ class Inference(pulumi.ComponentResource):
             resources=kubernetes.core.v1.ResourceRequirementsArgs(
                 requests=pod_resources, limits={k: v for k, v in pod_resources.items() if k != "cpu"}),
             security_context=run_as_triton,
-            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"), models_mount(True)])
+            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"), models_mount(True),
+                           tmp_mount("tmp")])
         self.deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
             # Ready pods need published models, which `pulumi up` does not put there (see the Service's waitFor).
@@ -166,6 +171,10 @@ class Inference(pulumi.ComponentResource):
                                                                annotations=dict([triton.POD_IDENTITY_SKIP])),
                     spec=kubernetes.core.v1.PodSpecArgs(
                         service_account_name=triton.SERVICE_ACCOUNT, init_containers=[first_sync, sync],
+                        # Nothing here calls the Kubernetes API; the sync containers' AWS credentials come through
+                        # Pod Identity's own token volume (spec/pod_security.py).
+                        automount_service_account_token=False,
+                        security_context=pod_security_context(pod_security.pod_security_context(triton.RUN_AS_USER)),
                         containers=[container],
                         node_selector={"gpu-cloud.io/pool": node_labels(pool)["gpu-cloud.io/pool"]},
                         tolerations=[kubernetes.core.v1.TolerationArgs(**toleration(t)) for t in node_taints(pool)],
@@ -176,7 +185,9 @@ class Inference(pulumi.ComponentResource):
                         termination_grace_period_seconds=triton.TERMINATION_GRACE_S,
                         volumes=[kubernetes.core.v1.VolumeArgs(name="shm", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs(
                                      medium="Memory", size_limit=triton.SHM_SIZE)),
-                                 kubernetes.core.v1.VolumeArgs(name="models", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs())]))),
+                                 kubernetes.core.v1.VolumeArgs(name="models", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs()),
+                                 empty_dir("tmp", triton.TRITON_TMP_SIZE),
+                                 empty_dir("sync-tmp", triton.SYNC_TMP_SIZE)]))),
             # The autoscaler owns the replica count once it runs (a second `pulumi up` must not reset it).
             opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account],
                                         ignore_changes=["spec.replicas"]))

@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import pulumi
 import pulumi_aws as aws
 
-from spec.logs import CLOUDWATCH_RETENTION_DAYS
+from spec.logs import CLOUDWATCH_RETENTION_DAYS, flow_log_group_name, log_group_arn
 from spec.network_plan import plan_subnets
 
 NAT_MODES = ("one-per-az", "single")
@@ -191,6 +191,12 @@ class Network(pulumi.ComponentResource):
 
         # --- flow logs: all traffic, to a log group encrypted with its own key --------------------
         log_group_arns = f"arn:{partition.partition}:logs:{region}:{account}:log-group:*"
+        # The group has a fixed name, so the key can name it: CloudWatch Logs may use the key for this group only
+        # (kms:EncryptionContext:aws:logs:arn, as the CloudWatch Logs User Guide's "Encrypt log data in CloudWatch
+        # Logs using AWS Key Management Service" shows; its own warning: a key without the condition serves any
+        # log group of the region).
+        flow_log_group = flow_log_group_name(args.cluster_name)
+        flow_log_group_arn = log_group_arn(partition.partition, region, account, flow_log_group)
         key_policy = json.dumps({
             "Version": "2012-10-17",
             "Statement": [
@@ -201,7 +207,7 @@ class Network(pulumi.ComponentResource):
                  "Principal": {"Service": f"logs.{region}.{partition.dns_suffix}"},
                  "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
                  "Resource": "*",
-                 "Condition": {"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_group_arns}}},
+                 "Condition": {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": flow_log_group_arn}}},
             ],
         })
         self.flow_log_key = aws.kms.Key(
@@ -211,7 +217,8 @@ class Network(pulumi.ComponentResource):
             # unreadable, and KMS deletion cannot be undone once the window passes.
             opts=pulumi.ResourceOptions(parent=self, protect=True))
         self.flow_log_group = aws.cloudwatch.LogGroup(
-            f"{name}-flow-logs", retention_in_days=args.flow_log_retention_days, kms_key_id=self.flow_log_key.arn,
+            f"{name}-flow-logs", name=flow_log_group, retention_in_days=args.flow_log_retention_days,
+            kms_key_id=self.flow_log_key.arn,
             tags=_tags(f"{name}-flow-logs"), opts=child)
 
         flow_log_arns = f"arn:{partition.partition}:ec2:{region}:{account}:vpc-flow-log/*"

@@ -18,13 +18,15 @@ import pulumi_kubernetes as kubernetes
 from components.cluster import SYSTEM_NODE_LABELS
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs
 from components.monitoring import service_monitor
-from spec import monitoring, repair
+from components.pod_security import security_context
+from spec import monitoring, pod_security, repair
 from spec import pools as pool_rules
+from spec.pods import system_tolerations
 from spec.validate import ResolvedPool
 
 APP_LABELS = {"app.kubernetes.io/name": repair.NAME, "app.kubernetes.io/part-of": "gpu-cloud"}
 MOUNT = f"/opt/{repair.NAME}"
-RUN_AS = 65534                   # nobody: the program needs no user of its own
+RUN_AS = pod_security.NOBODY     # nobody: the program needs no user of its own
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,8 @@ class NodeRepair(pulumi.ComponentResource):
             liveness_probe=kubernetes.core.v1.ProbeArgs(http_get=http, period_seconds=30, failure_threshold=3),
             resources=kubernetes.core.v1.ResourceRequirementsArgs(requests={"cpu": "50m", "memory": "96Mi"},
                                                                    limits={"memory": "256Mi"}),
-            security_context=kubernetes.core.v1.SecurityContextArgs(
-                run_as_non_root=True, run_as_user=RUN_AS, run_as_group=RUN_AS, allow_privilege_escalation=False,
-                read_only_root_filesystem=True, capabilities=kubernetes.core.v1.CapabilitiesArgs(drop=["ALL"]),
-                seccomp_profile=kubernetes.core.v1.SeccompProfileArgs(type="RuntimeDefault")),
+            # It keeps its service-account token: it calls the API (spec/pod_security.API_CALLERS).
+            security_context=security_context(pod_security.container_security_context(RUN_AS)),
             volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="program", mount_path=MOUNT, read_only=True)])
         self.deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment", metadata=metadata(repair.NAME),
@@ -119,6 +119,8 @@ class NodeRepair(pulumi.ComponentResource):
                         annotations={"gpu-cloud.io/program": program.data.apply(_digest)}),
                     spec=kubernetes.core.v1.PodSpecArgs(
                         service_account_name=repair.NAME, containers=[container], node_selector=SYSTEM_NODE_LABELS,
+                        # the system nodes' taint (spec/pods.py)
+                        tolerations=[kubernetes.core.v1.TolerationArgs(**t) for t in system_tolerations()],
                         volumes=[kubernetes.core.v1.VolumeArgs(
                             name="program", config_map=kubernetes.core.v1.ConfigMapVolumeSourceArgs(
                                 name=program.metadata.name, default_mode=0o444))]))),

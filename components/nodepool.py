@@ -18,10 +18,10 @@ import pulumi
 import pulumi_aws as aws
 
 from components.iam import policy_document
-from spec import boot, pods, repair
+from spec import boot, pods, preflight, repair
 from spec import lustre as lustre_rules
 from spec import pools as pool_rules
-from spec.amis import NodeImage, load_amis
+from spec.amis import NodeImage
 from spec.catalog import Catalog
 from spec.drain import ASG_DELETE_TIMEOUT_S, LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from spec.efa import interface_layout
@@ -42,7 +42,6 @@ def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, r
                    nvme_scratch: bool, endpoint: str, certificate_authority: str, service_cidr: str,
                    artifact_uri: str, artifact_sha256: str, lustre_client: bool) -> NodeBootstrap:
     """Everything a node of `pool` boots with (rendered into its user-data)."""
-    efa_installer = load_amis().efa_installer
     return NodeBootstrap(
         cluster_name=cluster_name, api_server_endpoint=endpoint, certificate_authority=certificate_authority,
         service_cidr=service_cidr, labels=pool_rules.node_labels(pool),
@@ -55,7 +54,6 @@ def node_bootstrap(pool: ResolvedPool, *, catalog: Catalog, cluster_name: str, r
         driver_branch=image.driver_branch, driver_version=image.driver_version,
         nvswitch=catalog.gpu_model(pool.primary_type.name).nvswitch, efa_count=pool_rules.efa_devices(pool),
         kmod_wait_s=boot.KMOD_LOAD_WAIT_S, fabric_manager_wait_s=boot.FABRIC_MANAGER_WAIT_S,
-        efa_installer_version=efa_installer.version, efa_installer_sha256=efa_installer.sha256,
         verify_budget_s=boot.VERIFY_BUDGET_S, verify_kill_grace_s=boot.VERIFY_KILL_GRACE_S, mig=pool.spec.gpu_sharing.mode == "mig",
         lustre_client=lustre_client)
 
@@ -204,8 +202,7 @@ class GpuNodePool(pulumi.ComponentResource):
         ready = boot.node_ready_seconds()
         hooks = {boot.VERIFY_HOOK_NAME: ("autoscaling:EC2_INSTANCE_LAUNCHING", "ABANDON", hook_timeout),
                  DRAIN_HOOK_NAME: ("autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE", LIFECYCLE_DRAIN_TIMEOUT_S)}
-        tags = {**args.instance_tags, "Name": self.asg_name, NTH_MANAGED_TAG: "true",
-                **pool_rules.cluster_ownership_tag(args.cluster_name), **pool_rules.autoscaler_tags(pool, args.cluster_name)}
+        tags = preflight.asg_tags(pool, args.cluster_name, args.instance_tags)   # at most 50 (spec/validate.py)
         self.asg = aws.autoscaling.Group(
             f"{name}-asg",
             name=self.asg_name,
@@ -281,9 +278,14 @@ class GpuNodePool(pulumi.ComponentResource):
             {"Sid": "EncryptGateReport", "Effect": "Allow", "Action": "kms:GenerateDataKey",
              "Resource": args.artifact_key_arn,
              "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}},
+            # Only the calling instance: the instance tagged (ec2:InstanceID, a condition key of CreateTags on an
+            # instance in the Service Authorization Reference) is the one the request comes from
+            # (ec2:SourceInstanceARN, a policy variable in the IAM User Guide), as AWS's managed policy
+            # AWSEC2VssSnapshotPolicy matches them; only the two verdict keys.
             {"Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
              "Resource": f"arn:{args.partition}:ec2:{args.region}:{args.account_id}:instance/*",
-             "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+             "Condition": {"ArnEquals": {"ec2:SourceInstanceARN": f"arn:{args.partition}:ec2:{args.region}:"
+                                                                  f"{args.account_id}:instance/${{ec2:InstanceID}}"},
                            "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}},
             {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/", artifact_key)},

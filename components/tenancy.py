@@ -28,6 +28,9 @@ class TenancyArgs:
     cluster_name: pulumi.Input[str]       # the cluster's output, so access entries wait for the cluster
     vpc_cidr: str                         # where the inference load balancer reaches Triton from
     gpu_quotas: Mapping[str, Mapping[str, str]]          # namespace -> ResourceQuota hard (spec.tenancy.gpu_quotas)
+    cpu_memory_quotas: Mapping[str, Mapping[str, str]]   # namespace -> ResourceQuota hard (spec.tenancy.cpu_memory_quotas)
+    # namespace -> LimitRange Container item, None for none (spec.tenancy.team_container_defaults)
+    container_defaults: Mapping[str, Optional[Mapping[str, Mapping[str, str]]]]
     team_role_arns: Mapping[str, Sequence[str]] = field(default_factory=dict)   # namespace -> IAM role ARNs
     # Principals that already have an access entry on this cluster (admins, the deployer): EKS allows one each.
     admin_principal_arns: Tuple[str, ...] = ()
@@ -84,6 +87,8 @@ class Tenancy(pulumi.ComponentResource):
 
     namespaces: Dict[str, kubernetes.core.v1.Namespace]
     quotas: Dict[str, kubernetes.core.v1.ResourceQuota]
+    cpu_memory_quotas: Dict[str, kubernetes.core.v1.ResourceQuota]
+    limit_ranges: Dict[str, kubernetes.core.v1.LimitRange]
     roles: Dict[str, kubernetes.rbac.v1.Role]
     network_policies: Dict[str, List[kubernetes.networking.v1.NetworkPolicy]]
     node_reader: kubernetes.rbac.v1.ClusterRole
@@ -91,9 +96,10 @@ class Tenancy(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TenancyArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
-        if set(args.gpu_quotas) != set(tenancy.TEAM_NAMESPACES):
-            raise ValueError(f"gpu_quotas must have exactly the team namespaces {tenancy.TEAM_NAMESPACES}, "
-                             f"got {tuple(args.gpu_quotas)}")
+        for field_name in ("gpu_quotas", "cpu_memory_quotas", "container_defaults"):
+            if set(getattr(args, field_name)) != set(tenancy.TEAM_NAMESPACES):
+                raise ValueError(f"{field_name} must have exactly the team namespaces {tenancy.TEAM_NAMESPACES}, "
+                                 f"got {tuple(getattr(args, field_name))}")
         policies = {ns: tenancy.network_policies(ns, args.vpc_cidr) for ns in tenancy.TEAM_NAMESPACES}
         access = tenancy.team_access(args.team_role_arns, args.admin_principal_arns)
 
@@ -101,6 +107,7 @@ class Tenancy(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         self.namespaces, self.quotas, self.roles, self.network_policies = {}, {}, {}, {}
+        self.cpu_memory_quotas, self.limit_ranges = {}, {}
         for ns in tenancy.TEAM_NAMESPACES:
             # Deleting a namespace deletes every Job, pod and ConfigMap in it, running training included: protected.
             namespace = kubernetes.core.v1.Namespace(
@@ -112,6 +119,18 @@ class Tenancy(pulumi.ComponentResource):
             self.quotas[ns] = kubernetes.core.v1.ResourceQuota(
                 f"{name}-{ns}-gpu-quota", metadata=_in_namespace("gpu", namespace),
                 spec=kubernetes.core.v1.ResourceQuotaSpecArgs(hard=dict(args.gpu_quotas[ns])), opts=child)
+            # CPU and memory, sized from the namespace's pools; the LimitRange gives a container that states no
+            # requests one GPU's share of its smallest node, which the quota then counts (spec/tenancy.py).
+            self.cpu_memory_quotas[ns] = kubernetes.core.v1.ResourceQuota(
+                f"{name}-{ns}-cpu-memory-quota", metadata=_in_namespace("cpu-memory", namespace),
+                spec=kubernetes.core.v1.ResourceQuotaSpecArgs(hard=dict(args.cpu_memory_quotas[ns])), opts=child)
+            defaults = args.container_defaults[ns]
+            if defaults is not None:
+                self.limit_ranges[ns] = kubernetes.core.v1.LimitRange(
+                    f"{name}-{ns}-container-defaults", metadata=_in_namespace("container-defaults", namespace),
+                    spec=kubernetes.core.v1.LimitRangeSpecArgs(limits=[kubernetes.core.v1.LimitRangeItemArgs(
+                        type="Container", default_request=dict(defaults["defaultRequest"]),
+                        default=dict(defaults["default"]))]), opts=child)
             self.roles[ns] = kubernetes.rbac.v1.Role(
                 f"{name}-{ns}-team", metadata=_in_namespace("team", namespace),
                 rules=[_policy_rule(rule) for rule in tenancy.TEAM_RULES], opts=child)
@@ -126,24 +145,11 @@ class Tenancy(pulumi.ComponentResource):
 
         # Team pods stay off their nodes' host (spec/tenancy.py: host network, PID and IPC, privileged, hostPath,
         # hostPort, capabilities), checked by the API server itself on every create and update.
-        admission = kubernetes.admissionregistration.v1
-        host_isolation = admission.ValidatingAdmissionPolicy(
-            f"{name}-host-isolation", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.HOST_ISOLATION_POLICY),
-            spec=admission.ValidatingAdmissionPolicySpecArgs(
-                failure_policy="Fail",
-                match_constraints=admission.MatchResourcesArgs(
-                    namespace_selector=kubernetes.meta.v1.LabelSelectorArgs(match_expressions=[
-                        kubernetes.meta.v1.LabelSelectorRequirementArgs(key=tenancy.TENANT_LABEL, operator="Exists")]),
-                    resource_rules=[admission.NamedRuleWithOperationsArgs(
-                        api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"],
-                        resources=["pods", "pods/ephemeralcontainers"])]),
-                validations=[admission.ValidationArgs(expression=expression, message=message)
-                             for expression, message in tenancy.host_isolation_validations()]),
-            opts=child)
-        admission.ValidatingAdmissionPolicyBinding(
-            f"{name}-host-isolation", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.HOST_ISOLATION_POLICY),
-            spec=admission.ValidatingAdmissionPolicyBindingSpecArgs(
-                policy_name=host_isolation.metadata.name, validation_actions=["Deny"]), opts=child)
+        _tenant_admission_policy(f"{name}-host-isolation", tenancy.HOST_ISOLATION_POLICY,
+                                 ["pods", "pods/ephemeralcontainers"], tenancy.host_isolation_validations(), child)
+        # Team Services carry no externalIPs (spec/tenancy.py: CVE-2020-8554), in the same namespaces.
+        _tenant_admission_policy(f"{name}-no-external-ips", tenancy.SERVICE_EXTERNAL_IPS_POLICY, ["services"],
+                                 tenancy.service_validations(), child)
 
         self.node_reader = kubernetes.rbac.v1.ClusterRole(
             f"{name}-node-reader", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=tenancy.NODE_READER_NAME),
@@ -163,6 +169,30 @@ class Tenancy(pulumi.ComponentResource):
         self.register_outputs({
             "namespaces": {ns: namespace.metadata.name for ns, namespace in self.namespaces.items()},
             "gpuQuotas": {ns: dict(hard) for ns, hard in args.gpu_quotas.items()},
+            "cpuMemoryQuotas": {ns: dict(hard) for ns, hard in args.cpu_memory_quotas.items()},
             "teamGroups": {ns: tenancy.team_group(ns) for ns in tenancy.TEAM_NAMESPACES},
             "accessEntryArns": {arn: entry.access_entry_arn for arn, entry in self.access_entries.items()},
         })
+
+
+def _tenant_admission_policy(resource_name: str, policy_name: str, resources: List[str], validations,
+                             opts: pulumi.ResourceOptions) -> None:
+    """A ValidatingAdmissionPolicy over core `resources` in every team namespace, and its Deny binding: the API
+    server itself refuses what breaks `validations` ((CEL expression, message) pairs) on every create and update."""
+    admission = kubernetes.admissionregistration.v1
+    policy = admission.ValidatingAdmissionPolicy(
+        resource_name, metadata=kubernetes.meta.v1.ObjectMetaArgs(name=policy_name),
+        spec=admission.ValidatingAdmissionPolicySpecArgs(
+            failure_policy="Fail",
+            match_constraints=admission.MatchResourcesArgs(
+                namespace_selector=kubernetes.meta.v1.LabelSelectorArgs(match_expressions=[
+                    kubernetes.meta.v1.LabelSelectorRequirementArgs(key=tenancy.TENANT_LABEL, operator="Exists")]),
+                resource_rules=[admission.NamedRuleWithOperationsArgs(
+                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=resources)]),
+            validations=[admission.ValidationArgs(expression=expression, message=message)
+                         for expression, message in validations]),
+        opts=opts)
+    admission.ValidatingAdmissionPolicyBinding(
+        resource_name, metadata=kubernetes.meta.v1.ObjectMetaArgs(name=policy_name),
+        spec=admission.ValidatingAdmissionPolicyBindingSpecArgs(
+            policy_name=policy.metadata.name, validation_actions=["Deny"]), opts=opts)

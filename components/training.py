@@ -72,10 +72,11 @@ class TrainingOperatorsArgs:
 
 class TrainingOperators(pulumi.ComponentResource):
     """The MPI Operator, the JobSet controller, Kueue, and the wait for Kueue's webhooks. The Kubernetes provider
-    comes from the caller (`opts.providers["kubernetes"]`); children inherit it. The JobSet controller lands on the
-    system nodes: its manifest's Deployment tolerates no taint (spec/charts.yaml)."""
+    comes from the caller (`opts.providers["kubernetes"]`); children inherit it. The MPI Operator's and the JobSet
+    controller's Deployments are patched onto the system nodes (spec/kueue.py MANIFEST_DEPLOYMENTS)."""
     mpi_operator: kubernetes.yaml.v2.ConfigFile
     jobset: kubernetes.yaml.v2.ConfigFile
+    placements: Dict[str, kubernetes.apps.v1.DeploymentPatch]
     release: Release
     webhooks_ready: kubernetes.batch.v1.Job
 
@@ -89,17 +90,38 @@ class TrainingOperators(pulumi.ComponentResource):
         super().__init__("gpu-cloud:training:TrainingOperators", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, opts=child)
-        self.jobset = kubernetes.yaml.v2.ConfigFile(f"{name}-jobset", file=jobset.url, opts=child)
+        # skip_await: the manifests' Deployments cannot schedule until the patches below place them on the system
+        # nodes, past their taint; the patches wait for their rollouts instead (DeploymentPatch awaits readiness).
+        self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, skip_await=True,
+                                                          opts=child)
+        self.jobset = kubernetes.yaml.v2.ConfigFile(f"{name}-jobset", file=jobset.url, skip_await=True, opts=child)
+        self.placements = {
+            key: self._on_system_nodes(f"{name}-{key}-placement", key, manifest)
+            for key, manifest in ((charts.MPI_OPERATOR, self.mpi_operator), (charts.JOBSET, self.jobset))}
         namespace = kubernetes.core.v1.Namespace(
             f"{name}-kueue-namespace", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.NAMESPACE), opts=child)
         self.release = pinned_release(
             f"{name}-kueue", pin, release_name=kueue.RELEASE_NAME, namespace=kueue.NAMESPACE, values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator, self.jobset]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator, self.jobset,
+                                                                 *self.placements.values()]))
         self.webhooks_ready = self._webhook_probe(name, namespace, probe_job, probe_script)
 
         self.register_outputs({"kueueChartVersion": pin.version, "mpiOperatorVersion": mpi.version,
                                "jobsetVersion": jobset.version, "webhookProbe": kueue.WEBHOOK_PROBE})
+
+    def _on_system_nodes(self, name: str, key: str,
+                         manifest: kubernetes.yaml.v2.ConfigFile) -> kubernetes.apps.v1.DeploymentPatch:
+        """A server-side apply patch that places a release manifest's Deployment on the system nodes, tolerating
+        their taint (spec/kueue.py MANIFEST_DEPLOYMENTS)."""
+        namespace, deployment = kueue.MANIFEST_DEPLOYMENTS[key]
+        placement = kueue.manifest_deployment_placement(SYSTEM_NODE_LABELS)["template"]["spec"]
+        return kubernetes.apps.v1.DeploymentPatch(
+            name, metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(name=deployment, namespace=namespace),
+            spec=kubernetes.apps.v1.DeploymentSpecPatchArgs(template=kubernetes.core.v1.PodTemplateSpecPatchArgs(
+                spec=kubernetes.core.v1.PodSpecPatchArgs(
+                    node_selector=placement["nodeSelector"],
+                    tolerations=[kubernetes.core.v1.TolerationPatchArgs(**t) for t in placement["tolerations"]]))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[manifest]))
 
     def _webhook_probe(self, name: str, namespace: kubernetes.core.v1.Namespace, job: Mapping[str, Any],
                        script: Mapping[str, Any]) -> kubernetes.batch.v1.Job:

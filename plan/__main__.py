@@ -1,12 +1,16 @@
 """Offline plan: render a stack (resources, GPU capacity, cost, policy) with no cloud account.
 
-    python -m plan STACK [--stack-file PATH] [--json PATH] [--no-policy] [--policy-config FILE] [--against OLD.json]
-                         [--policy-view update|preview|first-preview]
+    python -m plan STACK [--stack-file PATH] [--json PATH|-] [--quiet] [--no-policy] [--policy-config FILE]
+                         [--against OLD.json [--force]] [--policy-view update|preview|first-preview]
     python -m plan --policy-check PLAN.json [--policy-config FILE] [--policy-view VIEW]
     python -m plan --dr-pair PRIMARY SECONDARY
 
-Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document, 3 anything
-else (one line), 4 a usage error (arguments).
+The stack is named positionally or with --stack, as `python -m jobs` takes it. The report goes to stdout; with
+`--json -` the document goes to stdout and the report to stderr; --quiet leaves the report out. Diagnostics (errors,
+what was written where, why the exit code is 1) go to stderr.
+
+Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or a plan document that cannot be read or
+is not valid, 3 anything else (one line), 4 a usage error (arguments; --against a document of another stack).
 """
 from __future__ import annotations
 
@@ -32,13 +36,18 @@ def _epilog() -> str:
     from plan.stackfile import known_stacks
 
     return (f"stacks: {', '.join(known_stacks())}\n"
-            "exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an invalid plan document,\n"
-            "            3 anything else (one line), 4 a usage error\n"
+            "exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or an unreadable or invalid\n"
+            "            plan document, 3 anything else (one line), 4 a usage error\n"
             "example: python -m plan prod-us-east-1 --json plan.json --diagram docs/prod.svg")
 
 
-def _writable_file(text: str) -> Path:
-    """argparse type of `--json`: a file in a folder that exists, checked before the plan runs."""
+STDOUT = "-"     # `--json -`: the document on stdout, the report on stderr
+
+
+def _writable_file(text: str):
+    """argparse type of `--json`: a file in a folder that exists, checked before the plan runs, or `-`."""
+    if text == STDOUT:
+        return STDOUT
     path = Path(text)
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"{path.parent} does not exist")
@@ -60,9 +69,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     _quiet_library_noise()
     parser = _Parser(prog="python -m plan", description=__doc__.split("\n\n")[0], epilog=_epilog(),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stack", nargs="?", help="stack name, e.g. prod-us-east-1")
+    parser.add_argument("stack", nargs="?", help="stack name, e.g. prod-us-east-1 (or --stack NAME)")
+    parser.add_argument("--stack", dest="stack_option", metavar="NAME", help="the stack, as `python -m jobs` names "
+                        "it: the same as the positional STACK")
     parser.add_argument("--stack-file", type=Path, help="stack file to use instead of stacks/Pulumi.STACK.yaml")
-    parser.add_argument("--json", type=_writable_file, dest="json_path", help="write the plan document here")
+    parser.add_argument("--json", type=_writable_file, dest="json_path", metavar="PATH|-",
+                        help="write the plan document here; `-`: to stdout, with the report on stderr")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="print no report: only the document (with --json -) and diagnostics on stderr")
     from plan.diagram import diagram_argument   # standard library only: checks the path before the plan runs
     parser.add_argument("--diagram", type=diagram_argument, metavar="PATH.svg|PATH.dot",
                         help="draw the architecture picture (Graphviz; SVG needs its `dot` program)")
@@ -75,16 +89,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="judge the stack as the engine shows it to the pack on an update (default), on a later "
                              "preview, or on a new stack's first preview")
     parser.add_argument("--against", type=Path, metavar="OLD.json",
-                        help="also list what changed since an earlier plan document of the stack")
+                        help="also show the capacity and cost difference and what changed since an earlier plan "
+                             "document of the stack")
+    parser.add_argument("--force", action="store_true",
+                        help="with --against: compare with a document written for another stack")
     parser.add_argument("--dr-pair", nargs=2, metavar=("PRIMARY", "SECONDARY"),
                         help="check two stacks as a DR pair and print how long recovery from the primary's loss takes")
     args = parser.parse_args(argv)
+    if args.stack_option:
+        if args.stack and args.stack != args.stack_option:
+            parser.error(f"the stack is named twice: {args.stack} and --stack {args.stack_option}")
+        args.stack = args.stack_option
     if args.dr_pair:
         others = [option for option, given in (("STACK", args.stack), ("--policy-check", args.policy_check),
                                                ("--stack-file", args.stack_file), ("--json", args.json_path),
                                                ("--diagram", args.diagram), ("--no-policy", args.no_policy),
                                                ("--policy-config", args.policy_config), ("--against", args.against),
-                                               ("--policy-view", args.policy_view != "update")) if given]
+                                               ("--policy-view", args.policy_view != "update"),
+                                               ("--quiet", args.quiet), ("--force", args.force)) if given]
         if others:
             parser.error(f"--dr-pair takes two stack names and nothing else, not {', '.join(others)}")
         if args.dr_pair[0] == args.dr_pair[1]:
@@ -98,13 +120,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("give a STACK, or --policy-check PLAN.json, or --dr-pair PRIMARY SECONDARY")
     if args.against and not args.stack:
         parser.error("--against needs a STACK to plan")
+    if args.force and not args.against:
+        parser.error("--force has nothing to force without --against")
     if args.policy_config and args.no_policy:
         parser.error("--policy-config has nothing to configure with --no-policy")
     if args.policy_view != "update" and args.no_policy:
         parser.error("--policy-view has nothing to judge with --no-policy")
     try:
-        return (policy_check(args.policy_check, args.policy_config, args.policy_view) if args.policy_check
-                else plan(args))
+        return (policy_check(args.policy_check, args.policy_config, args.policy_view, quiet=args.quiet)
+                if args.policy_check else plan(args))
     except Exception as error:  # the contract: one line, exit 3, no traceback
         print(f"plan failed: {type(error).__name__}: {error}".splitlines()[0], file=sys.stderr)
         return EXIT_OTHER
@@ -113,10 +137,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 def plan(args) -> int:
     from pulumi import RunError
 
-    from plan.diff import diff_documents, render_changes
+    from plan.diff import (capacity_and_cost, changes_section, diff_documents, render_capacity_and_cost,
+                           render_changes)
     from plan.document import build_document, render_text
     from plan.engine import run_program
-    from plan.policy_runner import PolicyConfigError, load_config, mandatory, run_pack
+    from plan.policy_runner import PolicyConfigError, load_config, run_pack
     from plan.stackfile import StackFileError, load_stack
     from plan.preview import preview_facts
     from plan.views import PREVIEW_VIEWS, VIEWS
@@ -125,7 +150,13 @@ def plan(args) -> int:
     # Read OLD.json first, so an unusable one fails before the plan prints anything.
     old_document = read_document(args.against) if args.against else None
     if args.against and old_document is None:
-        return EXIT_OTHER
+        return EXIT_CONFIG
+    if old_document is not None and old_document["stack"] != args.stack and not args.force:
+        print(f"python -m plan: error: --against {args.against} is the plan document of stack "
+              f"{old_document['stack']}, not {args.stack}: every resource would read as created or deleted. Compare "
+              f"with a document of {args.stack} (python -m plan {args.stack} --json OLD.json), or add --force",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         # Validate before running anything, so a bad config registers nothing and reads as a list.
         config, spec = load_stack(args.stack, args.stack_file)
@@ -153,20 +184,50 @@ def plan(args) -> int:
         except PolicyConfigError as error:
             print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
             return EXIT_CONFIG
-    print(render_text(document))
+    # The report goes to stdout, or to stderr when stdout carries the document; --quiet leaves it out.
+    report = None if args.quiet else sys.stderr if args.json_path == STDOUT else sys.stdout
+    if report:
+        print(render_text(document), file=report)
     if args.diagram:
         from plan.diagram import write_diagram
 
         write_diagram(document, args.diagram)
-        print(f"\narchitecture picture written to {args.diagram}")
+        print(f"architecture picture written to {args.diagram}", file=sys.stderr)
     if old_document is not None:
         # Compared as written (a JSON round trip), so both sides hold the same kinds of values.
         changes = diff_documents(old_document, json.loads(json.dumps(document)))
-        print("\n".join([f"\nChanges against {args.against}:"] + render_changes(changes)))
-    if args.json_path:
+        rows = capacity_and_cost(old_document, document)
+        document["changes"] = changes_section(str(args.against), old_document, changes, rows)
+        if report:
+            print("\n".join([f"\nCapacity and cost against {args.against} (stack {old_document['stack']}; "
+                             "old -> new where a figure changed):"] + render_capacity_and_cost(rows)
+                            + [f"\nChanges against {args.against}:"] + render_changes(changes)), file=report)
+    if args.json_path == STDOUT:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    elif args.json_path:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        print(f"\nplan document written to {args.json_path}")
-    return EXIT_POLICY if mandatory(document["policy"]["violations"]) else EXIT_OK
+        print(f"plan document written to {args.json_path}", file=sys.stderr)
+    return _verdict(document["policy"], quiet=args.quiet)
+
+
+def _verdict(policy, quiet: bool = False) -> int:
+    """The exit code of a verdict; on 1, why, on stderr (each mandatory violation too when no report shows it)."""
+    from plan.policy_runner import mandatory
+    from plan.views import VIEW_NAMES
+
+    failed = mandatory(policy.get("violations") or [])
+    if not failed:
+        return EXIT_OK
+    names = sorted({v["policyName"] for v in failed})
+    print(f"python -m plan: exit 1: {len(failed)} mandatory policy violation(s) as "
+          f"{VIEW_NAMES.get(policy.get('view'), 'an update')} shows it ({', '.join(names)})"
+          + ("" if quiet else "; the report's Policy section lists them"), file=sys.stderr)
+    if quiet:
+        for v in failed:
+            found = v["message"].split("\n", 1)[-1].replace("\n", " ")
+            print(f"  [mandatory] {v['policyName']}: {found}" + (f" ({v['urn']})" if v["urn"] else ""),
+                  file=sys.stderr)
+    return EXIT_POLICY
 
 
 def dr_pair(primary: str, secondary: str) -> int:
@@ -236,45 +297,50 @@ def _summary(verdict) -> dict:
     return {"violations": len(levels), "mandatory": levels.count("mandatory")}
 
 
-def read_document(path: Path, problems_out: Optional[List[str]] = None) -> Optional[dict]:
-    """A written plan document, or None once one line on stderr has said why it cannot be used (what is wrong
-    with a readable document also goes into problems_out)."""
+def read_document(path: Path) -> Optional[dict]:
+    """A written plan document, or None once one line on stderr has said why it cannot be used and, where there is
+    none or it is no plan document, how to write one."""
     from plan.document import document_problems
 
+    how = f"write one with `make plan JSON={path}` or `python -m plan STACK --json {path}`"
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:   # ValueError: not UTF-8, or not JSON
+    except FileNotFoundError:
+        print(f"cannot read plan document {path}: there is no such file; {how}", file=sys.stderr)
+        return None
+    except json.JSONDecodeError as error:
+        print(f"cannot read plan document {path}: it is not JSON ({error}); {how}", file=sys.stderr)
+        return None
+    except (OSError, ValueError) as error:   # ValueError: not UTF-8
         print(f"cannot read plan document {path}: {error}", file=sys.stderr)
         return None
     problems = document_problems(document)
     if problems:
-        print(f"{path} is not a valid plan document: " + "; ".join(problems), file=sys.stderr)
-        if problems_out is not None:
-            problems_out.extend(problems)
+        print(f"{path} is not a valid plan document: " + "; ".join(problems) + f"; {how}", file=sys.stderr)
         return None
     return document
 
 
-def policy_check(path: Path, config_path: Optional[Path] = None, view: str = "update") -> int:
+def policy_check(path: Path, config_path: Optional[Path] = None, view: str = "update", quiet: bool = False) -> int:
     """Run the pack on a written plan document, as `view` would show it: exit 1 on a mandatory violation, 2 on a
-    document (or pack config) that is not valid or lacks the view, never a pass on one."""
+    document (or pack config) that cannot be read, is not valid or lacks the view, never a pass on one."""
     from plan.document import _policy_lines
-    from plan.policy_runner import PolicyConfigError, PolicyViewError, load_config, mandatory, run_pack
+    from plan.policy_runner import PolicyConfigError, PolicyViewError, load_config, run_pack
 
-    problems: List[str] = []
-    document = read_document(path, problems)
+    document = read_document(path)
     if document is None:
-        return EXIT_CONFIG if problems else EXIT_OTHER
+        return EXIT_CONFIG
     try:
         verdict = run_pack(document, load_config(config_path) if config_path else None, view=view)
     except (PolicyConfigError, PolicyViewError) as error:
         print(f"config error: {error}", file=sys.stderr)
         return EXIT_CONFIG
     recorded = document["policy"]["violations"]
-    print(f"{path}: plan document for stack {document['stack']} ({len(document['resources'])} resources; "
-          f"{len(recorded)} violation(s) recorded when it was planned)")
-    print("\n".join(_policy_lines(verdict)))
-    return EXIT_POLICY if mandatory(verdict["violations"]) else EXIT_OK
+    if not quiet:
+        print(f"{path}: plan document for stack {document['stack']} ({len(document['resources'])} resources; "
+              f"{len(recorded)} violation(s) recorded when it was planned)")
+        print("\n".join(_policy_lines(verdict)))
+    return _verdict(verdict, quiet=quiet)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,17 @@ Resources are matched by URN and compared on their inputs only (dependency order
 An update is a replacement when an input listed in replace_on_change.yaml changed. The mocks give a
 replaced resource the same ID as before, so changes that follow from a new ID are not seen here:
 `pulumi preview` against the real state stays the authority.
+
+A list that stands for a map (tags as {key, value} entries, environment variables as {name, value}) is compared
+entry by entry under its key, so a path reads `tags.Team`, not `tags[9].value`. The report wraps each resource's
+paths to WIDTH characters and summarises past a few lines; the document written with --json keeps them all.
+Capacity and cost are compared from the figures both documents record (`capacity[]`, `cost`).
 """
 from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -22,6 +28,13 @@ ACTIONS = ("create", "update", "replace", "delete")
 NOTES = {"aws:ec2/launchTemplate:LaunchTemplate": "rolls the pool's nodes (instance refresh)"}
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ABSENT = object()   # a key or list item one side does not have
+WIDTH = 120          # the longest line the change listing prints
+PATH_LINES = 3       # wrapped lines of paths shown per resource before the rest is summarised
+_INDENT = " " * 11
+# A list stands for a map when each entry names itself, distinctly, with one of these fields: Auto Scaling tags
+# ({key, value, propagateAtLaunch}), tolerations, environment variables ({name, value}), containers, lifecycle hooks,
+# Kueue flavors and their resources. Whether order counts: a "name" list's order can (Kueue tries flavors in order).
+_MAP_ENTRY_FIELDS = {"key": False, "name": True}
 
 
 @dataclass(frozen=True)
@@ -72,12 +85,42 @@ def changed_paths(old: Any, new: Any, path: str = "") -> Iterator[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(old.keys() | new.keys()):
             yield from changed_paths(old.get(key, _ABSENT), new.get(key, _ABSENT), _key_path(path, key))
+    elif isinstance(old, list) and isinstance(new, list) and _map_field(old, new):
+        yield from _changed_entries(old, new, path, _map_field(old, new))
     elif isinstance(old, list) and isinstance(new, list):
         for i in range(max(len(old), len(new))):
             yield from changed_paths(old[i] if i < len(old) else _ABSENT, new[i] if i < len(new) else _ABSENT,
                                      f"{path}[{i}]")
     elif old != new:
         yield path
+
+
+def _map_field(old: list, new: list) -> Optional[str]:
+    """The field that keys both lists' entries when they stand for a map (each entry an object naming itself
+    with a distinct string), else None."""
+    entries = old + new
+    for field in _MAP_ENTRY_FIELDS:
+        if entries and all(isinstance(e, dict) and isinstance(e.get(field), str) for e in entries) and \
+                all(len({e[field] for e in side}) == len(side) for side in (old, new)):
+            return field
+    return None
+
+
+def _changed_entries(old: list, new: list, path: str, field: str) -> Iterator[str]:
+    """Map-like lists entry by entry, by key: an entry that appears or vanishes, or whose value changes, is
+    `path.KEY`; another field of it `path.KEY.field`; entries kept in another order, where order counts, `path`."""
+    before, after = {e[field]: e for e in old}, {e[field]: e for e in new}
+    if _MAP_ENTRY_FIELDS[field] and [k for k in before if k in after] != [k for k in after if k in before]:
+        yield path
+    for key in sorted(before.keys() | after.keys()):
+        at = _key_path(path, key)
+        a, b = before.get(key, _ABSENT), after.get(key, _ABSENT)
+        if a is _ABSENT or b is _ABSENT:
+            yield at
+            continue
+        for name in sorted((a.keys() | b.keys()) - {field}):
+            yield from changed_paths(a.get(name, _ABSENT), b.get(name, _ABSENT),
+                                     at if name == "value" else _key_path(at, name))
 
 
 def _key_path(path: str, key: str) -> str:
@@ -103,11 +146,116 @@ def render_changes(changes: Sequence[ResourceChange]) -> List[str]:
             continue
         lines.append(f"  {change.action:<8} {change.urn}")
         if change.paths:
-            lines.append(f"           changed: {', '.join(change.paths)}")
+            lines += wrapped("changed", change.paths)
         if change.forced_by:
-            lines.append(f"           forces replacement: {', '.join(change.forced_by)}")
+            lines += wrapped("forces replacement", change.forced_by)
         if change.note:
             lines.append(f"           note: {change.note}")
     counts = {action: sum(1 for c in changes if c.action == action) for action in ACTIONS + ("unchanged",)}
     lines.append("  " + ", ".join(f"{counts[a]} to {a}" for a in ACTIONS) + f", {counts['unchanged']} unchanged")
     return lines
+
+
+def wrapped(label: str, paths: Sequence[str], width: int = WIDTH, most: int = PATH_LINES) -> List[str]:
+    """`label: a, b, c` wrapped to `width` under the URN, at most `most` lines; past them, how many more paths
+    there are (the plan document written with --json lists every one under `changes`)."""
+    head, rest = f"{_INDENT}{label}: ", _INDENT + " " * (len(label) + 2)
+    room = width - len(rest) - 1     # a path and its comma
+    shown = [p if len(p) <= room else p[:room - 3] + "..." for p in paths]
+    lines = textwrap.wrap(", ".join(shown), width=width, initial_indent=head, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    if len(lines) <= most:
+        return lines
+    lines = lines[:most - 1]
+    listed = sum(line.count(", ") for line in lines) + len(lines)   # a line ends in "," or a whole path
+    more = len(paths) - listed
+    return lines + [f"{rest}... and {more} more (all {len(paths)} in the --json document's changes)"]
+
+
+# --- capacity and cost: the figures each document records, pool by pool -------------------------------------------
+_FIGURES = ("gpusAtDesired", "gpusAtMax", "hourlyAtDesired", "hourlyAtMax")
+
+
+def capacity_and_cost(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """One row per pool (the new document's pools in order, then the ones it drops), then "fixed costs" and
+    "total": each figure of _FIGURES as {"old", "new"} (None where a side has no such pool, or no price), taken
+    from `capacity[]` (GPUs) and `cost` (USD an hour) as the documents recorded them. A row whose price is a gap
+    on either side, and a total summed over gaps, carries "incomplete": true."""
+    def pools(document):
+        gpus = {r["pool"]: r for r in document.get("capacity") or []}
+        cost = {p["pool"]: p for p in (document.get("cost") or {}).get("pools") or []}
+        return {name: {"gpusAtDesired": gpus.get(name, {}).get("gpusAtDesired"),
+                       "gpusAtMax": gpus.get(name, {}).get("gpusAtMax"),
+                       "hourlyAtDesired": cost.get(name, {}).get("hourlyAtDesired"),
+                       "hourlyAtMax": cost.get(name, {}).get("hourlyAtMax")}
+                for name in list(gpus) + [n for n in cost if n not in gpus]}
+
+    def fixed(document):
+        items = (document.get("cost") or {}).get("fixed") or []
+        return {figure: round(sum(i.get(figure) or 0 for i in items), 4) if figure.startswith("hourly") else None
+                for figure in _FIGURES}, any(i.get("hourlyAtMax") is None for i in items)
+
+    def total(document, rows):
+        cost = document.get("cost") or {}
+        figures = {"gpusAtDesired": sum(r.get("gpusAtDesired") or 0 for r in rows.values()),
+                   "gpusAtMax": sum(r.get("gpusAtMax") or 0 for r in rows.values()),
+                   "hourlyAtDesired": cost.get("hourlyAtDesired"), "hourlyAtMax": cost.get("hourlyAtMax")}
+        return figures, not cost.get("complete", True)
+
+    before, after = pools(old), pools(new)
+    rows = []
+    for name in list(after) + [n for n in before if n not in after]:
+        a, b = before.get(name), after.get(name)
+        rows.append({"pool": name, **{f: {"old": a and a[f], "new": b and b[f]} for f in _FIGURES},
+                     "incomplete": any((side is not None and side[f] is None) for side in (a, b)
+                                       for f in ("hourlyAtDesired", "hourlyAtMax")),
+                     "added": a is None, "removed": b is None})
+    for name, (old_side, old_gap), (new_side, new_gap) in (
+            ("fixed costs", fixed(old), fixed(new)), ("total", total(old, before), total(new, after))):
+        rows.append({"pool": name, **{f: {"old": old_side[f], "new": new_side[f]} for f in _FIGURES},
+                     "incomplete": old_gap or new_gap, "added": False, "removed": False})
+    return rows
+
+
+def _figure(row: Mapping[str, Any], figure: str) -> str:
+    money = figure.startswith("hourly")
+
+    def show(value, absent):
+        if absent:
+            return "-"       # the pool is not in that document
+        if value is None:
+            return "no price" if money else "-"
+        return f"${value:,.2f}" if money else f"{value:,}"
+
+    old, new = row[figure]["old"], row[figure]["new"]
+    if old == new and not row.get("added") and not row.get("removed"):
+        return show(new, False)
+    if old is None or new is None:
+        return f"{show(old, row.get('added'))} -> {show(new, row.get('removed'))}"
+    delta = new - old
+    return f"{show(old, False)} -> {show(new, False)} ({'+' if delta >= 0 else '-'}{show(abs(delta), False)})"
+
+
+def render_capacity_and_cost(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The table of capacity_and_cost: old -> new (difference) where a figure changed, the figure where not; a
+    row with a price gap, and a total that leaves one out, is marked (incomplete)."""
+    body = [[r["pool"] + (" (new)" if r.get("added") else "") + (" (removed)" if r.get("removed") else "")
+             + (" (incomplete)" if r["incomplete"] else ""),
+             _figure(r, "gpusAtDesired") if r["pool"] != "fixed costs" else "",
+             _figure(r, "gpusAtMax") if r["pool"] != "fixed costs" else "",
+             _figure(r, "hourlyAtDesired"), _figure(r, "hourlyAtMax")] for r in rows]
+    header = ["pool", "GPUs@desired", "GPUs@max", "USD/hour@desired", "USD/hour@max"]
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    return [("  " + fmt.format(*line)).rstrip() for line in [header, ["-" * w for w in widths]] + body]
+
+
+def changes_section(against: str, old: Mapping[str, Any], changes: Sequence[ResourceChange],
+                    rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """What --against adds to the plan document: every changed resource with all its paths, the counts, and the
+    capacity and cost rows."""
+    return {"against": against, "stack": old.get("stack"),
+            "counts": {action: sum(1 for c in changes if c.action == action) for action in ACTIONS + ("unchanged",)},
+            "resources": [{"urn": c.urn, "type": c.type, "action": c.action, "paths": list(c.paths),
+                           "forcedBy": list(c.forced_by), "note": c.note} for c in changes if c.action != "unchanged"],
+            "capacityAndCost": [dict(r) for r in rows]}

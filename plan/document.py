@@ -11,10 +11,11 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 from plan.engine import ACCOUNT_ID, ProgramRun
 from plan.views import VIEW_NAMES, ViewFacts, computed_outputs
 from spec import lustre as lustre_rules
-from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, replication,
-                  scratch, triton)
+from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, preflight,
+                  replication, scratch, triton)
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
+from spec.zones import reservations_from_table
 
 DOCUMENT_VERSION = 1
 REQUIRED_FIELDS = {"version": int, "project": str, "stack": str, "region": str, "resources": list,
@@ -40,10 +41,23 @@ def capacity_rows(spec: StackSpec) -> List[Dict[str, Any]]:
     return rows
 
 
-def cost_section(spec: StackSpec) -> Dict[str, Any]:
+# Where the plan's reservation sizes and block terms come from (the program's `reservations` output).
+RESERVATION_SOURCE = ("read from the account by the program (EC2 DescribeCapacityReservations through the stack's "
+                      "provider, components/account.py); in this offline plan the mock account (plan/engine.py "
+                      "offline_account) answers each reservation with its pool's maxNodes and a block with an "
+                      "assumed 14-day term: `pulumi preview` shows the real ones")
+KMS_KEY_TYPE = "aws:kms/key:Key"
+
+
+def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
     """The whole bill (spec/cost.py): GPU pools and fixed costs, hourly and monthly, at desired and at max, with
-    committed spend apart from pay-as-you-go and what has no price listed as a gap."""
-    estimate = cost.estimate(spec)
+    committed spend apart from pay-as-you-go and what has no price listed as a gap; reservations at the size the
+    program read (`run`'s `reservations` output), capacity blocks paid upfront outside the run rate, what a
+    commitment would save, and what is charged by use with its unit price."""
+    read = run.outputs.get("reservations") if run is not None else None
+    reservations = reservations_from_table(read) if read is not None else None
+    kms_keys = len(run.of_type(KMS_KEY_TYPE)) if run is not None else None
+    estimate = cost.estimate(spec, reservations=reservations, kms_keys=kms_keys)
     committed = estimate.committed_hourly
 
     def both(hourly_desired, hourly_max):
@@ -58,13 +72,40 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
         "complete": estimate.complete,
         "gaps": estimate.gaps,
         "pricesAsOf": spec.catalog.prices_as_of,
-        "source": f"{spec.catalog.price_source}; fixed costs, spot discounts and capacity blocks: spec/prices.yaml "
-                  "(each item names its source and date)",
+        "source": f"{spec.catalog.price_source}; fixed costs, spot and commitment discounts, capacity blocks and "
+                  "usage rates: spec/prices.yaml (each item names its source and date)",
         "scope": "GPU pools and fixed costs (control plane, system nodes, root volumes, NAT, endpoints, transit "
-                 "gateway, FSx, load balancer); usage-based charges not estimated",
+                 "gateway, FSx, load balancer); capacity blocks paid upfront and charges by use listed apart",
         "notEstimated": list(cost.NOT_ESTIMATED),
+        "stale": estimate.stale,
+        "reservationSource": RESERVATION_SOURCE if read is not None else "not read: each reservation sized at maxNodes",
+        "reservations": [{"pool": p.pool, "capacity": p.capacity, "reservationId": p.reservation_id,
+                          "billedInstances": p.nodes_at_max, "sizeSource": p.size_source}
+                         for p in estimate.pools if p.reservation_id],
+        "upfront": {
+            "total": cost.cents(estimate.upfront_total),
+            "blocks": [{"pool": p.pool, "instanceType": p.instance_type, "instances": p.committed_nodes,
+                        "rateHourly": p.node_hourly, "start": p.block_start, "end": p.block_end, "hours": p.block_hours,
+                        "total": cost.cents(p.upfront_total), "stale": p.stale, "gap": p.gap}
+                       for p in estimate.blocks]},
+        "commitmentOptions": [{
+            "pool": o.pool, "capacity": o.capacity, "instanceType": o.instance_type, "family": o.family,
+            "steadyNodes": o.nodes, "onDemandHourly": cost.per_hour(o.on_demand_hourly),
+            "onDemandMonthly": cost.monthly(o.on_demand_hourly),
+            "terms": [{"term": term, "commitment": key, "hourly": cost.per_hour(hourly), "monthly": cost.monthly(hourly),
+                       "savingMonthly": cost.monthly(o.saving_hourly(term)),
+                       "savingOverTerm": (cost.cents(o.saving_hourly(term) * cost.HOURS_PER_MONTH * months)
+                                          if hourly is not None else None),
+                       "basis": basis if hourly is not None else None, "gap": None if hourly is not None else basis}
+                      for (term, key, hourly, basis), (_, months) in zip(o.terms, cost.COMMITMENT_TERMS)],
+        } for o in estimate.commitments],
+        "usageBased": [{"item": u.item, "unit": u.unit, "unitUsd": u.unit_usd, "quantity": u.quantity,
+                        "monthly": cost.cents(u.monthly), "source": u.source, "asOf": u.as_of, "gap": u.gap}
+                       for u in estimate.usage],
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
         "budgetCovers": "GPU pools at maxNodes",
+        # what the budget check sums (spec/validate.py): every priced pool at max, a capacity block while it runs
+        "budgetHourlyAtMax": cost.per_hour(sum(p.hourly_at_max for p in estimate.pools if not p.gap)),
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
         "committed": {"hourly": cost.per_hour(committed), "monthly": cost.monthly(committed),
@@ -83,7 +124,7 @@ def cost_section(spec: StackSpec) -> Dict[str, Any]:
             **both(p.hourly_at_desired, p.hourly_at_max),
             "onDemandHourlyAtDesired": cost.per_hour(p.on_demand_hourly(p.nodes_at_desired)),
             "onDemandHourlyAtMax": cost.per_hour(p.on_demand_hourly(p.nodes_at_max)),
-            "basis": p.basis, "gap": p.gap,
+            "basis": p.basis, "gap": p.gap, "inRunRate": p.in_run_rate, "reservationId": p.reservation_id,
         } for p in estimate.pools],
         "fixed": [{
             "item": f.item, "unit": f.unit, "quantityAtDesired": f.quantity_at_desired, "quantityAtMax": f.quantity_at_max,
@@ -115,12 +156,13 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         } for r in sorted(run.resources, key=lambda r: r.urn)],   # sorted: registration order varies run to run
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),
-        "cost": cost_section(spec),
+        "cost": cost_section(spec, run),
         "nodeImage": node_image_section(spec),
         "platform": platform_section(spec),
         "storage": storage_section(spec),
         "monitoring": monitoring_section(spec, run),
         "inference": inference_section(spec, run),
+        "preflight": preflight_section(spec),
         "warnings": list(warnings),
         "policyViews": {view: facts.to_document() for view, facts in dict(views).items()},
         "policy": dict(policy),
@@ -171,6 +213,24 @@ def inference_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
         "endpoint": run.outputs.get("inferenceEndpoint"),
         "dns": ({"domain": dr.domain, "routing": dr.routing, "role": dr.role}
                 if dr.role in ("primary", "secondary") else None)}}
+
+
+def preflight_section(spec: StackSpec) -> Dict[str, Any]:
+    """What the first `pulumi up` reads or counts before creating anything (spec/preflight.py): the vCPU quotas the
+    pools draw on, the zones every interface endpoint service must be offered in, and each pool's ASG tag count."""
+    from components.network import INTERFACE_ENDPOINTS
+
+    return {
+        "quotas": [{"quotaCode": code, "quotaName": need.quota.name, "pools": [name for _, name, _ in need.pools],
+                    "vcpusAtDesired": need.at_desired, "vcpusAtMax": need.at_max,
+                    "awsDefaultVcpus": need.quota.default_vcpus}
+                   for code, need in preflight.quota_demand(spec.pools).items()],
+        "interfaceEndpoints": {"services": list(INTERFACE_ENDPOINTS.values()), "zones": list(spec.network.zones)},
+        "autoScalingTags": [{"pool": pool.name, "tags": len(preflight.asg_tags(pool, spec.cluster_name,
+                                                                               spec.resource_tags))}
+                            for pool in spec.pools],
+        "autoScalingTagsMax": preflight.ASG_TAGS_MAX,
+    }
 
 
 def node_image_section(spec: StackSpec) -> Dict[str, Any]:
@@ -229,7 +289,7 @@ def storage_section(spec: StackSpec, account_id: str = ACCOUNT_ID) -> Dict[str, 
 
 
 def bucket_row(spec: StackSpec, purpose: str, name: str) -> Dict[str, Any]:
-    life = buckets.lifecycle(purpose, spec.monitoring.retention_days)
+    life = buckets.lifecycle(purpose, spec.log_retention_days)
     replicated = purpose in buckets.REPLICATED and spec.dr.role != "none"
     return {"purpose": purpose, "name": name, "noncurrentDays": life.noncurrent_days,
             "abortUploadDays": life.abort_upload_days, "expireDays": life.expire_days,
@@ -275,6 +335,8 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _resource_tree(document) + [""]
     lines += _capacity_table(document["capacity"]) + [""]
     lines += _network_table(document["outputs"].get("zones") or []) + [""]
+    if document.get("preflight"):
+        lines += _preflight_lines(document["preflight"]) + [""]
     lines += _cost_table(document["cost"]) + [""]
     lines += _node_image_lines(document["nodeImage"]) + [""]
     lines += _platform_lines(document["platform"]) + [""]
@@ -389,6 +451,21 @@ def _capacity_table(rows: List[Mapping[str, Any]]) -> List[str]:
         body + [total])
 
 
+def _preflight_lines(section: Mapping[str, Any]) -> List[str]:
+    rows = [[q["quotaCode"], q["quotaName"], q["vcpusAtDesired"], q["vcpusAtMax"],
+             f"{q['awsDefaultVcpus']}: request {q['vcpusAtMax']}" if q["awsDefaultVcpus"] < q["vcpusAtMax"] else
+             q["awsDefaultVcpus"], ", ".join(q["pools"])] for q in section["quotas"]]
+    endpoints = section["interfaceEndpoints"]
+    tags = ", ".join(f"{t['pool']} {t['tags']}" for t in section["autoScalingTags"])
+    return (["Preflight (what AWS would refuse; `pulumi preview` reads the account, this plan assumes it holds what "
+             "the stack needs):"]
+            + (_table(["vCPU quota", "name", "vCPUs@desired", "vCPUs@max", "AWS default", "pools"], rows) if rows
+               else ["  no pool draws on an EC2 vCPU quota (reserved and capacity-block pools use their reservation)"])
+            + [f"  interface endpoints: {len(endpoints['services'])} services, each must be offered in "
+               f"{', '.join(endpoints['zones'])}",
+               f"  Auto Scaling tags per group (at most {section['autoScalingTagsMax']}): {tags}"])
+
+
 def _network_table(zones: List[Mapping[str, Any]]) -> List[str]:
     body = [[z["zoneId"], z["zoneName"], z["privateSubnet"], z["publicSubnet"],
              f"{z['addressesAtMax']} of {z['usableAddresses']}", ", ".join(z["pools"]) or "-"] for z in zones]
@@ -402,13 +479,18 @@ def _usd(value) -> str:
 
 def _cost_table(section: Mapping[str, Any]) -> List[str]:
     hours = section.get("hoursPerMonth", 730)
+
+    def run_rate(p, key):   # a capacity block is paid upfront: its row shows no run rate
+        return _usd(p[key]) if p.get("inRunRate", True) else "upfront"
     body = [[p["pool"], p["capacity"] + (" (upfront)" if p.get("upfront") else ""), _usd(p["nodeHourly"]),
-             f"{p.get('billedNodesAtDesired', '')}/{p.get('billedNodesAtMax', '')}", _usd(p["hourlyAtDesired"]),
-             _usd(p["hourlyAtMax"]), _usd(p.get("monthlyAtMax"))] for p in section["pools"]]
+             f"{p.get('billedNodesAtDesired', '')}/{p.get('billedNodesAtMax', '')}", run_rate(p, "hourlyAtDesired"),
+             run_rate(p, "hourlyAtMax"), run_rate(p, "monthlyAtMax")] for p in section["pools"]]
     body += [[f["item"], "fixed", _usd(f["unitHourly"]), f"{f['quantityAtDesired']:g}/{f['quantityAtMax']:g}",
               _usd(f["hourlyAtDesired"]), _usd(f["hourlyAtMax"]), _usd(f.get("monthlyAtMax"))]
              for f in section.get("fixed", [])]
-    body.append(["total", "", "", "", _usd(section["hourlyAtDesired"]), _usd(section["hourlyAtMax"]),
+    # A total that leaves a gap out says so on its own line, not only in the gaps list below.
+    incomplete = cost.incomplete_note(section.get("gaps", []))
+    body.append(["total" + incomplete, "", "", "", _usd(section["hourlyAtDesired"]), _usd(section["hourlyAtMax"]),
                  _usd(section.get("monthlyAtMax"))])
     lines = [f"Hourly cost ({section['currency']}, prices as of {section['pricesAsOf']}; {section['scope']}; "
              f"a month is {hours} hours):"]
@@ -421,7 +503,8 @@ def _cost_table(section: Mapping[str, Any]) -> List[str]:
                      f"{_usd(committed['upfrontHourly'])}/hour")
         lines.append(f"  pay-as-you-go: {_usd(payg['hourlyAtDesired'])}/hour at desired, {_usd(payg['hourlyAtMax'])}"
                      "/hour at max")
-        lines.append(f"  three years at desired: {_usd(section['threeYearsAtDesired'])}; saving against the same GPUs "
+        lines.append(f"  three years at desired: {_usd(section['threeYearsAtDesired'])}{incomplete}; saving against "
+                     "the same GPUs "
                      f"all on-demand: {_usd(saving['hourlyAtDesired'])}/hour at desired "
                      f"({_usd(saving['monthlyAtDesired'])}/month), {_usd(saving['hourlyAtMax'])}/hour at max")
         for p in section["pools"]:
@@ -429,19 +512,77 @@ def _cost_table(section: Mapping[str, Any]) -> List[str]:
                 lines.append(f"  {p['pool']}: {p['commitment']}, {_usd(p['committedHourly'])}/hour committed, "
                              f"{_usd(p['commitmentTermTotal'])} over the term")
     if section.get("budgetMaxHourlyUsd") is not None:
-        covered = section.get("gpuPools", {}).get("hourlyAtMax")
+        covered = section.get("budgetHourlyAtMax", section.get("gpuPools", {}).get("hourlyAtMax"))
         lines.append(f"  budget: {_usd(section['budgetMaxHourlyUsd'])}/hour for "
-                     f"{section.get('budgetCovers', 'pools at max')}" + (f" (now {_usd(covered)})" if covered is not None else ""))
+                     f"{section.get('budgetCovers', 'pools at max')}" + (f" (now {_usd(covered)}"
+                     f"{cost.incomplete_note([p['pool'] for p in section['pools'] if p.get('gap')])})"
+                     if covered is not None else ""))
     for p in section["pools"]:
         if p.get("basis") and "ASSUMED" in p["basis"]:
             lines.append(f"  assumed: {p['pool']}: {p['basis']}")
+    for r in section.get("reservations", []):
+        lines.append(f"  billed size: {r['pool']}: {r['sizeSource']}")
+    if section.get("reservations"):
+        lines.append(f"    (sizes {section['reservationSource']})")
+    lines += [f"  STALE: {line}" for line in section.get("stale", [])]
     if not section.get("complete", True):
         lines.append("  gaps (no price, left out of the totals):")
         lines += [f"    - {gap}" for gap in section.get("gaps", [])] or \
                  ["    - some pools have no price in the catalog for this region"]
     if section.get("notEstimated"):
         lines.append("  not estimated (charged by use): " + "; ".join(section["notEstimated"]))
+    lines += _upfront_lines(section.get("upfront"))
+    lines += _commitment_lines(section.get("commitmentOptions"))
+    lines += _usage_lines(section.get("usageBased"))
     return lines
+
+
+def _upfront_lines(upfront) -> List[str]:
+    if not upfront or not upfront["blocks"]:
+        return []
+    body = [[b["pool"], b["instanceType"], b["instances"], _usd(b["rateHourly"]), b["start"] or "not read",
+             b["end"] or "not read", "-" if b["hours"] is None else f"{b['hours']:g}",
+             _usd(b["total"]) if b["gap"] is None else "no price"] for b in upfront["blocks"]]
+    lines = ["", "Paid upfront (capacity blocks: rate x instances x hours, once, at purchase; outside the run rate):"]
+    lines += _table(["pool", "instance type", "instances", "rate/hour", "start", "end", "hours", "upfront"], body)
+    unpriced = [b["pool"] for b in upfront["blocks"] if b["gap"] is not None]
+    lines.append(f"  upfront total: {_usd(upfront['total'])}{cost.incomplete_note(unpriced)}")
+    return lines
+
+
+def _commitment_lines(options) -> List[str]:
+    if options is None:
+        return []
+    if not options:
+        return ["", "Commitments: no on-demand or reserved pool to commit (spot and capacity blocks take none)"]
+    terms = [t["term"] for t in options[0]["terms"]]
+    kinds = ", ".join(dict.fromkeys(t["commitment"] for o in options for t in o["terms"]))
+    body = []
+    for o in options:
+        row = [o["pool"], o["instanceType"], o["steadyNodes"], _usd(o["onDemandMonthly"])]
+        for t in o["terms"]:
+            row.append("no sourced rate" if t["gap"] else f"{_usd(t['monthly'])} (saves {_usd(t['savingMonthly'])})")
+        body.append(row)
+    lines = ["", f"Commitments: what 1 or 3 years would bill on the steady nodes ({kinds}), a month against on-demand:"]
+    lines += _table(["pool", "instance type", "steady nodes", "on-demand"] + terms, body)
+    missing: Dict[str, List[str]] = {}
+    for o in options:
+        for t in o["terms"]:
+            if t["gap"] and o["family"] not in missing.setdefault(t["commitment"], []):
+                missing[t["commitment"]].append(o["family"])
+    lines += [f"  no sourced {key} discount for {', '.join(families)} (spec/prices.yaml): no figure, never a guess"
+              for key, families in missing.items()]
+    return lines
+
+
+def _usage_lines(usage) -> List[str]:
+    if not usage:
+        return []
+    body = [[u["item"], u["unit"], "no price" if u["unitUsd"] is None else f"${u['unitUsd']:g}",
+             "-" if u["monthly"] is None else _usd(u["monthly"]), u["asOf"] or u["gap"]] for u in usage]
+    lines = ["", "Charged by use (not in the totals; a month at the stack's quantity where it fixes one; sources in "
+                 "spec/prices.yaml and the plan document):"]
+    return lines + _table(["item", "per", "unit price", "a month", "rate as of"], body)
 
 
 def _node_image_lines(image: Mapping[str, Any]) -> List[str]:
@@ -516,7 +657,8 @@ def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
     body = [[r["pool"], f"{r['disks']} x {r['diskGB']:,} GB" if r["disks"] else "none",
              (f"{r['totalGB']:,} GB " + ("RAID0" if r["raid0"] else "unused")) if r["disks"] else "-",
              _iops(r["readIops"]), _iops(r["writeIops"]), hot[r["meetsHotTier"]]] for r in storage["scratch"]]
-    lines = ["Buckets (SSE-KMS with one key each, versioned, private, TLS only, access-logged, protected):"]
+    lines = ["Buckets (SSE-KMS with one key each, the log bucket SSE-S3; versioned, private, TLS only, access-logged, "
+             "protected):"]
     lines += _table(["purpose", "name", "old versions", "tiering", "replication"],
                     [[b["purpose"], b["name"], f"{b['noncurrentDays']} d" + (f", logs {b['expireDays']} d"
                                                                               if b["expireDays"] else ""),

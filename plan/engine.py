@@ -45,29 +45,45 @@ REGION_ZONES = {
 }
 
 
+# The capacity block the offline plan assumes for a capacity-block pool, there being no account to read its term
+# from: 14 days from 2027-01-04, at 11:30 UTC, when every block begins and ends (EC2 User Guide, "Find and purchase
+# Capacity Blocks": durations of 1 to 14 days, then 7-day steps to 182). The plan says the term is assumed.
+OFFLINE_BLOCK_START, OFFLINE_BLOCK_END = "2027-01-04T11:30:00Z", "2027-01-18T11:30:00Z"
+
+
 @dataclass
 class MockAccount:
     """The pretend AWS account the mocks answer for: what its zones are called, what they offer, which
     capacity reservations it holds. Tests change it to see how the program reacts."""
     zones: Dict[str, str]                          # available zone ID -> this account's name for it
     offerings: Dict[str, FrozenSet[str]]           # zone ID -> instance types offered there
-    reservations: Dict[str, Dict[str, Any]]        # id -> properties as EC2 reports them
+    # id -> properties as EC2 reports them (InstanceCount: the size billed; StartDate/EndDate: a block's term)
+    reservations: Dict[str, Dict[str, Any]]
     caller_arn: str = f"arn:aws:sts::{ACCOUNT_ID}:assumed-role/gpu-cloud-deployer/pulumi"   # who runs Pulumi
     role_paths: Dict[str, str] = field(default_factory=dict)   # role name -> IAM path, for session issuers
     transit_gateways: Tuple[str, ...] = ()                     # IDs the account can attach to
+    quotas: Dict[str, float] = field(default_factory=dict)     # EC2 vCPU quota code -> value; one not here is unreadable
+    # interface endpoint service (ecr.api, ...) -> zone IDs that offer it; None: every service in every zone
+    endpoint_zones: Optional[Dict[str, FrozenSet[str]]] = None
 
 
 def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount:
     """The account the offline plan assumes: every zone of the region available, named a, b, c... in zone-ID
     order; every catalog type of the region offered in every zone; and every reservation the stack names
-    existing exactly as its pool describes it, and the stack's transit gateway too (there is no account to read
-    them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises."""
+    existing exactly as its pool describes it (maxNodes instances; a capacity block for OFFLINE_BLOCK_START to
+    OFFLINE_BLOCK_END), and the stack's transit gateway too (there is no account to read
+    them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises.
+    Each EC2 vCPU quota the pools draw on is exactly what they need at maxNodes (AWS's default is 0: the plan's
+    preflight section says what to request), and every interface endpoint service is offered in every zone."""
     from spec.catalog import load_catalog
     from spec.zones import load_zone_facts
 
     facts = load_zone_facts().regions.get(region)
     prefix = facts.zone_id_prefix if facts else region.replace("-", "")[:5]
-    zones = {f"{prefix}-az{i + 1}": f"{region}{letter}" for i, letter in enumerate(REGION_ZONES.get(region, "abc"))}
+    # The region's GPU zone IDs where spec/zones.yaml records them (ap-northeast-1 has no apne1-az3 among them).
+    ids = facts.gpu_zone_ids if facts and facts.gpu_zone_ids else tuple(
+        f"{prefix}-az{i + 1}" for i in range(len(REGION_ZONES.get(region, "abc"))))
+    zones = {zone_id: f"{region}{letter}" for zone_id, letter in zip(ids, "abcdef")}
     offered = frozenset(name for name, itype in load_catalog().instance_types.items() if region in itype.regions)
     reservations = {}
     for pool in stack_config.get("gpu-cloud:nodePools") or []:
@@ -79,7 +95,9 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
                 "AvailabilityZoneId": zone_id, "AvailabilityZone": zones.get(zone_id, pin),
                 "InstanceType": (pool.get("instanceTypes") or [""])[0], "InstanceCount": pool.get("maxNodes", 0),
                 "PlacementGroupArn": f"arn:aws:ec2:{region}:{ACCOUNT_ID}:placement-group/{group}" if group else None,
-                "ReservationType": "capacity-block" if pool.get("capacity") == "capacity-block" else "default"}
+                "ReservationType": "capacity-block" if pool.get("capacity") == "capacity-block" else "default",
+                **({"StartDate": OFFLINE_BLOCK_START, "EndDate": OFFLINE_BLOCK_END}
+                   if pool.get("capacity") == "capacity-block" else {})}
     network, cluster = stack_config.get("gpu-cloud:network") or {}, stack_config.get("gpu-cloud:cluster") or {}
     tgw = (network.get("transitGateway") or {}).get("id") if isinstance(network, dict) else None
     admins = (cluster.get("adminRoleArns") or []) if isinstance(cluster, dict) else []
@@ -89,7 +107,26 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
         account, path, role = found.groups()
         caller, paths = f"arn:aws:sts::{account}:assumed-role/{role}/pulumi", {role: path}
     return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations,
-                       caller_arn=caller, role_paths=paths, transit_gateways=(tgw,) if tgw else ())
+                       caller_arn=caller, role_paths=paths, transit_gateways=(tgw,) if tgw else (),
+                       quotas=_quotas_needed(stack_config))
+
+
+def _quotas_needed(stack_config: Mapping[str, Any]) -> Dict[str, float]:
+    """The vCPUs each EC2 quota must hold for the stack's pools at maxNodes (spec/preflight.py), read from the raw
+    config; a pool the program will refuse anyway counts for nothing."""
+    from spec.catalog import load_catalog
+    from spec.preflight import quota_for
+
+    types, needed = load_catalog().instance_types, {}
+    for pool in stack_config.get("gpu-cloud:nodePools") or []:
+        try:
+            itype = types[pool["instanceTypes"][0]]
+            quota = quota_for(itype.name, pool["capacity"])
+            if quota is not None:
+                needed[quota.code] = needed.get(quota.code, 0.0) + float(int(pool["maxNodes"]) * itype.vcpu)
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return needed
 
 
 @dataclass(frozen=True)
@@ -293,7 +330,8 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
                         "properties": json.dumps({k: v for k, v in found.items() if k != "ReservationType" and v is not None})}
             return {"id": rid, "availabilityZone": found["AvailabilityZone"], "availabilityZoneId": found["AvailabilityZoneId"],
                     "instanceType": found["InstanceType"], "instanceCount": found["InstanceCount"],
-                    "placementGroupArn": found["PlacementGroupArn"], "reservationType": "capacity-block"}
+                    "placementGroupArn": found["PlacementGroupArn"], "reservationType": "capacity-block",
+                    "startDate": found.get("StartDate"), "endDate": found.get("EndDate")}
         if token == "aws:ssm/getParameter:getParameter":
             name = inputs["name"]
             return {"name": name, "value": f"ami-{_hex(name + r, 17)}", "type": "String",
@@ -315,6 +353,27 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             return {"id": tgw, "arn": f"arn:aws:ec2:{r}:{ACCOUNT_ID}:transit-gateway/{tgw}", "ownerId": ACCOUNT_ID,
                     "defaultRouteTableAssociation": "enable", "defaultRouteTablePropagation": "enable",
                     "autoAcceptSharedAttachments": "disable"}
+        if token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            code = inputs.get("quotaCode")
+            if code not in self.account.quotas:
+                return {}, [("quotaCode", f"AccessDeniedException: not authorized to perform servicequotas:GetServiceQuota "
+                                          f"on ec2/{code}")]
+            return {"id": f"ec2/{code}", "quotaCode": code, "serviceCode": inputs.get("serviceCode"), "region": r,
+                    "arn": f"arn:aws:servicequotas:{r}:{ACCOUNT_ID}:ec2/{code}", "value": self.account.quotas[code],
+                    "defaultValue": 0.0, "adjustable": True, "globalQuota": False,
+                    "serviceName": "Amazon Elastic Compute Cloud (Amazon EC2)", "usageMetrics": []}
+        if token == "aws:ec2/getVpcEndpointService:getVpcEndpointService":
+            name = inputs.get("serviceName", "")
+            service = name.removeprefix(f"com.amazonaws.{r}.")
+            offering = self.account.endpoint_zones
+            zones = set(self.account.zones) if offering is None else offering.get(service)
+            if zones is None:
+                return {}, [("serviceName", f"InvalidServiceName: The Vpc Endpoint Service '{name}' does not exist")]
+            return {"id": r, "serviceName": name, "service": service, "serviceType": "Interface", "owner": "amazon",
+                    "serviceId": f"vpce-svc-{_hex(name, 17)}", "acceptanceRequired": False,
+                    "availabilityZones": sorted(self.account.zones[z] for z in zones if z in self.account.zones),
+                    "privateDnsName": f"{service}.{r}.amazonaws.com", "vpcEndpointPolicySupported": True,
+                    "managesVpcEndpoints": False, "supportedIpAddressTypes": ["ipv4"]}
         if token == "aws:index/getRegion:getRegion":
             return {"name": r, "region": r, "id": r, "endpoint": f"ec2.{r}.amazonaws.com", "description": r}
         if token == "aws:index/getPartition:getPartition":
@@ -433,7 +492,7 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
     rules, its ids in the same formats the mocks use. An unknown peer stack exports nothing.
     """
     from plan.stackfile import StackFileError, load_stack_config
-    from spec.buckets import PURPOSES, bucket_name
+    from spec.buckets import LOGS, PURPOSES, bucket_name
     from spec.validate import cluster_name
 
     project, stack = reference.split("/")[-2:]
@@ -443,8 +502,10 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
         return {}
     seed = f"peer::{stack}"
 
-    def bucket(purpose: str) -> Dict[str, str]:
+    def bucket(purpose: str) -> Dict[str, Optional[str]]:
         name = bucket_name(project, stack, ACCOUNT_ID, purpose)
+        if purpose == LOGS:      # SSE-S3: the log bucket has no key (spec/buckets.py LOG_BUCKET_SSE)
+            return {"name": name, "arn": f"arn:aws:s3:::{name}", "keyArn": None}
         # the key id the mocks give the peer's own key (components/buckets.py names it `<purpose>-key`)
         key_id = str(uuid.UUID(_hex(f"aws:kms/key:Key::{purpose}-key", 32)))
         return {"name": name, "arn": f"arn:aws:s3:::{name}", "keyArn": f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{key_id}"}

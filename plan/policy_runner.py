@@ -15,6 +15,7 @@ cannot know as the engine's unknown sentinel, and a resource under an unconfigur
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import re
@@ -41,6 +42,14 @@ class PolicyConfigError(ValueError):
     """A pack config (the --policy-pack-config file's format) that names an unknown policy, level or key."""
 
 
+def _unknown(what: str, word: Any, valid) -> str:
+    """`'gpu-pool-instance-type' is not a policy of the pack; did you mean 'gpu-pool-instance-types'? policies: ...`"""
+    valid = list(valid)
+    close = difflib.get_close_matches(str(word), valid, n=1) if isinstance(word, str) else []
+    return (f"{word!r} is not {what}" + (f"; did you mean {close[0]!r}?" if close else "")
+            + f" (valid: {', '.join(valid)})")
+
+
 class PolicyViewError(ValueError):
     """A view the document cannot give (it was written without the preview views, or the name is not a view)."""
 
@@ -64,7 +73,8 @@ def resolve_config(policies, user: Optional[Mapping[str, Any]] = None,
             raise PolicyConfigError(f"{source} is not an object")
         for name, value in config.items():
             if name != "all" and name not in names:
-                raise PolicyConfigError(f"{source}: {name!r} is not a policy of the pack")
+                raise PolicyConfigError(f"{source}: " + _unknown("a policy of the pack", name,
+                                                                   ["all"] + sorted(names)))
             level, props = (value, {}) if isinstance(value, str) else (
                 (value.get("enforcementLevel"), {k: v for k, v in value.items() if k != "enforcementLevel"})
                 if isinstance(value, Mapping) else (None, None))
@@ -72,17 +82,19 @@ def resolve_config(policies, user: Optional[Mapping[str, Any]] = None,
                 raise PolicyConfigError(f"{source}: {name}: expected a level or an object")
             if level is not None:
                 if level not in LEVELS:
-                    raise PolicyConfigError(f"{source}: {name}: enforcement level {level!r} is not one of "
-                                            f"{', '.join(LEVELS)}")
+                    raise PolicyConfigError(f"{source}: {name}: enforcement level " + _unknown(
+                        "a level", level, LEVELS))
                 for target in (names if name == "all" else [name]):
                     levels[target] = LEVELS[level]
             if props:
                 if name == "all":
                     raise PolicyConfigError(f"{source}: \"all\" takes only an enforcement level")
                 schema = names[name].config_schema
-                unknown = [k for k in props if schema is None or k not in schema.properties]
+                known = ["enforcementLevel"] + (sorted(schema.properties) if schema is not None else [])
+                unknown = [k for k in props if k not in known]
                 if unknown:
-                    raise PolicyConfigError(f"{source}: {name}: unknown key(s) {', '.join(unknown)}")
+                    raise PolicyConfigError(f"{source}: {name}: " + "; ".join(
+                        _unknown("a key of this policy", k, known) for k in unknown))
                 properties[name].update(props)
     return {name: (levels.get(name, policy.enforcement_level or PACK_ENFORCEMENT), properties[name])
             for name, policy in names.items()}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -15,14 +16,120 @@ class StackFileError(Exception):
     """The stack file is missing or is not a Pulumi stack file."""
 
 
-# libyaml's loader where PyYAML was built with it (the wheels are): the same documents, about 10 times faster, which
-# matters because the program reads its peer's stack file on every run.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's parser where PyYAML was built with it (the wheels are): about 10 times faster, which matters because the
+# program reads its peer's stack file on every run. Only the parser is C; resolving plain scalars is CliLoader's.
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# How the Pulumi CLI reads a stack file and Pulumi.yaml: gopkg.in/yaml.v3 (pulumi/pulumi v3.259.0 sdk/go.mod line 34;
+# sdk/go/common/encoding/marshal.go yamlMarshaler.Unmarshal, called by workspace/loaders.go LoadProjectStackBytes
+# into an untyped `any`). yaml.v3 resolves plain scalars by its own rules (go-yaml/yaml v3.0.1 resolve.go resolve()),
+# mostly YAML 1.2 where PyYAML is YAML 1.1: yes/no/on/off/y/n are strings, not booleans; 1:30 is a string, not 90;
+# 0o17 and 1e3 are numbers, not strings. A leading-zero octal (0777) is 511 in both. The same resolve() is ported
+# below, so the offline plan and `pulumi preview` read one file the same way.
+_TAG = "tag:yaml.org,2002:"
+_GO_WORDS = {**{w: "bool" for w in ("true", "True", "TRUE", "false", "False", "FALSE")},
+             **{w: "null" for w in ("", "~", "null", "Null", "NULL")},
+             **{w: "float" for w in (".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF",
+                                     "-.inf", "-.Inf", "-.INF")},
+             "<<": "merge"}
+# strconv.ParseInt(s, 0, 64) after yaml.v3 drops every "_": sign, then 0b/0o/0x, a leading-zero octal, or decimal.
+_GO_INT = re.compile(r"[-+]?(0[bB][01]+|0[oO][0-7]+|0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+_GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")        # resolve.go yamlStyleFloat
+_GO_DOT_FLOAT = re.compile(r"\.[0-9]+([eE][-+]?[0-9]+)?")      # strconv.ParseFloat of a plain scalar starting "."
+
+
+def _go_int(text: str) -> Optional[int]:
+    """strconv.ParseInt(text without "_", 0, 64), then ParseUint for an unsigned one past int64; None if neither."""
+    plain = text.replace("_", "")
+    if not _GO_INT.fullmatch(plain):
+        return None
+    digits = plain.lstrip("+-")
+    prefix = digits[:2].lower()
+    if prefix in ("0b", "0o", "0x"):
+        value = int(digits[2:], {"0b": 2, "0o": 8, "0x": 16}[prefix])
+    else:
+        value = int(digits, 8 if len(digits) > 1 and digits[0] == "0" else 10)
+    value = -value if plain[0] == "-" else value
+    if -2**63 <= value < 2**63 or (value < 2**64 and plain[0] not in "+-"):
+        return value
+    return None
+
+
+# PyYAML's own timestamp pattern, behind yaml.v3's quick check that a timestamp starts with four digits and "-".
+_TIMESTAMP = next(regexp for tag, regexp in yaml.resolver.Resolver.yaml_implicit_resolvers["2"]
+                  if tag.endswith("timestamp"))
+
+
+def cli_scalar_tag(text: str) -> str:
+    """The tag yaml.v3 gives a plain (unquoted) scalar: its resolve() for an untagged node."""
+    if text in _GO_WORDS:
+        return _TAG + _GO_WORDS[text]
+    first = text[0]
+    if first == ".":
+        return _TAG + ("float" if _GO_DOT_FLOAT.fullmatch(text) else "str")
+    if first not in "+-0123456789":
+        return _TAG + "str"
+    if re.match(r"[0-9]{4}-", text) and _TIMESTAMP.match(text):
+        return _TAG + "timestamp"
+    if _go_int(text) is not None:
+        return _TAG + "int"
+    return _TAG + ("float" if _GO_FLOAT.fullmatch(text.replace("_", "")) else "str")
+
+
+class CliLoader(_BASE_LOADER):
+    """PyYAML's safe loader with yaml.v3's scalar resolution and its refusal of a key written twice in one mapping
+    (v3.0.1 decode.go mapping(): "mapping key ... already defined")."""
+
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0]:
+            return cli_scalar_tag(value)
+        return super().resolve(kind, value, implicit)
+
+    def construct_mapping(self, node, deep=False):
+        seen: Dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != _TAG + "merge":
+                earlier = seen.setdefault(key_node.value, key_node)     # by text, as v3 compares them
+                if earlier is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"mapping key {key_node.value!r} is already defined at line "
+                        f"{earlier.start_mark.line + 1} (the Pulumi CLI refuses a key written twice)", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _construct_int(loader, node):
+    value = _go_int(loader.construct_scalar(node))
+    if value is None:
+        raise yaml.constructor.ConstructorError(None, None, f"{node.value!r} is not an integer", node.start_mark)
+    return value
+
+
+def _construct_float(loader, node):
+    text = loader.construct_scalar(node)
+    if _GO_WORDS.get(text) == "float":
+        return float(text.replace(".", "").lower())          # nan, inf, +inf, -inf
+    if _go_int(text) is not None:
+        return float(_go_int(text))
+    if not (_GO_FLOAT.fullmatch(text.replace("_", "")) or _GO_DOT_FLOAT.fullmatch(text)):
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not a number", node.start_mark)
+    return float(text.replace("_", ""))
+
+
+def _construct_bool(loader, node):
+    text = loader.construct_scalar(node)
+    if _GO_WORDS.get(text) != "bool":
+        raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not true or false", node.start_mark)
+    return text.lower() == "true"
+
+
+CliLoader.add_constructor(_TAG + "int", _construct_int)
+CliLoader.add_constructor(_TAG + "float", _construct_float)
+CliLoader.add_constructor(_TAG + "bool", _construct_bool)
 
 
 def _read_yaml(path: Path) -> Any:
     with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_LOADER)
+        return yaml.load(handle, Loader=CliLoader)
 
 
 def project() -> Dict[str, Any]:
@@ -147,8 +254,16 @@ def load_stack(stack: str, path: Optional[Path] = None):
     from spec.deployer import aws_settings
     from spec.validate import NAMESPACE, load_stack_spec
 
+    from spec.errors import ConfigError
+
     config = load_stack_config(stack, path)
     keys = project_keys(config, NAMESPACE)
-    spec = load_stack_spec(keys, stack=stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
-    aws_settings(project_keys(config, "aws"))   # an `aws:` key the program would not pass to its provider
+    try:
+        spec = load_stack_spec(keys, stack=stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
+        aws_settings(project_keys(config, "aws"))   # an `aws:` key the program would not pass to its provider
+    except ConfigError as error:
+        if path is None:
+            raise
+        # Another file planned under the stack's name (--stack-file): the mistakes are in that file.
+        raise ConfigError(error.issues, source=str(path)) from None
     return config, spec

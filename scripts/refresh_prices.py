@@ -1,7 +1,11 @@
-"""Refresh the GPU on-demand prices of spec/catalog.yaml from the AWS Price List Query API.
+"""Refresh the GPU on-demand prices of spec/catalog.yaml from the AWS Price List Query API, and read the Savings
+Plans discounts spec/prices.yaml's commitmentDiscount lacks from the Savings Plans API.
 
-For users with AWS credentials (pricing:GetProducts); never run by the tests, which check the parsing on a saved
-response. Usage: python scripts/refresh_prices.py [--write]. Without --write it prints what would change.
+For users with AWS credentials (pricing:GetProducts; savingsplans:DescribeSavingsPlansOfferingRates); never run by
+the tests, which check the parsing on saved responses. Usage: python scripts/refresh_prices.py [--write]
+[--savings-plans]. Without --write it prints what would change. --savings-plans prints the commitmentDiscount entries
+(fraction below on-demand per family, 1 and 3 years, no upfront) to paste into spec/prices.yaml, with their source
+and date; it writes nothing.
 
 The API (AWS Price List Query API, GetProducts; endpoint in us-east-1) answers {"FormatVersion": "aws_v1",
 "PriceList": [<one JSON string per product>], "NextToken": ...}. Each product string holds "product" (with
@@ -17,7 +21,7 @@ import re
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = ROOT / "spec" / "catalog.yaml"
@@ -79,6 +83,118 @@ def update_catalog(text: str, prices: Mapping[Tuple[str, str], float], as_of: st
     return re.sub(r'^pricesAsOf: "[^"]*"', f'pricesAsOf: "{as_of}"', out, count=1, flags=re.M)
 
 
+# The Savings Plans API (DescribeSavingsPlansOfferingRates, shapes as in botocore's savingsplans service-2.json,
+# botocore 1.44.8) answers {"searchResults": [{"savingsPlanOffering": {"planType": "Compute", "paymentOption":
+# "No Upfront", "durationSeconds": 31536000, "currency": "USD", ...}, "rate": "<USD>", "unit": "Hrs", "usageType":
+# "[<region prefix>-]BoxUsage:<type>", "operation": "RunInstances", "properties": [{"name": "region", "value": ...},
+# {"name": "instanceType", ...}, {"name": "productDescription", ...}, {"name": "tenancy", ...}]}], "nextToken": ...}.
+# spec/prices.yaml's "savings-plan" is a Compute Savings Plan; its terms and payments, as the API names them:
+PLAN_TYPE = "Compute"
+TERMS = {"1y": 365 * 24 * 3600, "3y": 3 * 365 * 24 * 3600}
+PAYMENTS = {"no-upfront": "No Upfront", "partial-upfront": "Partial Upfront", "all-upfront": "All Upfront"}
+# Linux on shared tenancy, as the catalog's on-demand prices are (FILTERS above).
+RATE_PROPERTIES = {"productDescription": "Linux/UNIX", "tenancy": "shared"}
+
+
+def savings_plan_request(instance_type: str, region: str, payment: str = "no-upfront") -> dict:
+    """DescribeSavingsPlansOfferingRates arguments for one type's Compute Savings Plan rates in one region."""
+    filters = {"region": region, "instanceType": instance_type, **RATE_PROPERTIES}
+    return {"savingsPlanTypes": [PLAN_TYPE], "savingsPlanPaymentOptions": [PAYMENTS[payment]], "products": ["EC2"],
+            "serviceCodes": ["AmazonEC2"], "operations": ["RunInstances"],
+            "filters": [{"name": name, "values": [value]} for name, value in filters.items()]}
+
+
+def savings_plan_rates(results: Iterable[Mapping], instance_type: str, region: str,
+                       payment: str = "no-upfront") -> Dict[str, float]:
+    """term ("1y", "3y") -> the hourly Compute Savings Plan rate of a running Linux, shared-tenancy instance in an
+    answer's searchResults. Refuses an answer with two rates for one term: the filters must single out one."""
+    usage = re.compile(r"(?:[A-Z0-9]+-)?BoxUsage:" + re.escape(instance_type))   # not HostBoxUsage, DedicatedUsage
+    found: Dict[str, set] = {}
+    for result in results:
+        offering = result["savingsPlanOffering"]
+        properties = {p["name"]: p["value"] for p in result.get("properties", [])}
+        if (offering.get("planType") != PLAN_TYPE or offering.get("paymentOption") != PAYMENTS[payment]
+                or offering.get("currency", "USD") != "USD" or result.get("unit") != "Hrs"
+                or result.get("operation") != "RunInstances" or not usage.fullmatch(result.get("usageType", ""))
+                or properties.get("region") != region or properties.get("instanceType") != instance_type
+                or any(properties.get(k) != v for k, v in RATE_PROPERTIES.items())):
+            continue
+        term = next((t for t, seconds in TERMS.items() if seconds == offering.get("durationSeconds")), None)
+        if term:
+            found.setdefault(term, set()).add(float(result["rate"]))
+    for term, rates in found.items():
+        if len(rates) > 1:
+            raise ValueError(f"{instance_type} in {region}: several {term} Savings Plan rates {sorted(rates)}; "
+                             "narrow the filters")
+    return {term: rates.pop() for term, rates in found.items()}
+
+
+def family_discounts(rates: Mapping[str, Mapping[str, float]], on_demand: Mapping[str, float],
+                     families: Mapping[str, str]) -> Dict[str, Dict[str, float]]:
+    """family -> term -> the fraction below on-demand, from each type's Savings Plan rate against its on-demand
+    price. Where a family's types differ, the smallest discount (the plan then errs high)."""
+    out: Dict[str, Dict[str, float]] = {}
+    for instance_type, by_term in rates.items():
+        for term, rate in by_term.items():
+            fraction = round(1 - rate / on_demand[instance_type], 4)
+            family = out.setdefault(families[instance_type], {})
+            family[term] = min(fraction, family.get(term, fraction))
+    return out
+
+
+def commitment_yaml(discounts: Mapping[str, Mapping[str, float]], region: str, as_of: str,
+                    payment: str = "no-upfront") -> List[str]:
+    """The commitmentDiscount lines of one region, for spec/prices.yaml, each with its source and date."""
+    lines = ["    commitmentDiscount:"]
+    for family in sorted(discounts):
+        lines.append(f"      {family}:")
+        for term in sorted(discounts[family]):
+            lines += [f"        savings-plan/{term}/{payment}:",
+                      f"          fraction: {discounts[family][term]}",
+                      f'          source: "AWS Savings Plans API DescribeSavingsPlansOfferingRates, Compute Savings '
+                      f'Plan, {PAYMENTS[payment]}, Linux/UNIX shared, {region}, against the Price List on-demand rate"',
+                      f'          asOf: "{as_of}"']
+    return lines
+
+
+def fetch_savings_plan_rates(client, instance_type: str, region: str) -> Dict[str, float]:
+    results, token = [], None
+    while True:
+        kwargs = savings_plan_request(instance_type, region)
+        if token:
+            kwargs["nextToken"] = token
+        answer = client.describe_savings_plans_offering_rates(**kwargs)
+        results += answer.get("searchResults", [])
+        token = answer.get("nextToken")
+        if not token:
+            return savings_plan_rates(results, instance_type, region)
+
+
+# EC2 DescribeSpotPriceHistory (botocore's ec2 service model): {"SpotPriceHistory": [{"AvailabilityZone",
+# "AvailabilityZoneId", "InstanceType", "ProductDescription": "Linux/UNIX", "SpotPrice": "<USD>", "Timestamp"}],
+# "NextToken"}. The published history, not the Spot Instance Advisor's savings bands.
+SPOT_PRODUCT = "Linux/UNIX"
+
+
+def spot_discount(history: Iterable[Mapping], instance_type: str, on_demand: float) -> Optional[float]:
+    """The fraction below on-demand at the dearest spot price any zone paid in the history (so the plan errs high),
+    or None when the history has no Linux price for the type."""
+    prices = [float(h["SpotPrice"]) for h in history
+              if h.get("InstanceType") == instance_type and h.get("ProductDescription") == SPOT_PRODUCT]
+    return round(1 - max(prices) / on_demand, 4) if prices else None
+
+
+def spot_yaml(discounts: Mapping[str, float], region: str, days: int, as_of: str) -> List[str]:
+    """The spotDiscount lines of one region, for spec/prices.yaml, each with its source and date."""
+    lines = ["    spotDiscount:"]
+    for family in sorted(discounts):
+        lines += [f"      {family}:", f"        fraction: {discounts[family]}",
+                  f'        source: "EC2 DescribeSpotPriceHistory, Linux/UNIX, {region}, dearest zone over the {days} '
+                  f'days to {as_of}, against the Price List on-demand rate"',
+                  f'        asOf: "{as_of}"']
+    return lines
+
+
 def fetch(client, instance_type: str, region: str) -> Optional[float]:
     price_list, token = [], None
     while True:
@@ -95,8 +211,16 @@ def fetch(client, instance_type: str, region: str) -> Optional[float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="write the new prices into spec/catalog.yaml")
+    parser.add_argument("--savings-plans", action="store_true",
+                        help="print spec/prices.yaml commitmentDiscount entries from the Savings Plans API")
+    parser.add_argument("--spot-days", type=int, metavar="DAYS",
+                        help="print spec/prices.yaml spotDiscount entries from the last DAYS of spot price history")
     args = parser.parse_args(argv)
     import boto3
+    if args.savings_plans:
+        return print_savings_plans(boto3.client("savingsplans", region_name="us-east-1"))
+    if args.spot_days:
+        return print_spot_discounts(boto3, args.spot_days)
     client = boto3.client("pricing", region_name="us-east-1")   # the Price List API's endpoint region
     text = CATALOG_PATH.read_text(encoding="utf-8")
     found = {}
@@ -110,6 +234,50 @@ def main(argv=None) -> int:
     if args.write:
         CATALOG_PATH.write_text(update_catalog(text, found, date.today().strftime("%Y-%m")), encoding="utf-8")
         print(f"wrote {CATALOG_PATH}; update priceSource's date there too")
+    return 0
+
+
+def _priced_types() -> Tuple[Dict[str, Any], Dict[str, Dict[str, float]]]:
+    """The catalog, and its on-demand prices per region: region -> type -> USD an hour."""
+    import yaml
+    data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    by_region: Dict[str, Dict[str, float]] = {}
+    for name, spec in data["instanceTypes"].items():
+        for region, offer in spec["regions"].items():
+            if offer.get("onDemandUsd"):
+                by_region.setdefault(region, {})[name] = offer["onDemandUsd"]
+    return data, by_region
+
+
+def print_savings_plans(client) -> int:
+    """The catalog's priced types, per region: their Compute Savings Plan discounts as prices.yaml lines."""
+    data, by_region = _priced_types()
+    families = {name: name.split(".")[0] for name in data["instanceTypes"]}
+    for region, on_demand in sorted(by_region.items()):
+        rates = {name: fetch_savings_plan_rates(client, name, region) for name in sorted(on_demand)}
+        print(f"  {region}:")
+        print("\n".join(commitment_yaml(family_discounts(rates, on_demand, families), region,
+                                         date.today().isoformat())))
+    return 0
+
+
+def print_spot_discounts(boto3, days: int) -> int:
+    """The catalog's priced types, per region: each family's smallest spot discount as prices.yaml lines."""
+    from datetime import datetime, timedelta, timezone
+    _, by_region = _priced_types()
+    start = datetime.now(timezone.utc) - timedelta(days=days)
+    for region, on_demand in sorted(by_region.items()):
+        pages = boto3.client("ec2", region_name=region).get_paginator("describe_spot_price_history").paginate(
+            InstanceTypes=sorted(on_demand), ProductDescriptions=[SPOT_PRODUCT], StartTime=start)
+        history = [h for page in pages for h in page["SpotPriceHistory"]]
+        discounts: Dict[str, float] = {}
+        for name, price in on_demand.items():
+            found = spot_discount(history, name, price)
+            family = name.split(".")[0]
+            if found is not None:
+                discounts[family] = min(found, discounts.get(family, found))
+        print(f"  {region}:")
+        print("\n".join(spot_yaml(discounts, region, days, date.today().isoformat())))
     return 0
 
 

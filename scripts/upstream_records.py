@@ -3,7 +3,11 @@ which), read from local mirrors, so that CI, which cannot fetch them, checks aga
 
     .venv/bin/python scripts/upstream_records.py [--mirror DIR] [--check]
 
-DIR holds the mirrors as <owner>+<name>/repo git directories (default: $GPU_CLOUD_MIRROR or /work/.mirror). The CRD
+DIR holds the mirrors as <owner>+<name>/repo git directories (default: $GPU_CLOUD_MIRROR or /work/.mirror), made with
+`git clone --mirror https://github.com/<owner>/<name> DIR/<owner>+<name>/repo`. Each pinned chart's values.yaml is
+recorded without its prose (tests/upstream_records.py without_prose) into tests/upstream/chart-values/ from the
+source CHART_SOURCES names (a chart pinned without one is
+an error), after checking that the tag's Chart.yaml carries the pinned version. The CRD
 schemas are pruned to the fields the tests' objects use: the script runs the tests that validate custom resources
 (about a minute) with GPU_CLOUD_CRD_USES set, and keeps each used field's whole schema and nothing else. With
 --check it writes nothing and exits 1 when a record is not what the sources and the tests give now: that is how a
@@ -20,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -35,6 +41,39 @@ AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
     "nodeadm-run.service": "templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service",
     "kubelet.service": "templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service",
     "nvidia-kmod-load.service": "templates/al2023/runtime/gpu/nvidia-kmod-load.service"})
+# The pinned charts' own values.yaml (spec/charts.yaml, and the subcharts spec/monitoring.py and spec/gpu_operator.py
+# set values in), which tests/chart_values.py holds every Helm value against: (chart, version) -> (repository, the
+# release tag or commit that version was packaged from, the chart's directory). Recorded verbatim, one file each, so
+# that a value's file:line holds in the record as in the source.
+CHART_SOURCES = {
+    ("aws-node-termination-handler", "0.27.1"): (
+        "aws/aws-node-termination-handler", "v1.25.1", "config/helm/aws-node-termination-handler"),
+    ("cluster-autoscaler", "9.59.0"): ("kubernetes/autoscaler", "cluster-autoscaler-chart-9.59.0",
+                                       "cluster-autoscaler/charts/cluster-autoscaler"),
+    # Chart.yaml keeps a placeholder version in git; release CI stamps the tag's (spec/charts.yaml).
+    ("gpu-operator", "v26.7.0"): ("NVIDIA/gpu-operator", "v26.7.0", "deployments/gpu-operator"),
+    ("node-feature-discovery", "0.19.0"): ("kubernetes-sigs/node-feature-discovery", "v0.19.0",
+                                           "deployment/helm/node-feature-discovery"),
+    # aws/eks-charts has no per-chart tags: the commit that set version v0.5.30.
+    ("aws-efa-k8s-device-plugin", "v0.5.30"): ("aws/eks-charts", "bfe91c4b9257c80f754ad4b3d6a9a3c239b2b8ec",
+                                               "stable/aws-efa-k8s-device-plugin"),
+    ("kueue", "0.19.2"): ("kubernetes-sigs/kueue", "v0.19.2", "charts/kueue"),
+    ("aws-fsx-csi-driver", "1.17.0"): ("kubernetes-sigs/aws-fsx-csi-driver", "helm-chart-aws-fsx-csi-driver-1.17.0",
+                                       "charts/aws-fsx-csi-driver"),
+    ("kube-prometheus-stack", "88.5.3"): ("prometheus-community/helm-charts", "kube-prometheus-stack-88.5.3",
+                                          "charts/kube-prometheus-stack"),
+    ("kube-state-metrics", "8.4.0"): ("prometheus-community/helm-charts", "kube-state-metrics-8.4.0",
+                                      "charts/kube-state-metrics"),
+    ("prometheus-node-exporter", "4.56.1"): ("prometheus-community/helm-charts", "prometheus-node-exporter-4.56.1",
+                                             "charts/prometheus-node-exporter"),
+    ("grafana", "12.11.1"): ("grafana-community/helm-charts", "grafana-12.11.1", "charts/grafana"),
+    ("prometheus-adapter", "5.3.0"): ("prometheus-community/helm-charts", "prometheus-adapter-5.3.0",
+                                      "charts/prometheus-adapter"),
+    ("aws-load-balancer-controller", "3.5.0"): ("kubernetes-sigs/aws-load-balancer-controller", "v3.5.0",
+                                                "helm/aws-load-balancer-controller"),
+}
+# Charts whose Chart.yaml in git does not carry the released version (stamped by release CI).
+CHART_VERSION_STAMPED = {"gpu-operator", "node-feature-discovery"}
 # The tests that validate custom resources against their CRDs (tests/crds.py validate_against_crd), less the one
 # that tests the loader on the record itself.
 CRD_TESTS = ("tests/test_acceptance.py", "tests/test_jobs.py", "tests/test_jobset.py", "tests/test_mpijob.py",
@@ -61,6 +100,30 @@ def kueue_fields(mirror: Path) -> Dict[str, Any]:
 def fsx_csi_values(mirror: Path) -> Dict[str, Any]:
     where, text = _source(*FSX_CSI, mirror)
     return {**where, "keys": upstream_records.yaml_key_lines(text)}
+
+
+def chart_values(mirror: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """The index (per values file: chart, version, repository, tag, path, the source's blob and the recorded file's)
+    and the files themselves, without the charts' prose."""
+    index: Dict[str, Any] = {}
+    files: Dict[str, str] = {}
+    for chart, version in upstream_records.pinned_charts():
+        if (chart, version) not in CHART_SOURCES:
+            raise RecordError(f"chart {chart} {version} is pinned but has no source in CHART_SOURCES "
+                              "(scripts/upstream_records.py): add its repository, release tag and directory")
+        repo, tag, directory = CHART_SOURCES[chart, version]
+        if chart not in CHART_VERSION_STAMPED:
+            _, meta = _source(repo, tag, f"{directory}/Chart.yaml", mirror)
+            found = yaml.safe_load(meta).get("version")
+            if str(found) != version:
+                raise RecordError(f"{repo} {tag}:{directory}/Chart.yaml has version {found}, not {version}")
+        where, text = _source(repo, tag, f"{directory}/values.yaml", mirror)
+        name = upstream_records.chart_values_name(chart, version)
+        keep = upstream_records.CHART_COMMENT_LINES.get((chart, version), ())
+        files[name] = upstream_records.without_prose(text, keep)
+        index[name] = {"chart": chart, "version": version, **where,
+                       "recordedBlob": upstream_records.git_blob_id(files[name].encode())}
+    return {"charts": index}, files
 
 
 def al2023_units(mirror: Path) -> Dict[str, Any]:
@@ -111,7 +174,28 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a record is stale")
     args = parser.parse_args(argv)
     stale = []
-    for name, make in MAKERS.items():
+    try:
+        index, files = chart_values(args.mirror)
+    except RecordError as err:
+        print(f"{upstream_records.CHART_VALUES_INDEX}: {err}", file=sys.stderr)
+        return 2
+    directory = upstream_records.CHART_VALUES_DIR
+    for name in sorted(path.name for path in directory.glob("*.yaml")) if directory.is_dir() else []:
+        if name not in files:                      # a chart no longer pinned
+            if args.check:
+                stale.append(f"chart-values/{name} (no longer pinned)")
+            else:
+                (directory / name).unlink()
+    for name, text in files.items():
+        path = directory / name
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(f"chart-values/{name}")
+        else:
+            directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)} ({len(text):,} bytes)")
+    for name, make in {upstream_records.CHART_VALUES_INDEX: lambda _: index, **MAKERS}.items():
         try:
             fresh = make(args.mirror)
         except RecordError as err:

@@ -20,10 +20,13 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from spec import pod_security
 from spec.catalog import NcclScope
 from spec.jobset import IGNORE_DISRUPTIONS
-from spec.mpijob import (GENERATE_NAME_MAX, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME, bounded_name,
-                         check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector, tolerations)
+from spec.mpijob import (GENERATE_NAME_MAX, LAUNCHER_MEMORY_LIMIT, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME,
+                         bounded_name, check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector,
+                         tolerations)
+from spec.pods import system_tolerations
 from spec.pools import GPU_RESOURCE, queue_flavor
 
 # nccl-tests image, maintained by AWS (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/
@@ -32,9 +35,10 @@ from spec.pools import GPU_RESOURCE, queue_flavor
 # with MPI under /opt/nccl-tests/build. CUDA 12.8 needs driver branch >= 570 and the image purges cuda-compat;
 # every AMI release in spec/amis.yaml carries 570.195 or a 580 driver (tests/test_acceptance.py checks it).
 # A stack on `gpuDriver.source: install` with branch 535 cannot run this image.
-NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+# Pinned in spec/images.yaml (not yet by digest: its reason is there).
+NCCL_TESTS_IMAGE = pod_security.image("nccl-tests")
 NCCL_TESTS_MIN_DRIVER_BRANCH = 570
-JUDGE_IMAGE = "public.ecr.aws/docker/library/python:3.13-slim"     # the judge is standard-library Python
+JUDGE_IMAGE = pod_security.image("python")     # the judge is standard-library Python; by digest (spec/images.yaml)
 JUDGE_SCRIPT = Path(__file__).resolve().parent.parent / "jobs" / "nccl_judge.py"
 JUDGE_SCRIPT_KEY = "nccl_judge.py"
 JUDGE_CONFIGMAP = "nccl-judge"
@@ -113,9 +117,7 @@ def _judge_container(pool, scope: str, minimum: float) -> dict:
     return {
         "name": "judge", "image": JUDGE_IMAGE, "command": ["python3", f"{JUDGE_DIR}/{JUDGE_SCRIPT_KEY}"], "env": env,
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security.container_security_context(),
         "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR, "readOnly": True},
                          {"name": "judge", "mountPath": JUDGE_DIR, "readOnly": True},
                          {"name": "judge-token", "mountPath": SA_DIR, "readOnly": True}],
@@ -145,9 +147,12 @@ def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: st
     launcher = {
         "name": "launcher", "image": image, "command": ["bash", "-c", _run_script(mpirun)],
         "env": env_list(efa_env(pool)),
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+        # mpirun and one ssh client per worker: tens of MiB; the limit leaves room for a slow collective's logs.
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": LAUNCHER_MEMORY_LIMIT}},
+        # Root: the operator's SSH keys are under /root/.ssh (spec/pod_security.WAIVERS). /tmp: Open MPI's session
+        # directory; /results: the output the judge reads.
+        "securityContext": pod_security.container_security_context(None),
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}, pod_security.TMP_MOUNT],
     }
     return efa_mpijob(
         pool, name=bounded_name("nccl-efa-", pool.name, GENERATE_NAME_MAX - 1) + "-", generated=True,
@@ -160,7 +165,7 @@ def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: st
         restart_policy="Never",
         launcher_pod={"serviceAccountName": service_account, "automountServiceAccountToken": False,
                       "containers": [_judge_container(pool, "across-nodes", minimum)],
-                      "volumes": _judge_volumes(judge_configmap)})
+                      "volumes": [*_judge_volumes(judge_configmap), pod_security.tmp_volume()]})
 
 
 def nvlink_check_refusal(pool, catalog) -> Optional[str]:
@@ -200,10 +205,16 @@ def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, s
     command = [ALL_REDUCE_PERF, *all_reduce_args(NVLINK_MAX_BYTES), "-g", str(gpus)]
     nccl = {
         "name": "nccl", "image": image, "command": ["bash", "-c", _run_script(command)],
-        "env": env_list({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT"}),
-        "resources": {"requests": {GPU_RESOURCE: gpus, "cpu": "8", "memory": "32Gi"}, "limits": {GPU_RESOURCE: gpus}},
-        "securityContext": {"allowPrivilegeEscalation": False},
-        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}, SHM_MOUNT],
+        # HOME on /tmp: CUDA keeps its JIT cache under $HOME/.nv; the image's HOME (/root) is neither ours nor
+        # writable.
+        "env": env_list({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT", "HOME": "/tmp"}),
+        # The limit equals the request: one process with a CUDA context per GPU and host staging buffers, far below
+        # 32 GiB; a leak is killed in its own cgroup instead of pressing the node.
+        "resources": {"requests": {GPU_RESOURCE: gpus, "cpu": "8", "memory": "32Gi"},
+                      "limits": {GPU_RESOURCE: gpus, "memory": "32Gi"}},
+        # Not root: one process over NVLink needs no privilege (the GPUs' device nodes are the runtime's).
+        "securityContext": pod_security.container_security_context(),
+        "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}, SHM_MOUNT, pod_security.TMP_MOUNT],
     }
     labels = _labels(pool, "within-node")
     return {
@@ -224,7 +235,9 @@ def nvlink_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, s
                              "tolerations": tolerations(pool), "serviceAccountName": service_account,
                              "automountServiceAccountToken": False,
                              "containers": [nccl, _judge_container(pool, "within-node", minimum)],
-                             "volumes": [*_judge_volumes(judge_configmap), SHM_VOLUME]}}}},
+                             "securityContext": pod_security.pod_security_context(),
+                             "volumes": [*_judge_volumes(judge_configmap), SHM_VOLUME,
+                                         pod_security.tmp_volume()]}}}},
         },
     }
 
@@ -259,9 +272,7 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
         "env": env_list({"MPIJOB": json.dumps(mpijob, sort_keys=True), "PYTHONDONTWRITEBYTECODE": "1",
                          "PYTHONUNBUFFERED": "1"}),
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security.container_security_context(),
         "volumeMounts": [{"name": "judge", "mountPath": JUDGE_DIR, "readOnly": True}],
     }
     return {
@@ -281,6 +292,7 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
                 "spec": {"backoffLimit": 1, "activeDeadlineSeconds": SUBMIT_DEADLINE_S, "template": {
                     "metadata": {"labels": labels},
                     "spec": {"restartPolicy": "Never", "nodeSelector": dict(system_node_labels),
+                             "tolerations": system_tolerations(),      # the system nodes' taint (spec/pods.py)
                              "serviceAccountName": scheduler_account, "containers": [start],
                              "volumes": [{"name": "judge",
                                           "configMap": {"name": judge_configmap, "defaultMode": 0o444}}]}}}},

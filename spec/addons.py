@@ -133,3 +133,28 @@ def addon_versions(kubernetes_version: str) -> Dict[str, str]:
 def supported_kubernetes_versions() -> Tuple[str, ...]:
     """The Kubernetes minors with a complete set of pins, oldest first."""
     return _default_pins().kubernetes_versions
+
+
+# --- configuration values of the add-ons that run Deployments on the system nodes --------------------------------
+# Each is valid for the add-on's own configuration schema (what `aws eks describe-addon-configuration` returns;
+# tests/test_cluster.py holds these against the parts of them transcribed there):
+# - coredns: top-level `nodeSelector` (map of strings) and `tolerations` (array of objects), additionalProperties
+#   false. Recorded for coredns v1.10.1-eksbuild.11 in cloudbees/terraform-aws-cloudbees-ci-eks-addon
+#   blueprints/03-windows-builds/README.md; its `tolerations` default there is [CriticalAddonsOnly Exists,
+#   control-plane NoSchedule]. Setting it replaces that default, so the list below is what CoreDNS tolerates.
+# - aws-ebs-csi-driver: the driver's chart schema (kubernetes-sigs/aws-ebs-csi-driver v1.60.0
+#   charts/aws-ebs-csi-driver/values.schema.json, "Configurable parameters of the AWS EBS CSI Driver", which is what
+#   describe-addon-configuration returns for the add-on): `controller.nodeSelector` (object or null),
+#   `controller.tolerations` (array of objects). Its node DaemonSet keeps `node.tolerateAllTaints` (default true,
+#   values.yaml line 406), so it mounts volumes on the system nodes too (Prometheus' and Alertmanager's).
+def addon_configuration(addon_name: str) -> Dict[str, object]:
+    """configurationValues (before JSON encoding) of an add-on whose Deployment runs on the system nodes."""
+    from spec.pods import system_placement      # spec.pods -> spec.catalog: imported here to keep this module light
+
+    placement = system_placement()
+    if addon_name == "coredns":
+        return placement
+    if addon_name == "aws-ebs-csi-driver":
+        return {"controller": placement}
+    raise ValueError(f"{addon_name!r} runs no Deployment on the system nodes; configured add-ons: coredns, "
+                     "aws-ebs-csi-driver")

@@ -70,7 +70,8 @@ ENA_DEVICES = "(eth|ens|enp|enX)[0-9].*"
 # Below one operation a second a single slow I/O would set the average: such a device is not judged.
 MIN_DISK_IOPS = 1
 # A pool short of GPUs waits this long before paging: cluster-autoscaler counts a node that has not registered in
-# 15 minutes as a failed scale-up (--max-node-provision-time default; gpu-facts.md), and a booting GPU node runs the
+# 15 minutes as a failed scale-up (--max-node-provision-time default: kubernetes/autoscaler tag
+# cluster-autoscaler-1.35.2 cluster-autoscaler/config/flags/flags.go line 127), and a booting GPU node runs the
 # verification gate before its kubelet starts.
 POOL_SHORT_FOR = "15m"
 
@@ -167,8 +168,9 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
               "GPU reported an XID that may be the application's",
               f"{_gpu()} reported XID {' or '.join(map(str, DISPUTED_XIDS))}: fatal to some health checks, blamed on "
               "the application by others. Check the workload's logs before draining the node."),
-        # Volatile: counted since the driver loaded, so any uncorrectable error of this boot (gpu-facts.md: fail on
-        # uncorrected volatile > 0).
+        # Volatile: counted since the driver loaded, so any uncorrectable error of this boot (uncorrected volatile > 0
+        # resets the GPU in aws-samples/awsome-distributed-training 7217859f 4.validation_and_observability/
+        # 2.gpu-cluster-healthcheck/checks/0-nvidia-smi-check.sh lines 365-369).
         _rule("GpuUncorrectableEccErrors", on_gpu_nodes("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0"), "0m", "critical",
               "GPU had uncorrectable ECC errors",
               f"{_gpu()} had uncorrectable ECC errors since its driver loaded; drain the node and reset the GPU."),

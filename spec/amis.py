@@ -30,6 +30,21 @@ MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 INSTALL_MIN_CONTAINERD_MAJOR = 2
 
 Issue = Tuple[Tuple[str, ...], str]
+# Families the EKS NVIDIA AMI runs on NVIDIA's proprietary kernel module with GPU System Processor firmware off
+# (NVreg_EnableGpuFirmware=0, "only possible on the proprietary kmod"): awslabs/amazon-eks-ami@v20260724
+# templates/al2023/runtime/gpu/nvidia-kmod-load.sh lines 80-98. gpuDriver.source: install installs the open module
+# only (userdata/install.sh), so it refuses these types.
+INSTALL_REFUSED_FAMILIES = ("g4dn", "g5", "g5g")
+
+
+def install_refusal(instance_type: str) -> Optional[str]:
+    """Why gpuDriver.source: install cannot drive this type, or None."""
+    family = instance_type.split(".", 1)[0]
+    if family not in INSTALL_REFUSED_FAMILIES:
+        return None
+    return (f"{instance_type}: gpuDriver.source install installs NVIDIA's open kernel module, but {family} needs the "
+            "proprietary module with GPU System Processor firmware off, as the EKS NVIDIA AMI loads it; use "
+            "gpuDriver.source: ami (the default) or another instance type")
 
 
 class _Frozen(BaseModel):
@@ -51,16 +66,10 @@ class ReleaseImage(_Frozen):
         return self.nvidia_driver.split(".", 1)[0]
 
 
-class EfaInstaller(_Frozen):
-    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
 class AmiTable(_Frozen):
     checked_at: str = Field(alias="checkedAt")
     default: str
     driver_branches: Dict[str, DriverBranch] = Field(alias="driverBranches")
-    efa_installer: EfaInstaller = Field(alias="efaInstaller")
     releases: Dict[str, Dict[str, ReleaseImage]]   # release -> Kubernetes minor -> image facts, newest first
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 from spec.charts import autoscaler_image
 from spec.drain import WORKLOAD_MAX_GRACE_S
+from spec.pods import system_placement
 from spec.pools import CA_PREFIX
 
 NAMESPACE = "kube-system"
@@ -37,6 +38,10 @@ DESCRIBE_ACTIONS = (
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:GetInstanceTypesFromInstanceRequirements",
 )
+# Where the release's Deployment runs: the system nodes, tolerating their taint (spec/pods.py); the chart selects and
+# tolerates nothing by default. Value path -> line in cluster-autoscaler 9.59.0's values.yaml.
+AUTOSCALER_PLACEMENT_VALUE_PATHS: Mapping[str, int] = {"nodeSelector": 334, "tolerations": 480}
+
 MUTATING_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
 
 _RE2_SPECIAL = set("\\.+*?()|[]{}^$")
@@ -95,6 +100,7 @@ def autoscaler_values(cluster_name: str, region: str, kubernetes_version: str,
             "max-node-provision-time": max_node_provision_time,
         },
         "expanderPriorities": priority_config(priorities),
+        **system_placement(),
     }
 
 

@@ -32,12 +32,12 @@ _REPORT_S = 60                       # CreateTags + CompleteLifecycleAction, ret
 # Pools that mount FSx for Lustre: `dnf install lustre-client` from the AL2023 repository (a few MB, through the
 # S3 gateway endpoint; five tries 1+2+4+8 s apart) and modprobe.
 _LUSTRE_CLIENT_S = 90
-_INSTALL_S = {                       # gpuDriver.source: install, on the standard AMI
+_INSTALL_S = {                       # gpuDriver.source: install, on the standard AMI (userdata/install.sh)
     "packages": 300,                 # NVIDIA repo, kernel headers, container toolkit, persistenced
     "driver-dkms-build": 900,        # nvidia-open built by DKMS for the running kernel
-    "fabric-manager": 120,           # NVSwitch types
-    "efa-installer": 600,            # full EFA installer (libfabric, rdma-core), EFA types
+    "fabric-manager": 180,           # NVSwitch types: NVLSM, libibumad, infiniband-diags, then fabric manager
 }
+# No EFA step on either path: the standard AMI carries the same EFA software as the NVIDIA AMI (spec/amis.yaml).
 
 # Launch-hook timeout per driver source. The hook's default result is ABANDON, so a node that hangs fails closed.
 VERIFY_HOOK_TIMEOUT_S = {"ami": 1200, "install": 3000}
@@ -59,8 +59,6 @@ def worst_case(source: str, *, nvswitch: bool, efa: bool, lustre: bool = False) 
         steps["driver-dkms-build"] = _INSTALL_S["driver-dkms-build"]
         if nvswitch:
             steps["fabric-manager-install"] = _INSTALL_S["fabric-manager"]
-        if efa:
-            steps["efa-installer"] = _INSTALL_S["efa-installer"]
     else:
         steps["kmod-load"] = KMOD_LOAD_WAIT_S
     if nvswitch:

@@ -1,7 +1,8 @@
 """The stack's S3 buckets as plain decisions: which buckets, their names, and how long old data stays.
 
 components/buckets.py makes one SecureBucket per purpose from these. Every bucket is encrypted with its own
-customer-managed KMS key (bucket keys on), versioned, private, TLS-only, logged to the log bucket, and protected.
+customer-managed KMS key (bucket keys on), versioned, private, TLS-only, logged to the log bucket, and protected;
+the log bucket alone is SSE-S3 and logs nowhere (see LOG_BUCKET_SSE).
 
 - **datasets**: training data; FSx for Lustre imports it to `/data` (spec/lustre.py). Objects go to
   S3 Intelligent-Tiering from day 0: datasets are large and read in bursts, and Intelligent-Tiering moves what
@@ -15,7 +16,8 @@ customer-managed KMS key (bucket keys on), versioned, private, TLS-only, logged 
   no transition; a replaced or deleted model stays 30 days as a noncurrent version, for rollbacks.
 - **artifacts**: node verifier bundles (read by nodes at boot; rebuilt by the program), and the gate's verdicts
   (gate-reports/<pool>/, one per boot, written by the nodes, read by the repair controller; expire after 90 days).
-- **logs**: S3 server access logs of the other four; kept `monitoring.retentionDays`.
+- **logs**: S3 server access logs of the other four, each under its own prefix; SSE-S3, the only default encryption
+  S3 server access logging writes to; kept `monitoring.logRetentionDays` (spec/logs.py).
 
 Names carry the project, the stack and the account, so two regions, or two accounts, never collide (S3 names
 are global). Lifecycle: every bucket aborts incomplete multipart uploads (their parts are billed until then)
@@ -26,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from spec.repair import GATE_REPORT_RETENTION_DAYS, GATE_REPORTS_PREFIX
 
@@ -42,6 +44,10 @@ JOB_READ_ONLY = (MODELS,)
 BUCKET_NAME_MAX = 63                       # S3 bucket naming rules: 3 to 63 characters
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 INTELLIGENT_TIERING = "INTELLIGENT_TIERING"
+LOGGING_SERVICE = "logging.s3.amazonaws.com"   # the S3 server access logging service principal
+# The log bucket's default encryption: SSE-S3 (AES-256). S3 server access logging supports no other on its target
+# (log_delivery_statements cites the S3 User Guide); every other bucket is SSE-KMS under its own key.
+LOG_BUCKET_SSE = "AES256"
 
 
 @dataclass(frozen=True)
@@ -100,14 +106,26 @@ def key_alias(name: str) -> str:
     return f"alias/s3/{name}"
 
 
-def log_delivery_key_statement(account_id: str) -> dict:
-    """The log bucket's key: S3 server access logging writes SSE-KMS objects with it, for this account's buckets
-    only (S3 User Guide, "Enabling Amazon S3 server access logging": a destination bucket encrypted with a
-    customer-managed key must let the logging service principal generate data keys; the AWS-managed aws/s3 key
-    cannot, as its policy cannot be changed)."""
-    return {"Sid": "S3ServerAccessLogDelivery", "Effect": "Allow",
-            "Principal": {"Service": "logging.s3.amazonaws.com"}, "Action": "kms:GenerateDataKey", "Resource": "*",
-            "Condition": {"StringEquals": {"aws:SourceAccount": account_id}}}
+def log_prefix(source_bucket: str) -> str:
+    """Where a bucket's server access logs go in the log bucket: under its own name."""
+    return f"{source_bucket}/"
+
+
+def log_delivery_statements(partition: str, account_id: str, log_bucket: str, sources: Sequence[str]) -> List[dict]:
+    """The log bucket's policy for S3 server access logging: the logging service principal may put objects only
+    under each source bucket's prefix, only for that source bucket (aws:SourceArn) of this account
+    (aws:SourceAccount), as the S3 User Guide's example does ("Enabling Amazon S3 server access logging",
+    "Grant permissions to the logging service principal by using a bucket policy";
+    awsdocs/amazon-s3-userguide doc_source/enable-server-access-logging.md). No KMS grant: the log bucket is SSE-S3,
+    the only default encryption a log target supports (same page: "Default server-side encryption with AWS Key
+    Management Service (AWS KMS) keys (SSE-KMS) is not supported")."""
+    if not sources:
+        raise ValueError("a log bucket with no source bucket admits no one; name the buckets that log into it")
+    return [{"Sid": f"S3ServerAccessLogs{i}", "Effect": "Allow", "Principal": {"Service": LOGGING_SERVICE},
+             "Action": "s3:PutObject", "Resource": f"arn:{partition}:s3:::{log_bucket}/{log_prefix(source)}*",
+             "Condition": {"ArnLike": {"aws:SourceArn": f"arn:{partition}:s3:::{source}"},
+                           "StringEquals": {"aws:SourceAccount": account_id}}}
+            for i, source in enumerate(sources)]
 
 
 def fsx_data_repository_key_statement(partition: str, account_id: str, region: str) -> dict:

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from spec.pods import system_placement
+
 # --- timings (seconds) ---------------------------------------------------------------------------------
 NODE_DRAIN_GRACE_S = 120            # spot: EC2's two-minute interruption notice; the hard limit on spot
 SPOT_CHECKPOINT_BUDGET_S = 90       # what a pod can count on after SIGTERM on spot (delivery takes ~30 s)
@@ -109,6 +111,8 @@ NTH_VALUE_PATHS: Mapping[str, int] = {
     "checkTagBeforeDraining": 188,
     "managedTag": 194,
     "deleteSqsMsgIfNodeNotFound": 289,
+    "nodeSelector": 49,
+    "tolerations": 53,
 }
 
 def spot_interruption_pattern() -> Dict[str, Any]:
@@ -187,6 +191,9 @@ def nth_values(queue_url: Any, region: str, service_account: str = NTH_SERVICE_A
         "emitKubernetesEvents": True,
         "enablePrometheusServer": True,
         "prometheusServerPort": NTH_METRICS_PORT,
+        # The queue-processor Deployment runs on the system nodes, tolerating their taint (spec/pods.py); the chart's
+        # templates/deployment.yaml (v1.25.1 lines 206-218) adds these to its own kubernetes.io/os selector.
+        **system_placement(),
     }
     if check_tag:
         values["managedTag"] = managed_tag

@@ -57,6 +57,8 @@ def efa_device_count(itype: InstanceType, *, efa: bool) -> int:
 def ip_bandwidth_gbps(itype: InstanceType, *, efa: bool) -> float:
     """What the node's IP traffic can use: the bandwidth of the network cards its ENA interfaces sit on (an even
     share of the type's networkGbps per card). EFA traffic bypasses the kernel, so on a p5 (3200 Gbps over 32
-    cards, one ENA interface) IP gets 100 Gbps: the rest is EFA's (../shared/reference/instances.md)."""
+    cards, one ENA interface) IP gets 100 Gbps: the rest is EFA's (EC2 User Guide, "Maximize network bandwidth on
+    Amazon EC2 instances with multiple network cards",
+    docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html)."""
     cards = {nic.network_card_index for nic in interface_layout(itype, efa=efa) if nic.interface_type == ENA}
     return itype.network_gbps / itype.network_cards * len(cards)

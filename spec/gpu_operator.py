@@ -59,6 +59,7 @@ from spec import dcgm, monitoring
 from spec import pools as pool_rules
 from spec.catalog import load_catalog
 from spec.charts import ChartPin
+from spec.pods import system_placement, system_tolerations
 from spec.pools import GPU_TAINT, LABEL_PREFIX, Taint, toleration
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ GPU_OPERATOR_VALUE_PATHS: Mapping[str, int] = {
     "nfd.enabled": 9,
     "daemonsets.tolerations": 45,
     "operator.nodeSelector": 82,
+    "operator.tolerations": 90,
     "mig.strategy": 135,
     "driver.enabled": 138,
     "toolkit.enabled": 230,
@@ -108,6 +110,15 @@ GPU_OPERATOR_VALUE_PATHS: Mapping[str, int] = {
     "migManager.config.name": 426,
     "nodeStatusExporter.enabled": 434,
     "node-feature-discovery.worker.tolerations": 631,
+}
+# Set under `node-feature-discovery` and held in that subchart's own values.yaml (node-feature-discovery 0.19.0, the
+# version gpu-operator v26.7.0's Chart.yaml depends on; the parent file has no such keys): path -> line there.
+NFD_SUBCHART_VERSION = "0.19.0"
+NFD_SUBCHART_VALUE_PATHS: Mapping[str, int] = {
+    "master.nodeSelector": 227,
+    "master.tolerations": 231,
+    "gc.nodeSelector": 1182,
+    "gc.tolerations": 1186,
 }
 
 # Values the chart's values.yaml documents only in a comment, and its templates read: path -> (values.yaml line of
@@ -274,11 +285,17 @@ def operator_values(node_taints: Sequence[Taint], system_node_labels: Mapping[st
         "nodeStatusExporter": {"enabled": True},
         # Every operand DaemonSet (ClusterPolicy spec.daemonsets) and the NFD worker must reach every GPU node.
         "daemonsets": {"tolerations": tolerations},
-        "node-feature-discovery": {"worker": {"tolerations": tolerations}},
+        # NFD's master and garbage collector are Deployments: on the system nodes, tolerating their taint
+        # (spec/pods.py). The subchart would leave them anywhere untainted, with only a control-plane toleration
+        # (master, values.yaml line 231) or none (gc, line 1186).
+        "node-feature-discovery": {"worker": {"tolerations": tolerations},
+                                   "master": system_placement(system_node_labels),
+                                   "gc": system_placement(system_node_labels)},
         # Merged with the chart's kubernetes.io/os=linux. The operator's own metrics' ServiceMonitor carries the
         # labels the stack's Prometheus selects (its reconciliation status and GPU node count: v26.7.0
         # controllers/operator_metrics.go lines 76-115).
-        "operator": {"nodeSelector": dict(system_node_labels),
+        # tolerations: the system nodes' taint, instead of the chart's control-plane one (values.yaml line 90).
+        "operator": {"nodeSelector": dict(system_node_labels), "tolerations": system_tolerations(),
                      "metrics": {"serviceMonitor": {"additionalLabels": dict(monitoring.SELECTOR_LABELS)}}},
     }
 

@@ -49,14 +49,15 @@ line 49).
 """
 from __future__ import annotations
 
-import re
-from typing import Any, Dict, List, Sequence
+from typing import List, Mapping, Optional, Sequence
 
-from spec import lustre
-from spec.mpijob import JOB_SERVICE_ACCOUNT, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME, TRAINING_TTL_S, \
-    check_pool, efa_env, env_list, nearest_switch_preference, node_selector, tolerations, whole_node_resources
+from spec import job_options, lustre, pod_security
+from spec.job_options import CHECKPOINT_DIR, CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV  # noqa: F401 (their home)
+from spec.mpijob import JOB_SERVICE_ACCOUNT, POOL_LABEL, QUEUE_LABEL, ROOT_VOLUME_SCRATCH, SHM_MOUNT, SHM_VOLUME, \
+    TRAINING_TTL_S, check_pool, efa_env, env_list, nearest_switch_preference, node_selector, tolerations, \
+    whole_node_resources
 from spec.scratch import SCRATCH_MOUNT_PATH, allocatable_ephemeral_storage_gib, node_ephemeral_storage_gib, \
-    raid0_instance_store, scratch_mount, scratch_volume
+    raid0_instance_store
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 NODE_JOB = "node"                     # the one replicated Job: one pod per node
@@ -77,13 +78,7 @@ NODE_LOST_RULE = "node_lost"          # rule names: ^[A-Za-z]([A-Za-z0-9_,:]*[A-
 # Restarts for the program's own failures; node losses do not count.
 DEFAULT_MAX_RESTARTS = 3
 
-CHECKPOINT_DIR = f"{SCRATCH_MOUNT_PATH}/checkpoints"
-CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV = "CHECKPOINT_DIR", "CHECKPOINT_URI"
-# Without the RAID0 array a pod's scratch is on the node's root volume (500 GiB, components/nodepool.py
-# ROOT_VOLUME_GIB), which also holds the images.
-ROOT_VOLUME_SCRATCH = "100Gi"
 # A storage quantity as Kubernetes writes one (a plain number, or with a binary or decimal suffix).
-QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?")
 
 # The PyTorch side of the environment, as AWS's FSDP blueprint for EKS sets it (blueprints
 # 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp-hpto.yaml lines 75-102). Left out: TORCH_DISTRIBUTED_DEBUG
@@ -136,43 +131,41 @@ def torchrun_env(pool, name: str, nodes: int, rendezvous_timeout_s: int) -> List
 
 def pytorch_jobset(pool, *, name: str, namespace: str, queue_name: str, image: str, nodes: int,
                    program: Sequence[str], rendezvous_timeout_s: int, scratch: str, mounts_lustre: bool,
-                   checkpoint_uri: str = "", max_restarts: int = DEFAULT_MAX_RESTARTS) -> dict:
+                   checkpoint_uri: str = "", max_restarts: int = DEFAULT_MAX_RESTARTS,
+                   lustre_configured: Optional[bool] = None, env: Mapping[str, str] = (),
+                   volumes: Sequence[job_options.UserVolume] = ()) -> dict:
     """`torchrun PROGRAM` on `nodes` whole nodes of an EFA pool (a spec.validate.ResolvedPool), as a JobSet in the
     queue `queue_name`. `scratch`: the NVMe scratch emptyDir's size (a Kubernetes quantity), also the pod's
     ephemeral-storage request and limit. `mounts_lustre`: mount the claim lustre-data at /data
-    (spec.lustre.mounts_lustre). `max_restarts`: restarts after the program's own failures."""
+    (spec.lustre.mounts_lustre). `max_restarts`: restarts after the program's own failures. `env`, `volumes`: the
+    user's --env and --volume (spec/job_options.py); `lustre_configured`: the stack has storage.lustre (default:
+    `mounts_lustre`)."""
     check_pool(pool, nodes)
-    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) or len(name) > max_job_name(nodes):
-        raise ValueError(f"job name {name!r}: a DNS-1035 label (lower-case letters, digits, '-', starting with a "
-                         f"letter) of at most {max_job_name(nodes)} characters with {nodes} node(s)")
-    if not QUANTITY.fullmatch(scratch):
-        raise ValueError(f"scratch size {scratch!r} is not a Kubernetes quantity (such as 2Ti or 500Gi)")
-    if max_restarts < 0:
-        raise ValueError(f"max restarts {max_restarts}: must be 0 or more")
-    if not program:
-        raise ValueError("no program: give the training script and its arguments after --")
+    job_options.check_job(name, f"{max_job_name(nodes)} characters with {nodes} node(s)", max_job_name(nodes),
+                          scratch, max_restarts, program, "the training script and its arguments")
     labels = {"app.kubernetes.io/name": name, POOL_LABEL: pool.name}
-    volumes: List[Dict[str, Any]] = [SHM_VOLUME, scratch_volume(scratch)]
-    mounts: List[Dict[str, Any]] = [SHM_MOUNT, scratch_mount()]
-    if mounts_lustre:
-        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": lustre.PVC_NAME}})
-        mounts.append({"name": "data", "mountPath": lustre.FILE_SYSTEM_PATH})
+    pod_volumes, mounts = job_options.job_storage(
+        scratch=scratch, mounts_lustre=mounts_lustre,
+        lustre_configured=mounts_lustre if lustre_configured is None else lustre_configured,
+        user_volumes=volumes, shm_volume=SHM_VOLUME, shm_mount=SHM_MOUNT)
     # The flight recorder's files must outlive the pod to be read: on Lustre they do, on scratch they go with it.
     traces = (f"{lustre.FILE_SYSTEM_PATH}/nccl-traces/{name}" if mounts_lustre else f"{SCRATCH_MOUNT_PATH}/nccl-traces")
-    env = {**efa_env(pool), **TORCH_ENV, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{traces}/rank_",
-           CHECKPOINT_DIR_ENV: CHECKPOINT_DIR, **({CHECKPOINT_URI_ENV: checkpoint_uri} if checkpoint_uri else {})}
+    values = job_options.job_env({**efa_env(pool), **TORCH_ENV, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{traces}/rank_"},
+                                 checkpoint_uri, dict(env))
     resources = whole_node_resources(pool)
     resources["requests"]["ephemeral-storage"] = resources["limits"]["ephemeral-storage"] = scratch
     trainer = {
         "name": "trainer", "image": image, "command": ["torchrun", *program],
-        "env": env_list(env) + torchrun_env(pool, name, nodes, rendezvous_timeout_s),
+        "env": env_list(values) + torchrun_env(pool, name, nodes, rendezvous_timeout_s),
         "resources": resources,
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        # The job's image as its user, writable (spec/pod_security.WAIVERS); IPC_LOCK: EFA pins its buffers.
+        "securityContext": pod_security.container_security_context(None, read_only_root=False,
+                                                                    add=pod_security.EFA_CAPABILITIES),
         "volumeMounts": mounts,
     }
     pod = {"restartPolicy": "Never", "serviceAccountName": JOB_SERVICE_ACCOUNT, "automountServiceAccountToken": False,
            "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
-           "affinity": nearest_switch_preference(labels), "containers": [trainer], "volumes": volumes}
+           "affinity": nearest_switch_preference(labels), "containers": [trainer], "volumes": pod_volumes}
     return {
         "apiVersion": API_VERSION, "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace, "labels": {**labels, QUEUE_LABEL: queue_name}},

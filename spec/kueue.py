@@ -75,8 +75,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 
 import yaml
 
-from spec import boot
+from spec import boot, pod_security
 from spec.acceptance import JUDGE_IMAGE
+from spec.pods import system_placement, system_tolerations
 from spec.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, LABEL_PREFIX, POOL_LABEL, QUEUE_WORKLOADS, \
     REPLICATED_MODES, Taint, autoscaler_priority, efa_devices, node_labels, offered_gpu_resources, queue_flavor, \
     toleration
@@ -160,6 +161,7 @@ METRICS_ENDPOINT: Mapping[str, Any] = {"scheme": "https",
 # controllerManager.nodeSelector into the Deployment.
 KUEUE_VALUE_PATHS: Mapping[str, int] = {
     "controllerManager.nodeSelector": 105,
+    "controllerManager.tolerations": 107,
     "managerConfig.controllerManagerConfigYaml": 119,
 }
 
@@ -325,10 +327,29 @@ def manager_configuration(driver_source: str) -> Dict[str, Any]:
 def kueue_values(system_node_labels: Mapping[str, str], driver_source: str) -> Dict[str, Any]:
     """Helm values for the kueue chart: the manager on the system nodes, with manager_configuration()."""
     return {
-        "controllerManager": {"nodeSelector": dict(system_node_labels)},
+        # On the system nodes, tolerating their taint (spec/pods.py); the chart tolerates nothing by default.
+        "controllerManager": {"nodeSelector": dict(system_node_labels), "tolerations": system_tolerations()},
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_configuration(driver_source),
                                                                          sort_keys=False)},
     }
+
+
+# The MPI Operator and the JobSet controller come from their release manifests (spec/charts.yaml), whose Deployments
+# select and tolerate nothing: kubeflow/mpi-operator v0.8.0 deploy/v2beta1/mpi-operator.yaml (Deployment
+# mpi-operator/mpi-operator, the file's last document) and kubernetes-sigs/jobset v0.12.0
+# config/components/manager/manager.yaml (Deployment controller-manager, which config/default/kustomization.yaml puts in
+# jobset-system with the prefix jobset-). With the system nodes tainted they could run nowhere, so a server-side apply
+# patch of each (its own field manager; the manifests set neither field, so nothing conflicts) places them there.
+# manifest key (spec/charts.yaml) -> (namespace, Deployment name)
+MANIFEST_DEPLOYMENTS: Mapping[str, Tuple[str, str]] = {
+    "mpi-operator": ("mpi-operator", "mpi-operator"),
+    "jobset": ("jobset-system", "jobset-controller-manager"),
+}
+
+
+def manifest_deployment_placement(system_node_labels: Mapping[str, str]) -> Dict[str, Any]:
+    """The `spec` of the patch that puts a release manifest's Deployment on the system nodes."""
+    return {"template": {"spec": system_placement(system_node_labels)}}
 
 
 def webhook_probe_configmap(namespace: str = NAMESPACE) -> Dict[str, Any]:
@@ -357,9 +378,8 @@ def webhook_probe_job(system_node_labels: Mapping[str, str], kueue_version: str,
                                              hashlib.sha256(script.encode()).hexdigest()}},
                 "spec": {
                     "serviceAccountName": WEBHOOK_PROBE, "restartPolicy": "Never",
-                    "nodeSelector": dict(system_node_labels),
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "nodeSelector": dict(system_node_labels), "tolerations": system_tolerations(),
+                    "securityContext": pod_security.pod_security_context(),
                     "containers": [{
                         "name": "probe", "image": WEBHOOK_PROBE_IMAGE,
                         "command": ["python3", f"{mount}/{WEBHOOK_PROBE_SCRIPT_KEY}"],
@@ -367,8 +387,7 @@ def webhook_probe_job(system_node_labels: Mapping[str, str], kueue_version: str,
                                 {"name": "INTERVAL_SECONDS", "value": str(WEBHOOK_PROBE_INTERVAL_S)},
                                 {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-                        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-                                            "capabilities": {"drop": ["ALL"]}},
+                        "securityContext": pod_security.container_security_context(),
                         "volumeMounts": [{"name": "probe", "mountPath": mount, "readOnly": True}],
                     }],
                     "volumes": [{"name": "probe", "configMap": {"name": WEBHOOK_PROBE, "defaultMode": 0o444}}],

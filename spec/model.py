@@ -344,14 +344,14 @@ class Inference(ConfigModel):
 
 
 class Alerts(ConfigModel):
-    """Alert thresholds (spec/alert_rules.py). Defaults are the seeds' figures where they give one."""
+    """Alert thresholds (spec/alert_rules.py). Defaults are the design requirements' figures where they give one."""
     gpu_temp_c: int = Field(alias="gpuTempC", default=85, ge=40, le=110)
     gpu_util_high_pct: int = Field(default=90, ge=1, le=100)
     gpu_mem_high_pct: int = Field(default=90, ge=1, le=100)
     # Of the node's IP bandwidth (spec/efa.py ip_bandwidth_gbps: its ENA interfaces' share of networkGbps), for 10 min.
     network_high_pct: int = Field(default=70, ge=1, le=100)
     storage_latency_ms: float = Field(default=50, gt=0)
-    # Triton: the seeds give no figures; one failed request in a hundred, and one second at p99.
+    # Triton: the design requirements give no figures; one failed request in a hundred, and one second at p99.
     triton_failure_pct: float = Field(default=1, gt=0, le=100)
     triton_p99_latency_ms: float = Field(alias="tritonP99LatencyMs", default=1000, gt=0)
 
@@ -365,6 +365,9 @@ class Alertmanager(ConfigModel):
 
 class Monitoring(ConfigModel):
     retention_days: int = Field(default=15, ge=1, le=3650)
+    # How long every log the stack writes is kept: its CloudWatch log groups (control plane, VPC flow logs, FSx) and
+    # the S3 access logs (spec/logs.py). Left out: 365 in prod, 30 elsewhere; prod may not set less than 365.
+    log_retention_days: Optional[int] = Field(default=None, ge=1, le=3653)
     # Prometheus' volume (encrypted gp3); retention also stops at 90 % of it so a full disk never stops scraping.
     prometheus_volume_gib: int = Field(alias="prometheusVolumeGiB", default=200, ge=20, le=16384)
     alerts: Alerts = Alerts()

@@ -18,6 +18,7 @@ import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from spec.model import Monitoring
+from spec.pods import system_tolerations
 from spec.pools import LABEL_PREFIX
 
 NAMESPACE = "monitoring"
@@ -68,10 +69,14 @@ KUBE_PROMETHEUS_STACK_VALUE_PATHS: Mapping[str, int] = {
     "alertmanager.alertmanagerSpec.secrets": 1033,
     "alertmanager.alertmanagerSpec.storage": 1126,
     "alertmanager.alertmanagerSpec.nodeSelector": 1160,
+    "alertmanager.alertmanagerSpec.tolerations": 1198,
     "prometheus-node-exporter.extraArgs": 2734,
     "prometheus-node-exporter.prometheus.monitor.relabelings": 2800,
     "prometheusOperator.admissionWebhooks.patch.nodeSelector": 3144,
+    "prometheusOperator.admissionWebhooks.patch.tolerations": 3146,
     "prometheusOperator.nodeSelector": 3434,
+    "prometheusOperator.tolerations": 3439,
+    "prometheus.prometheusSpec.tolerations": 4354,
     "prometheus.prometheusSpec.nodeSelector": 4421,
     "prometheus.prometheusSpec.retention": 4567,
     "prometheus.prometheusSpec.retentionSize": 4571,
@@ -82,8 +87,8 @@ KUBE_PROMETHEUS_STACK_VALUE_PATHS: Mapping[str, int] = {
 SUBCHARTS: Mapping[str, str] = {"kube-state-metrics": "8.4.0", "prometheus-node-exporter": "4.56.1",
                                 "grafana": "12.11.1"}
 SUBCHART_VALUE_PATHS: Mapping[str, Mapping[str, int]] = {
-    "kube-state-metrics": {"metricLabelsAllowlist": 416, "nodeSelector": 360},
-    "grafana": {"nodeSelector": 438},
+    "kube-state-metrics": {"metricLabelsAllowlist": 416, "nodeSelector": 360, "tolerations": 376},
+    "grafana": {"nodeSelector": 438, "tolerations": 443},
 }
 
 
@@ -161,23 +166,29 @@ def stack_values(monitoring: Monitoring, *, webhook: bool, system_node_labels: M
     """Helm values for kube-prometheus-stack. node_exporter_args: what the alert rules need of node-exporter beyond
     its defaults (spec/alert_rules.py NODE_EXPORTER_ARGS)."""
     on_system = dict(system_node_labels)
+    # Every component that runs on the system nodes tolerates their taint (spec/pods.py); the chart and its subcharts
+    # tolerate nothing by default. The CRD upgrade Job (crds.upgradeJob), the webhook Deployment
+    # (admissionWebhooks.deployment) and Thanos Ruler stay off (values.yaml lines 40, 2900, 5307).
+    tolerate = system_tolerations
     return {
         "prometheus": {"prometheusSpec": {
             "retention": f"{monitoring.retention_days}d",
             "retentionSize": retention_size(monitoring.prometheus_volume_gib),
             "storageSpec": volume_claim(monitoring.prometheus_volume_gib),
-            "nodeSelector": on_system,
+            "nodeSelector": on_system, "tolerations": tolerate(),
         }},
         "alertmanager": {
             "config": alertmanager_config(monitoring, webhook),
             "alertmanagerSpec": {"secrets": [WEBHOOK_SECRET] if webhook else [],
-                                 "storage": volume_claim(ALERTMANAGER_VOLUME_GIB), "nodeSelector": on_system},
+                                 "storage": volume_claim(ALERTMANAGER_VOLUME_GIB), "nodeSelector": on_system,
+                                 "tolerations": tolerate()},
         },
         # Dashboards: the chart's sidecar defaults load them (spec/dashboards.py GRAFANA_SIDECAR_LABEL).
-        "grafana": {"nodeSelector": on_system},
-        "prometheusOperator": {"nodeSelector": on_system, "admissionWebhooks": {"patch": {"nodeSelector": on_system}}},
+        "grafana": {"nodeSelector": on_system, "tolerations": tolerate()},
+        "prometheusOperator": {"nodeSelector": on_system, "tolerations": tolerate(),
+                               "admissionWebhooks": {"patch": {"nodeSelector": on_system, "tolerations": tolerate()}}},
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{','.join(KUBE_STATE_NODE_LABELS)}]"],
-                               "nodeSelector": on_system},
+                               "nodeSelector": on_system, "tolerations": tolerate()},
         "prometheus-node-exporter": {
             "extraArgs": node_exporter_flags(node_exporter_args),
             "prometheus": {"monitor": {"relabelings": [dict(r) for r in NODE_LABEL_RELABELINGS]}},

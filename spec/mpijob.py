@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from spec import job_options, pod_security
 from spec.pools import GPU_RESOURCE, POOL_LABEL, efa_devices, node_taints, toleration
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -143,24 +144,47 @@ def mpirun_command(pool, workers: int, program: Sequence[str], forward: Sequence
     """mpirun of `program`, one rank per GPU on each worker, forwarding the EFA environment, PATH and
     LD_LIBRARY_PATH as the image sets them (Open MPI, libfabric, NCCL, aws-ofi-nccl), and `forward`."""
     gpus = pool.gpus_per_node
-    forward = [arg for name in (*efa_env(pool), "PATH", "LD_LIBRARY_PATH", *forward) for arg in ("-x", name)]
+    names = dict.fromkeys((*efa_env(pool), "PATH", "LD_LIBRARY_PATH", *forward))    # each once, in order
+    forward = [arg for name in names for arg in ("-x", name)]
     return [MPIRUN, "--allow-run-as-root", "-np", str(workers * gpus), "-N", str(gpus), "--bind-to", "none",
             *forward, *program]
 
 
+WHOLE_NODE_MEMORY_REQUEST_GIB = 64
+WHOLE_NODE_MEMORY_SHARE = 0.9
+LAUNCHER_MEMORY_LIMIT = "2Gi"       # mpirun and one ssh client per worker: tens of MiB, ample for hundreds of ranks
+
+
+def whole_node_memory_limit_gib(pool) -> int:
+    """A whole-node pod's memory limit: the node is the job's, so 90 % of its memory (never below the request). The
+    rest stays for the kubelet, the system daemons and the node's DaemonSets, so a runaway rank is killed in its own
+    cgroup before the kernel's OOM killer picks a system process."""
+    return max(WHOLE_NODE_MEMORY_REQUEST_GIB, int(pool.primary_type.memory_gib * WHOLE_NODE_MEMORY_SHARE))
+
+
 def whole_node_resources(pool) -> Dict[str, Dict[str, Any]]:
-    """Every GPU and EFA device of one node of the pool, requested and limited alike."""
+    """Every GPU and EFA device of one node of the pool, requested and limited alike, and most of its memory
+    (whole_node_memory_limit_gib)."""
     gpus, efa = pool.gpus_per_node, efa_devices(pool)
-    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": "16", "memory": "64Gi"},
-            "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa}}
+    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": "16",
+                         "memory": f"{WHOLE_NODE_MEMORY_REQUEST_GIB}Gi"},
+            "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "memory": f"{whole_node_memory_limit_gib(pool)}Gi"}}
 
 
-def worker_container(pool, image: str) -> dict:
+def worker_container(pool, image: str, mounts: Sequence[Mapping[str, Any]] = (SHM_MOUNT,),
+                     ephemeral_storage: str = "") -> dict:
+    """A worker: sshd on a whole node; `mounts` its volumeMounts, `ephemeral_storage` (its scratch) requested and
+    limited as such when given."""
+    resources = whole_node_resources(pool)
+    if ephemeral_storage:
+        resources["requests"]["ephemeral-storage"] = resources["limits"]["ephemeral-storage"] = ephemeral_storage
     return {
         "name": "worker", "image": image, "command": ["/usr/sbin/sshd", "-De"],
-        "resources": whole_node_resources(pool),
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
-        "volumeMounts": [SHM_MOUNT],
+        "resources": resources,
+        # Root, with a writable root, and sshd's capabilities beside IPC_LOCK: spec/pod_security.WAIVERS says why.
+        "securityContext": pod_security.container_security_context(
+            None, read_only_root=False, add=(*pod_security.EFA_CAPABILITIES, *pod_security.SSHD_CAPABILITIES)),
+        "volumeMounts": [dict(mount) for mount in mounts],
     }
 
 
@@ -178,19 +202,22 @@ def check_pool(pool, workers: int) -> None:
 def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: str, image: str, workers: int,
                launcher: Mapping[str, Any], run_policy: Mapping[str, Any], restart_policy: str,
                labels: Mapping[str, str], launcher_pod: Mapping[str, Any] = (),
-               worker_service_account: Optional[str] = None) -> dict:
+               worker_service_account: Optional[str] = None,
+               worker_storage: Optional[Tuple[Sequence[dict], Sequence[dict], str]] = None) -> dict:
     """An MPIJob on `pool` (a spec.validate.ResolvedPool) named `name` (a generateName prefix when `generated`):
     `workers` whole nodes running sshd, and a launcher
     pod whose first container is `launcher` (the operator adds the hostfile, ssh keys and MPI environment to the
     first container only), placed on the pool beside a worker (launcher_placement). `launcher_pod`: more launcher
     pod-spec fields (containers after the first, volumes). `worker_service_account`: the workers' service account
-    (the namespace's default without)."""
+    (the namespace's default without). `worker_storage`: the workers' (volumes, volumeMounts, scratch size) instead
+    of /dev/shm alone (spec/job_options.job_storage)."""
     check_pool(pool, workers)
     length = len(name) + (GENERATED_SUFFIX if generated else 0)
     if length > max_job_name(workers):
         raise ValueError(f"job name {name!r} is too long: with {workers} workers a name may have at most "
                          f"{max_job_name(workers) - (GENERATED_SUFFIX if generated else 0)} characters")
     pod = dict(launcher_pod)
+    worker_volumes, worker_mounts, scratch = worker_storage or ([SHM_VOLUME], [SHM_MOUNT], "")
     launcher_spec = {**pod, **launcher_placement(pool), "containers": [dict(launcher), *pod.get("containers", [])]}
     return {
         "apiVersion": API_VERSION, "kind": "MPIJob",
@@ -210,8 +237,9 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
                              "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
                              "affinity": nearest_switch_preference({MPI_JOB_ROLE_LABEL: "worker"},
                                                                    (MPI_JOB_NAME_LABEL,)),
-                             "automountServiceAccountToken": False, "containers": [worker_container(pool, image)],
-                             "volumes": [SHM_VOLUME]}}},
+                             "automountServiceAccountToken": False,
+                             "containers": [worker_container(pool, image, worker_mounts, scratch)],
+                             "volumes": [dict(volume) for volume in worker_volumes]}}},
             },
         },
     }
@@ -220,7 +248,10 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
 # A training job retries mpirun this often (the launcher Job's backoffLimit) before it fails for good.
 TRAINING_BACKOFF_LIMIT = 6
 TRAINING_TTL_S = 7 * 86400      # a finished job stays a week for its logs and status
-CHECKPOINT_ENV = "CHECKPOINT_URI"
+CHECKPOINT_ENV = job_options.CHECKPOINT_URI_ENV
+# Without the RAID0 array a pod's scratch is on the node's root volume (500 GiB, components/nodepool.py
+# ROOT_VOLUME_GIB), which also holds the images.
+ROOT_VOLUME_SCRATCH = "100Gi"
 # Training pods run as this service account, whose Pod Identity role reads and writes the stack's datasets and
 # checkpoints buckets and reads its models bucket (components/data_access.py, spec/data_access.py).
 JOB_SERVICE_ACCOUNT = "trainer"
@@ -251,8 +282,13 @@ def wait_for_workers_script(wait_s: int) -> str:
 
 
 def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: str, workers: int,
-                    program: Sequence[str], worker_wait_s: int, checkpoint_uri: str = "") -> dict:
-    """The training-job template: `program` under mpirun on `workers` whole nodes of an EFA pool.
+                    program: Sequence[str], worker_wait_s: int, checkpoint_uri: str = "", scratch: str = "",
+                    mounts_lustre: bool = False, lustre_configured: bool = False, env: Mapping[str, str] = (),
+                    volumes: Sequence["job_options.UserVolume"] = ()) -> dict:
+    """The training-job template: `program` under mpirun on `workers` whole nodes of an EFA pool. Every worker
+    mounts what spec/job_options.py says (/data where `mounts_lustre`, /scratch of `scratch`, ROOT_VOLUME_SCRATCH
+    when empty, /dev/shm, each of `volumes`); `env` (the user's --env) reaches every rank with the template's own
+    settings and the checkpoint locations.
 
     Interruptions, as kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go handles them:
     - a worker pod deleted (a drain's eviction, a node gone) is created again (lines 1010-1017); the launcher's
@@ -265,21 +301,29 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
       retry wait `worker_wait_s` and fail, until the backoff limit fails the job.
     The JobSet template (spec/jobset.py) is the one Kueue requeues.
     """
-    env = efa_env(pool)
-    forward = (*POD_IDENTITY_ENV, *((CHECKPOINT_ENV,) if checkpoint_uri else ()))
-    if checkpoint_uri:
-        env[CHECKPOINT_ENV] = checkpoint_uri
+    env = job_options.job_env(efa_env(pool), checkpoint_uri, dict(env))
+    forward = (*POD_IDENTITY_ENV, *env)
     mpirun = mpirun_command(pool, workers, program, forward)
+    scratch = scratch or ROOT_VOLUME_SCRATCH
+    worker_volumes, worker_mounts = job_options.job_storage(
+        scratch=scratch, mounts_lustre=mounts_lustre, lustre_configured=lustre_configured, user_volumes=volumes,
+        shm_volume=SHM_VOLUME, shm_mount=SHM_MOUNT)
     launcher = {
         "name": "launcher", "image": image,
         "command": ["bash", "-c", wait_for_workers_script(worker_wait_s) + f"exec {shlex.join(mpirun)}\n"],
-        "env": env_list(env), "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+        "env": env_list(env),
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": LAUNCHER_MEMORY_LIMIT}},
+        # The job's image as its user (root: the operator's SSH keys are under /root/.ssh), writable: spec/pod_security.
+        "securityContext": pod_security.container_security_context(None, read_only_root=False),
     }
     labels = {"app.kubernetes.io/name": name, POOL_LABEL: pool.name}
     return efa_mpijob(
         pool, name=name, generated=False, namespace=namespace, queue_name=queue_name, image=image, workers=workers,
         launcher=launcher, labels=labels, restart_policy="OnFailure",
-        launcher_pod={"serviceAccountName": JOB_SERVICE_ACCOUNT}, worker_service_account=JOB_SERVICE_ACCOUNT,
+        worker_storage=(worker_volumes, worker_mounts, scratch),
+        # No Kubernetes token: mpirun reaches the workers over ssh, and Pod Identity mounts its own token.
+        launcher_pod={"serviceAccountName": JOB_SERVICE_ACCOUNT, "automountServiceAccountToken": False},
+        worker_service_account=JOB_SERVICE_ACCOUNT,
         # Running: when the launcher ends, stop the workers (and free their GPUs).
         run_policy={"cleanPodPolicy": "Running", "backoffLimit": TRAINING_BACKOFF_LIMIT,
                     "ttlSecondsAfterFinished": TRAINING_TTL_S})

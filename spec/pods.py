@@ -15,10 +15,11 @@ really attach, capped at the kubelet's default of 110.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 from spec.catalog import InstanceType
 from spec.efa import interface_layout
+from spec.pools import Taint
 
 KUBELET_MAX_PODS = 110      # the kubelet's default maxPods, and Kubernetes' per-node guidance
 HOST_NETWORK_PODS = 2       # kube-proxy and aws-node use the node's own address (nodeadm's "+ 2")
@@ -39,6 +40,50 @@ MINIMUM_IP_TARGET = int(VPC_CNI_ENV["MINIMUM_IP_TARGET"])
 SYSTEM_NODE_TYPES = ("m7i.xlarge", "m6i.xlarge")
 SYSTEM_NODES_MAX = 4
 SYSTEM_NODE_INTERFACES, SYSTEM_NODE_ADDRESSES_PER_INTERFACE = 4, 15
+
+# The system node group's label (every pod that must run there selects it) and its taint. The taint keeps team pods
+# (which tolerate only their pools' taints) off the nodes that run CoreDNS and the webhooks of the load balancer
+# controller and Kueue, which fail closed. CriticalAddonsOnly is the key the add-ons already know: the EKS CoreDNS
+# add-on's schema defaults its tolerations to `CriticalAddonsOnly Exists` (describe-addon-configuration coredns, as
+# recorded in cloudbees/terraform-aws-cloudbees-ci-eks-addon blueprints/03-windows-builds/README.md), so do the
+# EBS CSI controller (aws-ebs-csi-driver v1.60.0 charts/aws-ebs-csi-driver/values.yaml line 313) and the FSx CSI
+# controller (aws-fsx-csi-driver chart 1.17.0 values.yaml line 101). Every other pod placed there tolerates it
+# explicitly: SYSTEM_TOLERATIONS.
+SYSTEM_NODE_ROLE_LABEL = "gpu-cloud.io/node-role"
+SYSTEM_NODE_LABELS = {SYSTEM_NODE_ROLE_LABEL: "system"}
+SYSTEM_NODE_TAINT = Taint("CriticalAddonsOnly", "true", "NoSchedule")
+# EKS managed node groups spell effects in the API's enum (NodeGroup taints: NO_SCHEDULE | NO_EXECUTE | ...).
+NODEGROUP_TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+
+
+def system_tolerations() -> List[Dict[str, str]]:
+    """The toleration every pod placed on the system nodes carries: the taint's key, any value, its effect."""
+    return [{"key": SYSTEM_NODE_TAINT.key, "operator": "Exists", "effect": SYSTEM_NODE_TAINT.effect}]
+
+
+def system_placement(system_node_labels: Mapping[str, str] = SYSTEM_NODE_LABELS) -> Dict[str, Any]:
+    """nodeSelector and tolerations of a pod (or a chart's component) that runs on the system nodes."""
+    if not system_node_labels:
+        raise ValueError("system_node_labels must select the system nodes")
+    return {"nodeSelector": dict(system_node_labels), "tolerations": system_tolerations()}
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    """Whether a pod with `tolerations` may be scheduled onto a node with `taint`, as the scheduler decides
+    (k8s.io/api core/v1 toleration.go ToleratesTaint): an empty effect matches every effect; `Exists` with no key
+    matches every taint; `Exists` matches any value of its key; `Equal` (the default operator) needs the value."""
+    for toleration in tolerations or ():
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.effect:
+            continue
+        key, operator = toleration.get("key") or "", toleration.get("operator") or "Equal"
+        if key and key != taint.key:
+            continue
+        if operator == "Exists":
+            return True
+        if operator == "Equal" and key and (toleration.get("value") or "") == taint.value:
+            return True
+    return False
 
 
 def pod_interfaces(itype: InstanceType, *, efa: bool) -> int:

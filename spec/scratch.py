@@ -45,7 +45,7 @@ emptyDir is on the root EBS volume.
 Everything on the array is lost when the instance stops or terminates (spot reclaim, scale-in, refresh): stage
 inputs from S3 and copy checkpoints to S3 before the grace period ends (README, the workload contract).
 
-**The hot tier.** The seeds ask for more than 500K random read IOPS (`HOT_TIER_READ_IOPS`) at 100 µs. IOPS per type
+**The hot tier.** The design target is more than 500K random read IOPS (`HOT_TIER_READ_IOPS`) at 100 µs. IOPS per type
 are AWS's published aggregate for all of a type's volumes (spec/catalog.yaml), which a RAID0 over all of them is
 what can reach; a pool meets the tier when its pods get that array (RAID0 on) and the figure is more than 500,000.
 FSx for Lustre does not meet the latency: AWS states it as sub-millisecond (`LUSTRE_LATENCY_SOURCE`), not 100 µs.
@@ -57,14 +57,15 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from spec.catalog import Catalog, InstanceType
 
-HOT_TIER_READ_IOPS = 500_000          # the seeds' hot tier: MORE than this many random read IOPS (4 KiB)
-SEEDS_HOT_TIER_LATENCY_US = 100       # the seeds' hot-tier latency target, in microseconds
+HOT_TIER_READ_IOPS = 500_000          # the hot tier's design target: MORE than this many random read IOPS (4 KiB)
+HOT_TIER_LATENCY_TARGET_US = 100      # the hot tier's design latency target, in microseconds
 LUSTRE_LATENCY = "sub-millisecond"
 LUSTRE_LATENCY_SOURCE = ('Amazon FSx for Lustre User Guide, "What is Amazon FSx for Lustre?" '
                          '(https://docs.aws.amazon.com/fsx/latest/LustreGuide/what-is.html): "It provides sub-millisecond '
                          'latencies, up to multiple TBps of throughput and up to millions of IOPS"; the SSD storage class '
                          '"provides consistent sub-millisecond latency access to your full dataset"')
-LUSTRE_LATENCY_NOTE = (f"FSx for Lustre latency is {LUSTRE_LATENCY} (AWS), not the seeds' {SEEDS_HOT_TIER_LATENCY_US} µs; "
+LUSTRE_LATENCY_NOTE = (f"FSx for Lustre latency is {LUSTRE_LATENCY} (AWS), not the hot tier's design target of "
+                       f"{HOT_TIER_LATENCY_TARGET_US} µs; "
                        "AWS publishes no instance-store latency, so 100 µs is unverified on any tier")
 
 RAID0_MOUNT_PATH = "/mnt/k8s-disks/0"     # setup-local-disks: ${MNT_DIR}/0, MNT_DIR=/mnt/k8s-disks
@@ -98,7 +99,7 @@ def allocatable_ephemeral_storage_gib(capacity_gib: int) -> int:
 
 
 def meets_hot_tier(read_iops: Optional[int]) -> Optional[bool]:
-    """True above HOT_TIER_READ_IOPS (the seeds say "more than"), None when the figure is unknown."""
+    """True above HOT_TIER_READ_IOPS (the design target says "more than"), None when the figure is unknown."""
     return None if read_iops is None else read_iops > HOT_TIER_READ_IOPS
 
 

@@ -96,6 +96,22 @@ def host_isolation_validations() -> List[Tuple[str, str]]:
              f"{containers} may add only these capabilities: {', '.join(ALLOWED_CAPABILITIES)}"),
         ]
     return rules
+
+
+# A Service with spec.externalIPs makes kube-proxy on every node send traffic for those addresses to the Service's
+# pods: a team could take over any address the cluster talks to, another team's or an AWS endpoint's
+# (CVE-2020-8554, kubernetes/kubernetes#97076; the upstream mitigation is exactly an admission check on this field).
+# gpu-cloud's load balancers need no externalIPs (the NLB targets pod IPs). A second ValidatingAdmissionPolicy,
+# in the same namespaces as the host isolation one, refuses them on create and update.
+SERVICE_EXTERNAL_IPS_POLICY = "gpu-cloud-tenant-no-external-ips"
+
+
+def service_validations() -> List[Tuple[str, str]]:
+    """(CEL expression true for an acceptable Service, message) pairs of the external IPs policy."""
+    return [("!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
+             "spec.externalIPs is not allowed in team namespaces (CVE-2020-8554)")]
+
+
 # Set by the API server on every namespace (Kubernetes 1.22+): selects a namespace that gpu-cloud does not label.
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
@@ -122,6 +138,61 @@ def gpu_quota(pools: Sequence, namespace: str) -> Dict[str, str]:
 def gpu_quotas(pools: Sequence) -> Dict[str, Dict[str, str]]:
     """Every team namespace's GPU quota (what components.tenancy.TenancyArgs.gpu_quotas takes)."""
     return {namespace: gpu_quota(pools, namespace) for namespace in TEAM_NAMESPACES}
+
+
+# --- CPU and memory: quota and per-container defaults -------------------------------------------------------
+# A team's CPU and memory are capped like its GPUs, by what its pools (NAMESPACE_WORKLOADS) hold at maxNodes:
+#     requests.cpu    = sum over its pools of maxNodes x vCPUs of the pool's largest type
+#     requests.memory = limits.memory = sum over its pools of maxNodes x memory of the pool's largest type (MiB)
+# (the node's size, not its allocatable share: a cap, like the GPU quota, not a reservation). A namespace without
+# pools gets 0 of each: it has no node to run on (the system nodes are tainted, spec/pods.py), so every pod is
+# refused at once ("exceeded quota") instead of waiting.
+# Once a quota covers cpu or memory, the API server refuses any container that does not state them; the LimitRange
+# states them for a container that does not. Its defaults are one GPU's share of the namespace's smallest node:
+#     cpu    = min over its pools and their types of vCPUs / GPUs per node (millicores, rounded down)
+#     memory = min over its pools and their types of memory / GPUs per node (MiB, rounded down)
+# as the request (cpu and memory) and as the memory limit: a container that states nothing is sized like a one-GPU
+# worker on the smallest node it may run on, so it fits on any of them. A container that states a memory request
+# above that share must state its limit too (a request above the default limit is refused).
+CPU_MEMORY_QUOTA_ITEMS = ("requests.cpu", "requests.memory", "limits.memory")
+MIB_PER_GIB = 1024
+
+
+def _pools_of(pools: Sequence, namespace: str) -> List:
+    if namespace not in NAMESPACE_WORKLOADS:
+        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    return [pool for pool in pools if pool.spec.workload in NAMESPACE_WORKLOADS[namespace]]
+
+
+def cpu_memory_quota(pools: Sequence, namespace: str) -> Dict[str, str]:
+    """ResourceQuota `hard` items for CPU and memory of `namespace`: what its pools hold at maxNodes."""
+    cpu = memory_mib = 0
+    for pool in _pools_of(pools, namespace):
+        cpu += pool.spec.max_nodes * max(t.vcpu for t in pool.types)
+        memory_mib += pool.spec.max_nodes * max(t.memory_gib for t in pool.types) * MIB_PER_GIB
+    return {"requests.cpu": str(cpu), "requests.memory": f"{memory_mib}Mi", "limits.memory": f"{memory_mib}Mi"}
+
+
+def cpu_memory_quotas(pools: Sequence) -> Dict[str, Dict[str, str]]:
+    """Every team namespace's CPU and memory quota (components.tenancy.TenancyArgs.cpu_memory_quotas)."""
+    return {namespace: cpu_memory_quota(pools, namespace) for namespace in TEAM_NAMESPACES}
+
+
+def container_defaults(pools: Sequence, namespace: str) -> Optional[Dict[str, Dict[str, str]]]:
+    """The LimitRange's Container item for `namespace` ({"defaultRequest": ..., "default": ...}), or None for a
+    namespace without pools (its quota of 0 refuses every pod anyway)."""
+    shares = [(t.vcpu * 1000 // t.gpu.count, t.memory_gib * MIB_PER_GIB // t.gpu.count)
+              for pool in _pools_of(pools, namespace) for t in pool.types]
+    if not shares:
+        return None
+    cpu_m, memory_mib = min(cpu for cpu, _ in shares), min(memory for _, memory in shares)
+    return {"defaultRequest": {"cpu": f"{cpu_m}m", "memory": f"{memory_mib}Mi"},
+            "default": {"memory": f"{memory_mib}Mi"}}
+
+
+def team_container_defaults(pools: Sequence) -> Dict[str, Optional[Dict[str, Dict[str, str]]]]:
+    """Every team namespace's LimitRange Container item (components.tenancy.TenancyArgs.container_defaults)."""
+    return {namespace: container_defaults(pools, namespace) for namespace in TEAM_NAMESPACES}
 
 
 # --- RBAC -------------------------------------------------------------------------------------------------

@@ -52,14 +52,20 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from spec import alert_rules, failover, tenancy
+from spec import alert_rules, failover, pod_security, tenancy
 from spec.catalog import InstanceType
+from spec.pods import system_tolerations
 
 NAME = "triton"
 SERVICE_ACCOUNT = "triton"
 RELEASE = "2.71.0"                      # the server release of IMAGE; tests parse configs with its own schema
-IMAGE = "nvcr.io/nvidia/tritonserver:26.07-py3"
-RUN_AS_USER = 1000                      # triton-server in the image (build.py)
+IMAGE = pod_security.image("triton")    # nvcr.io/nvidia/tritonserver:26.07-py3 by digest (spec/images.yaml)
+RUN_AS_USER = 1000                      # triton-server in the image (build.py; spec/pod_security.WAIVERS)
+# Triton's writable paths, beside /dev/shm and the read-only models: /tmp, where the Python backend unpacks a
+# model's EXECUTION_ENV_PATH archive (often GiBs) and PyTorch keeps its compile caches; HOME points there too, as the
+# image's /home/triton-server is on the read-only root.
+TRITON_TMP_SIZE = "8Gi"
+TRITON_ENV = {"HOME": "/tmp"}
 PORTS: Mapping[str, int] = {"http": tenancy.TRITON_HTTP_PORT, "grpc": tenancy.TRITON_GRPC_PORT,
                             "metrics": tenancy.TRITON_METRICS_PORT}
 HTTP_PORT = PORTS["http"]
@@ -79,7 +85,12 @@ ADAPTER_RELEASE_NAME = "prometheus-adapter"
 # its botocore reads the Pod Identity token file (awscli/botocore/credentials.py lines 2062-2107, ContainerProvider)
 # and allows the agent's address 169.254.170.23 (awscli/botocore/utils.py lines 2891-2894). Pod Identity needs CLI
 # 2.15.0 or later (EKS User Guide, pod-id-minimum-sdk).
-SYNC_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.36.7"
+SYNC_IMAGE = pod_security.image("aws-cli")     # public.ecr.aws/aws-cli/aws-cli:2.36.7 (spec/images.yaml)
+# The image runs as root (aws/aws-cli 2.36.7 docker/Dockerfile sets no USER); the sync containers run as nobody
+# instead: they write only the models emptyDir (world-writable, as the kubelet creates it) and files there keep the
+# umask's 0644, which Triton (UID 1000) reads. Their /tmp is the CLI's HOME (~/.aws: its caches), a small emptyDir.
+SYNC_RUN_AS = pod_security.NOBODY
+SYNC_TMP_SIZE = "256Mi"
 MODELS_MOUNT = "/models"                # an emptyDir shared by the sync containers and Triton (read-only there)
 LOCAL_REPOSITORY = f"{MODELS_MOUNT}/current"
 SYNC_STAMP = f"{MODELS_MOUNT}/.synced-at"
@@ -166,6 +177,7 @@ QUEUE_WINDOW = "2m"
 # prometheus-adapter-5.3.0, e6e041b67, charts/prometheus-adapter/values.yaml).
 PROMETHEUS_ADAPTER_VALUE_PATHS: Mapping[str, int] = {
     "nodeSelector": 25,
+    "tolerations": 257,
     "prometheus.url": 43,
     "prometheus.port": 44,
     "rules.default": 136,
@@ -196,7 +208,7 @@ def repository_bucket_arn(model_repository: str, partition: str) -> str:
 
 def sync_env(model_repository: str, region: str) -> Dict[str, str]:
     """The sync containers' environment: what to copy, and the region of the stack (credentials come from the pod's
-    Pod Identity association; HOME is writable for the CLI as uid 1000)."""
+    Pod Identity association; HOME is the containers' /tmp emptyDir, writable on a read-only root)."""
     repository_bucket_arn(model_repository, "aws")
     return {"MODEL_SOURCE": model_repository, "AWS_REGION": region, "AWS_DEFAULT_REGION": region, "HOME": "/tmp"}
 
@@ -236,6 +248,8 @@ def prometheus_adapter_values(prometheus_url: str, port: int, node_selector: Map
     return {
         "prometheus": {"url": prometheus_url, "port": port},
         "nodeSelector": dict(node_selector),
+        # The system nodes' taint (spec/pods.py); the chart tolerates nothing by default (values.yaml line 257).
+        "tolerations": system_tolerations(),
         "rules": {"default": False, "custom": [{
             "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
             "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
@@ -254,6 +268,30 @@ def hpa_target(target_queue_ms: float) -> str:
 
 
 # --- a model's config.pbtxt ------------------------------------------------------------------------------------
+# Tensor data types: model_config.proto's DataType at the server's release (TYPE_INVALID left out), as tritonclient
+# 2.71.0 generates it (tests/test_triton.py compares the two).
+DATA_TYPES = ("TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8", "TYPE_INT16",
+              "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING", "TYPE_BF16")
+
+
+def parse_tensor(option: str, text: str) -> Dict[str, Any]:
+    """`NAME:TYPE:DIMS` (`input0:TYPE_FP32:3,224,224`; -1 for a variable dimension) as model_config_pbtxt takes a
+    tensor; a ValueError naming `option` for a bad one."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"{option} {text!r}: give NAME:TYPE:DIMS, e.g. input0:TYPE_FP32:3,224,224")
+    name, data_type, dims_text = parts
+    if data_type not in DATA_TYPES:
+        raise ValueError(f"{option} {text!r}: data type {data_type!r} is not one of {', '.join(DATA_TYPES)}")
+    try:
+        dims = [int(d) for d in dims_text.split(",")]
+    except ValueError:
+        dims = []
+    if not dims or any(d < 1 and d != -1 for d in dims):
+        raise ValueError(f"{option} {text!r}: DIMS are sizes of at least 1 (or -1, variable) separated by commas")
+    return {"name": name, "data_type": data_type, "dims": dims}
+
+
 def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -277,6 +315,9 @@ def model_config_pbtxt(name: str, *, backend: str, max_batch_size: int, preferre
     lines = [f"name: {_quoted(name)}", f"backend: {_quoted(backend)}", f"max_batch_size: {max_batch_size}"]
     for field, tensors in (("input", inputs), ("output", outputs)):
         for tensor in tensors:
+            if tensor["data_type"] not in DATA_TYPES:
+                raise ValueError(f"{field} {tensor['name']}: data type {tensor['data_type']!r} is not one of "
+                                 f"{', '.join(DATA_TYPES)}")
             dims = ", ".join(str(d) for d in tensor["dims"])
             lines.append(f"{field} [ {{ name: {_quoted(tensor['name'])} data_type: {tensor['data_type']} "
                          f"dims: [ {dims} ] }} ]")

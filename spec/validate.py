@@ -17,12 +17,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from datetime import date
 
-from spec import addons, charts, cost, dr_pair, kueue, lb_controller, lustre, zones
-from spec.amis import NodeImage, image_warnings, resolve_node_image
+from spec import addons, charts, cost, dr_pair, kueue, lb_controller, logs, lustre, preflight, zones
+from spec.amis import NodeImage, image_warnings, install_refusal, resolve_node_image
 from spec.catalog import (MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, Catalog, GpuModel, InstanceType, load_catalog,
                           mig_compute_slices)
 from spec.eks import version_warnings
-from spec.errors import ConfigError, ConfigIssue, PathPart, key_path
+from spec.errors import YAML11_BOOLEANS, YAML11_SEXAGESIMAL, ConfigError, ConfigIssue, PathPart, key_path
 from spec.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, GpuSharing, Inference, Monitoring, Network, NodePool,
                         Repair, Storage, Tenancy, Training)
 from spec.pools import ASG_TAG_KEY_MAX, MPS_ARCHITECTURES, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
@@ -82,15 +82,30 @@ class StackSpec:
     @property
     def resource_tags(self) -> Dict[str, str]:
         """The merged tag map for every taggable AWS resource."""
-        return {**self.tags, "environment": self.environment, "stack": self.stack, "managed-by": "gpu-cloud"}
+        return resource_tags(self.tags, self.environment, self.stack)
 
     def pool(self, name: str) -> ResolvedPool:
         return next(p for p in self.pools if p.name == name)
+
+    @property
+    def log_retention_days(self) -> int:
+        """How long every log the stack writes is kept, a value CloudWatch Logs accepts (spec/logs.py)."""
+        return logs.log_retention_days(self.environment, self.monitoring.log_retention_days)
 
 
 # EKS CreateCluster: 1-100 characters. Everything named after the cluster (ASGs, tags such as
 # k8s.io/cluster-autoscaler/<name>, at most 128 characters) fits when the cluster name does.
 EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+
+
+# How to add a region, named wherever an unknown region is refused (docs/how-to.md walks through it).
+ADD_A_REGION = ('To add one, follow docs/how-to.md "Add a region": list the region under `regions` of each type it '
+                'offers in spec/catalog.yaml, its zone IDs in spec/zones.yaml and its fixed costs in spec/prices.yaml')
+
+
+def resource_tags(tags: Mapping[str, str], environment: str, stack: str) -> Dict[str, str]:
+    """The stack's tags with the three gpu-cloud sets itself."""
+    return {**tags, "environment": environment, "stack": stack, "managed-by": "gpu-cloud"}
 
 
 def cluster_name(project: str, stack: str) -> str:
@@ -128,14 +143,18 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
                 parsed[key] = strictly(type_, config.get(key, {}))
             except ValidationError as err:
                 issues.extend(_pydantic_issues(err, (key,), type_))
+    issues = _zone_names_issue(config.get("network"), region, issues)
 
     if not region:
         issues.append(ConfigIssue("aws:region", "is required (pulumi config set aws:region us-east-1)"))
     elif region not in catalog.regions:
         issues.append(ConfigIssue("aws:region", f"{region!r} has no GPU instance types in the catalog; "
-                                                f"known regions: {', '.join(catalog.regions)}"))
+                                                f"known regions: {', '.join(catalog.regions)}. {ADD_A_REGION}"))
 
     issues.extend(_check_tags(parsed.get("tags")))
+    if parsed.get("environment") is not None and parsed.get("monitoring") is not None:
+        issues.extend(_issue(("monitoring", "logRetentionDays"), problem) for problem in
+                      logs.log_retention_issues(parsed["environment"], parsed["monitoring"].log_retention_days))
     network = parsed.get("network")
     if network is not None and peer_cidr and _overlaps(network.cidr, peer_cidr):
         issues.append(_issue(("network", "cidr"), f"{network.cidr} overlaps the DR peer's VPC {peer_cidr}; replication "
@@ -153,6 +172,12 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
              for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
     issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
+    if image is not None and image.source == "install":
+        issues.extend(_issue(("nodePools", i, "instanceTypes", j), refusal) for i, pool, _ in pools
+                      for j, name in enumerate(pool.instance_types) if (refusal := install_refusal(name)))
+    if parsed.get("tags") is not None and parsed.get("environment") is not None:   # Auto Scaling: <= 50 tags a group
+        issues.extend(_issue(parts, message) for parts, message in preflight.asg_tag_issues(
+            [(i, r) for i, _, r in pools if r is not None], name, resource_tags(parsed["tags"], parsed["environment"], stack)))
     issues.extend(_check_tenancy(parsed.get("tenancy"), parsed.get("cluster")))
     dr = parsed.get("dr")
     if dr is not None and dr.peer_stack and dr.peer_stack.split("/")[1:] == [project, stack]:
@@ -168,7 +193,7 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     if not issues and parsed.get("budget") is not None and parsed["budget"].max_hourly_usd is not None:
         issues.extend(_check_budget(resolved, parsed["budget"], catalog, region))
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(issues, pool_names=_pool_names(config.get("nodePools")))
 
     return StackSpec(
         project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
@@ -234,9 +259,11 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
     if not s.min_nodes <= s.desired_nodes <= s.max_nodes:
         issues.append(_issue(at, f"needs minNodes <= desiredNodes <= maxNodes; got {s.min_nodes}, {s.desired_nodes}, {s.max_nodes}"))
     if s.reserved_capacity and not s.capacity_reservation_id:
-        issues.append(_issue(at + ("capacityReservationId",), f"is required for capacity {s.capacity}"))
+        issues.append(_issue(at + ("capacityReservationId",), f"is required for a {s.capacity} pool: the ID of "
+                             "the reservation its nodes launch into (cr-...)"))
     if not s.reserved_capacity and s.capacity_reservation_id:
-        issues.append(_issue(at + ("capacityReservationId",), f"is only allowed for capacity reserved or capacity-block, not {s.capacity}"))
+        issues.append(_issue(at + ("capacityReservationId",), f"is only allowed for reserved and capacity-block "
+                             f"pools, not for a {s.capacity} pool"))
     if len(set(s.instance_types)) != len(s.instance_types):
         issues.append(_issue(at + ("instanceTypes",), "lists a type twice"))
     if s.reserved_capacity and len(s.instance_types) > 1:
@@ -338,7 +365,25 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
     if not kueue.flavors(spec.pools, spec.catalog):
         warnings.append("gpu-cloud:nodePools: no training or general pool, so no training queue (Kueue, MPI "
                         "Operator) is installed")
+    warnings += unpriced_pool_warnings(spec)
     return warnings
+
+
+def unpriced_pool_warnings(spec: StackSpec) -> List[str]:
+    """A pool with no price (a type without an on-demand price in the region, such as p5e.48xlarge) is a gap in the
+    budget, not a reason to refuse the stack: budget.maxHourlyUsd covers the priced pools, and this says which pool
+    it leaves out and how to price it. Only with a budget: without one nothing is checked anyway."""
+    if spec.budget.max_hourly_usd is None:
+        return []
+    index = {pool.name: i for i, pool in enumerate(spec.pools)}
+    return [f"{key_path(NAMESPACE, ('nodePools', index[row.pool]))} (pool {row.pool}): {row.gap}, so "
+            f"gpu-cloud:budget.maxHourlyUsd does not cover this pool. {PRICE_FIX}"
+            for row in cost.pool_costs(spec.pools, spec.catalog, spec.region) if row.gap]
+
+
+# How to give a type a price (scripts/refresh_prices.py reads on-demand prices from the AWS Price List API).
+PRICE_FIX = ("To price it, run `python scripts/refresh_prices.py --write` with AWS credentials (it fills onDemandUsd "
+             "in spec/catalog.yaml from the AWS Price List API), or give the pool only types that have a price")
 
 
 def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]],
@@ -444,10 +489,20 @@ def deployer_path_issues(network: Network, cluster: Cluster) -> List[Tuple[tuple
     return issues
 
 
-def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str) -> List[ConfigIssue]:
+def budget_issues(spec: StackSpec, reservations) -> List[ConfigIssue]:
+    """The budget check again once the account is read: each reservation and block at the size EC2 bills
+    (spec.zones.AccountZones.reservations), which may be more than maxNodes (spec/cost.py)."""
+    if spec.budget.max_hourly_usd is None:
+        return []
+    return _check_budget(spec.pools, spec.budget, spec.catalog, spec.region, reservations)
+
+
+def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str,
+                  reservations=None) -> List[ConfigIssue]:
     """The GPU pools at maxNodes, priced as the plan's cost section prices them (spec/cost.py), against the budget.
-    A pool without a price is a gap the plan reports, not a reason to refuse the stack."""
-    rows = [p for p in cost.pool_costs(pools, catalog, region) if not p.gap]
+    A pool without a price is a gap the plan reports, not a reason to refuse the stack. Without `reservations`
+    (config alone) a reservation counts maxNodes instances; __main__.py checks again with the account's answer."""
+    rows = [p for p in cost.pool_costs(pools, catalog, region, reservations=reservations) if not p.gap]
     total = round(sum(p.hourly_at_max for p in rows), 4)
     # In cents, as the message shows them: a budget written as the exact cost must pass, and "$131.07 above the
     # budget $131.07" must never be said.
@@ -483,9 +538,79 @@ def _did_you_mean(name: str, options) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def _pool_names(raw: Any) -> List[Optional[str]]:
+    """The `name` of each raw nodePools entry (None where it has none), to name pools in errors."""
+    items = raw if isinstance(raw, list) else []
+    return [item["name"] if isinstance(item, dict) and isinstance(item.get("name"), str) else None for item in items]
+
+
+# A zone name (us-east-1a), where network.zones takes zone IDs (use1-az1).
+ZONE_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+[a-z]$")
+
+
+def _zone_names_issue(network: Any, region: Optional[str], issues: List[ConfigIssue]) -> List[ConfigIssue]:
+    """Zone names in network.zones: one mistake that says how to find the IDs, in place of one per zone."""
+    zones = network.get("zones") if isinstance(network, dict) else None
+    named = [i for i, zone in enumerate(zones or []) if isinstance(zone, str) and ZONE_NAME.match(zone)]
+    if not isinstance(zones, list) or not named:
+        return issues
+    per_zone = {key_path(NAMESPACE, ("network", "zones", i)) for i in named}
+    listed = ", ".join(zones[i] for i in named)
+    return [i for i in issues if i.path not in per_zone] + [_issue(("network", "zones"), (
+        f"{listed} {'is a zone name' if len(named) == 1 else 'are zone names'}; zones takes zone IDs (use1-az1), which "
+        "name the same zone in every account, where names differ. Your account's names and IDs: aws ec2 "
+        f"describe-availability-zones --region {region or '<region>'} --query 'AvailabilityZones[].[ZoneName,ZoneId]' "
+        "--output text"))]
+
+
+def _type_fix(e: Mapping[str, Any], key: str) -> Optional[str]:
+    """A wrong-type message that says the fix: quote a number where a string belongs, drop the quotes of a number
+    or a boolean written as a string. YAML 1.1 words (yes/no/on/off) and base-60 numbers (1:30) are strings to the
+    Pulumi CLI (plan/stackfile.py), so their message says what to write instead. None: not a type mistake."""
+    kind, value = e["type"], e["input"]
+    wanted = {"string_type": "a string", "int_type": "a whole number", "int_parsing": "a whole number",
+              "int_from_float": "a whole number", "float_type": "a number", "float_parsing": "a number",
+              "bool_type": "true or false", "bool_parsing": "true or false"}.get(kind)
+    if wanted is None or isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, bool):
+        shown, what = json.dumps(value), "a boolean"
+    elif isinstance(value, (int, float)):
+        shown, what = json.dumps(value), "a number"
+    else:
+        shown, what = repr(value), "a string"
+    said = f"{shown} is {what} where {wanted} belongs"
+    if kind == "string_type":
+        return f"{said}: quote it ({key}: \"{shown}\")"
+    if not isinstance(value, str):
+        return said
+    number = value.strip()
+    if kind.startswith("bool"):
+        if number in ("true", "True", "TRUE", "false", "False", "FALSE"):
+            return f"{said}: remove the quotes ({key}: {number.lower()})"
+        if number in YAML11_BOOLEANS:
+            word = "true" if number.lower() in ("yes", "y", "on") else "false"
+            return (f"{said}: the Pulumi CLI reads stack files as YAML 1.2, where {number} is a string and only "
+                    f"true and false are booleans; write {key}: {word}")
+        return said
+    if YAML11_SEXAGESIMAL.fullmatch(number):
+        return (f"{said}: the Pulumi CLI reads stack files as YAML 1.2, which has no base-60 numbers ({number} is a "
+                "string there); write the number itself")
+    try:
+        parsed = int(number) if kind.startswith("int") else float(number)
+    except ValueError:
+        return said
+    return f"{said}: remove the quotes ({key}: {number})" if parsed is not None else said
+
+
 def _pydantic_issues(err: ValidationError, prefix: Tuple[PathPart, ...], root_type: Any) -> List[ConfigIssue]:
     issues = []
     for e in err.errors(include_url=False):
+        # "List should have at least 2 items after validation, not 0" for a list of 2 whose items each failed: the
+        # items' own mistakes say it all.
+        if e["type"] == "too_short" and isinstance(e["input"], (list, tuple)) \
+                and len(e["input"]) >= (e.get("ctx") or {}).get("min_length", 0):
+            continue
         loc = tuple(part for part in e["loc"] if not (isinstance(part, str) and part.startswith(("function-", "literal["))))
         loc = tuple(p for p in loc if p != "[key]")  # pydantic marks a failing dict key with "[key]"
         message = e["msg"].removeprefix("Value error, ")
@@ -494,6 +619,8 @@ def _pydantic_issues(err: ValidationError, prefix: Tuple[PathPart, ...], root_ty
         elif e["type"] == "extra_forbidden":
             allowed = _allowed_keys(root_type, loc[:-1])
             message = f"unknown key{_did_you_mean(str(loc[-1]), allowed)}; allowed keys: {', '.join(allowed)}"
+        elif _type_fix(e, str(loc[-1]) if loc else str(prefix[-1])) is not None:
+            message = _type_fix(e, str(loc[-1]) if loc else str(prefix[-1]))
         elif e["type"] not in ("value_error", "assertion_error"):
             message = f"{e['input']!r}: {message}" if not isinstance(e["input"], (dict, list)) else message
         issues.append(_issue(prefix + loc, message))

@@ -37,6 +37,8 @@ class _Frozen(BaseModel):
 class RegionZones(_Frozen):
     zone_id_prefix: str = Field(alias="zoneIdPrefix")
     eks_unsupported_zone_ids: Tuple[str, ...] = Field(alias="eksUnsupportedZoneIds")
+    # Zone IDs where a catalog GPU type is offered (zones.yaml says from where); () where not recorded.
+    gpu_zone_ids: Tuple[str, ...] = Field(default=(), alias="gpuZoneIds")
 
 
 class ZoneFacts(_Frozen):
@@ -78,8 +80,28 @@ class Reservation:
     id: str
     zone_id: str
     instance_type: str
-    instance_count: int
+    instance_count: int                       # what EC2 bills, whether instances run or not
     placement_group: Optional[str] = None     # name of the cluster placement group it was created in
+    # RFC 3339, as EC2 reports them (DescribeCapacityReservations StartDate/EndDate): a capacity block's term,
+    # paid upfront for its whole length; an On-Demand Capacity Reservation has an end only when one was set.
+    start_date: Optional[str] = None
+    end_date: Optional[str] = None
+
+
+def reservation_table(reservations: Mapping[str, Union["Reservation", str]]) -> Dict[str, object]:
+    """Each reservation as read (the stack output `reservations`, which the plan's cost section prices), or why it
+    could not be read."""
+    return {rid: found if isinstance(found, str) else {
+        "zoneId": found.zone_id, "instanceType": found.instance_type, "instanceCount": found.instance_count,
+        "placementGroup": found.placement_group, "startDate": found.start_date, "endDate": found.end_date}
+        for rid, found in sorted(reservations.items())}
+
+
+def reservations_from_table(table: Mapping[str, object]) -> Dict[str, Union["Reservation", str]]:
+    """reservation_table's inverse (the engine hands whole numbers back as floats)."""
+    return {rid: row if isinstance(row, str) else Reservation(
+        rid, row["zoneId"], row["instanceType"], int(row["instanceCount"]), row.get("placementGroup"),
+        start_date=row.get("startDate"), end_date=row.get("endDate")) for rid, row in (table or {}).items()}
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,10 @@ class AccountZones:
     names_by_id: Mapping[str, str]                        # available zones: ID -> this account's name
     offerings: Mapping[str, FrozenSet[str]]               # zone ID -> instance types offered there
     reservations: Mapping[str, Union[Reservation, str]]   # reservation id -> what it is, or why it could not be read
+    # spec/preflight.py checks these: EC2 vCPU quota code -> its value, and interface endpoint service (ecr.api,
+    # ...) -> the zone names it is offered in; either one's value is why it could not be read, if it could not.
+    quotas: Mapping[str, Union[float, str]] = field(default_factory=dict)
+    endpoint_zones: Mapping[str, Union[FrozenSet[str], str]] = field(default_factory=dict)
 
     def zone_id(self, name_or_id: str) -> Optional[str]:
         if is_zone_id(name_or_id):
@@ -129,7 +155,7 @@ def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
                 continue
             missing = [t for t in types if t not in account.offerings.get(zone, frozenset())]
             if missing:
-                issue(("nodePools", i, "instanceTypes"), f"{', '.join(missing)} not offered in {zone} "
+                issue(("nodePools", i, "instanceTypes"), f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not offered in {zone} "
                                                          f"({account.names_by_id[zone]}), the pool's zone")
                 continue
             pool_zones[pool.name] = (zone,)

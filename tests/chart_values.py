@@ -1,6 +1,7 @@
-"""Holds the Helm values the program sets against the pinned chart's own values.yaml (reference data beside the
-checkout, ../shared/chartvalues/values; never copied into the repository), and models what the pinned charts render
-for Prometheus from those values: the Prometheus CR's selectors, and each chart's ServiceMonitors and Services."""
+"""Holds the Helm values the program sets against the pinned chart's own values.yaml (recorded verbatim from the
+chart's repository at its release tag in tests/upstream/chart-values/, by scripts/upstream_records.py, which names
+each file's source in tests/upstream/chart-values.json), and models what the pinned charts render for Prometheus
+from those values: the Prometheus CR's selectors, and each chart's ServiceMonitors and Services."""
 from __future__ import annotations
 
 import copy
@@ -8,24 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
+import pytest
 import yaml
 
 from spec import charts
 from spec.charts import ChartPin
-from tests.conftest import missing
+from tests import upstream_records
 
-# The project's reference data sits beside the checkout; a clone elsewhere finds it at the workspace's path.
-VALUES_DIR = next((d for d in (Path(__file__).resolve().parent.parent.parent / "shared" / "chartvalues" / "values",
-                               Path("/work/shared/chartvalues/values")) if d.is_dir()),
-                  Path("/work/shared/chartvalues/values"))
+VALUES_DIR = upstream_records.CHART_VALUES_DIR
 
 
 def values_file(pin: ChartPin) -> Path:
-    """The chart's own values.yaml at the pinned version."""
-    path = VALUES_DIR / f"{pin.chart}-{pin.version}.yaml"
+    """The chart's own values.yaml at the pinned version, as recorded from its repository."""
+    path = VALUES_DIR / upstream_records.chart_values_name(pin.chart, pin.version)
     if not path.is_file():
-        missing(f"{path} is not on this machine: the project's reference chart values (../shared/chartvalues, "
-                "beside the checkout; never copied into the repository)")
+        pytest.fail(f"{path.name} is not recorded in tests/upstream/chart-values/ ({pin.chart} {pin.version}): "
+                    f"{upstream_records.RERECORD}")
     return path
 
 

@@ -44,6 +44,8 @@ def validate_kubernetes(run: "ProgramRun", version: str) -> int:
         if not resource.type.startswith("kubernetes:") or resource.type.startswith(("kubernetes:helm.sh",
                                                                                     "kubernetes:yaml/")):
             continue
+        if resource.type.endswith("Patch"):     # a server-side apply patch: part of an object, not an object
+            continue
         group = resource.type.split(":")[1].split("/")[0]
         if "." in group and not group.endswith(".k8s.io"):      # a custom resource's API group
             continue

@@ -296,7 +296,7 @@ def test_mpijob_asks_for_the_pools_gpus_and_efa_devices(instance_type, gpus, efa
     job = acceptance.mpijob_manifest(pool(instance_type), CATALOG, **KWARGS)
     [worker] = worker_pod(job)["containers"]
     expected = {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
-    assert worker["resources"]["limits"] == expected
+    assert {k: worker["resources"]["limits"][k] for k in expected} == expected
     assert {k: worker["resources"]["requests"][k] for k in expected} == expected
     assert job["spec"]["slotsPerWorker"] == gpus and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
     script = launcher_pod(job)["containers"][0]["command"][2]
@@ -351,7 +351,7 @@ def test_judge_container_is_locked_down_and_knows_its_pod():
     assert judge_container["image"] == acceptance.JUDGE_IMAGE
     # Only the judge holds an API token; the NCCL side runs without one.
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "nccl-judge"
-    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["results"]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["results", "tmp"]     # tmp: Open MPI's
     assert {"name": "judge-token", "mountPath": acceptance.SA_DIR, "readOnly": True} in judge_container["volumeMounts"]
     assert {"name": "judge", "configMap": {"name": "nccl-judge", "defaultMode": 0o444}} in spec["volumes"]
 
@@ -441,7 +441,7 @@ def test_cronjob_runs_one_node_against_the_within_node_minimum(instance_type, mi
     assert job_spec["backoffLimit"] == 0 and "parallelism" not in job_spec      # one pod, no retries
     pod = job_spec["template"]["spec"]
     nccl, judge_container = pod["containers"]
-    assert nccl["resources"]["limits"] == {"nvidia.com/gpu": 8}                  # every GPU, no EFA
+    assert nccl["resources"]["limits"] == {"nvidia.com/gpu": 8, "memory": "32Gi"}  # every GPU, no EFA
     assert "/opt/nccl-tests/build/all_reduce_perf -b 8 -e 16G -f 2 -c 1 -n 100 -g 8" in nccl["command"][2]
     assert "mpirun" not in nccl["command"][2]
     assert env_of(judge_container)["MIN_BUS_GBPS"] == minimum and env_of(judge_container)["SCOPE"] == "within-node"
@@ -507,7 +507,8 @@ def test_the_across_node_cronjob_starts_the_mpijob_python_m_jobs_prints():
     assert job["spec"]["backoffLimit"] == 1 and job["spec"]["activeDeadlineSeconds"] == acceptance.SUBMIT_DEADLINE_S
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == SYSTEM_LABELS and pod["serviceAccountName"] == "nccl-scheduler"
-    assert "tolerations" not in pod                                  # never on a GPU node
+    # On the system nodes, past their taint only: never on a GPU node (no GPU taint tolerated).
+    assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}]
     [start] = pod["containers"]
     assert start["image"] == acceptance.JUDGE_IMAGE
     assert start["command"] == ["python3", "/opt/judge/nccl_submit.py"]

@@ -202,8 +202,10 @@ def test_gpu_alerts_carry_the_pool_and_ignore_nodes_outside_gpu_pools(spec, tmp_
 
 # --- GPU faults ----------------------------------------------------------------------------------------------------
 
-# ../shared/reference/gpu-facts.md: the EKS node monitoring agent's fatal XIDs, Azure NHC's additions, and the XIDs
-# the NVIDIA device plugin blames on applications.
+# The EKS node monitoring agent's fatal XIDs (aws/eks-node-monitoring-agent; Amazon EKS User Guide, "Detect node
+# health issues"), Azure NHC's additions (Azure/azurehpc-health-checks v0.4.5 customTests/azure_gpu_xid.nhc line 8),
+# and the XIDs the NVIDIA device plugin blames on applications (NVIDIA/k8s-device-plugin v0.20.0
+# internal/rm/health.go lines 233-240).
 EKS_FATAL = {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158}
 AZURE_ADDS = {56, 57, 58, 65, 68, 69, 73, 80, 81, 92}
 APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
@@ -446,7 +448,7 @@ def bytes_per_minute(gbps, pct):
 
 def test_network_fires_at_71_not_69_percent_of_a_p5_ip_bandwidth(spec, tmp_path):
     # networkHighPct 70. A p5.48xlarge has 3200 Gbps over 32 cards, and one ENA interface (card 0): 100 Gbps of IP,
-    # the rest is EFA's, which the kernel never counts (../shared/reference/instances.md: "100 Gbps IP").
+    # the rest is EFA's, which the kernel never counts (EC2 User Guide, efa-acc-inst-types: the P5 layout).
     groups = groups_of(spec)
     rx = lambda node, device: {"node": node, "device": device}                                   # noqa: E731
     above, below = bytes_per_minute(100, 71), bytes_per_minute(100, 69)

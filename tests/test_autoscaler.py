@@ -243,3 +243,14 @@ def test_chart_pins_point_at_the_official_repositories():
     assert not ca.is_oci and ca.chart_ref == "cluster-autoscaler"
     with pytest.raises(KeyError):
         charts.chart("karpenter")
+
+
+def test_it_runs_on_the_system_nodes_past_their_taint_with_values_the_chart_has(run):
+    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from tests.chart_values import assert_values_confirmed
+
+    values = _values(run)
+    assert values["nodeSelector"] == SYSTEM_NODE_LABELS
+    assert tolerates(values["tolerations"], SYSTEM_NODE_TAINT)
+    placement = {key: values[key] for key in autoscaling.AUTOSCALER_PLACEMENT_VALUE_PATHS}
+    assert_values_confirmed(placement, charts.chart(charts.CLUSTER_AUTOSCALER), autoscaling.AUTOSCALER_PLACEMENT_VALUE_PATHS)

@@ -17,8 +17,8 @@ def test_worst_case_boot_fits_inside_the_hook(source, nvswitch, efa, lustre):
 def test_slowest_shapes_and_their_margins():
     # p5 on the accelerated AMI: 240 before the gate + 300 module load + 300 fabric manager + 60 + 120 + 60
     assert sum(boot.worst_case("ami", nvswitch=True, efa=True).values()) == 1080
-    # p5 installing its stack: + packages 300, DKMS 900, fabric manager 120, EFA installer 600, no module wait
-    assert sum(boot.worst_case("install", nvswitch=True, efa=True).values()) == 2700
+    # p5 installing its stack: + packages 300, DKMS 900, NVLSM and fabric manager 180, no EFA step, no module wait
+    assert sum(boot.worst_case("install", nvswitch=True, efa=True).values()) == 2160
     # a pool that mounts Lustre installs its client first: 90 s more, 1170 of the AMI path's 1200
     assert sum(boot.worst_case("ami", nvswitch=True, efa=True, lustre=True).values()) == 1170
 
@@ -27,7 +27,9 @@ def test_each_source_waits_for_what_it_has():
     ami = boot.worst_case("ami", nvswitch=True, efa=True)
     install = boot.worst_case("install", nvswitch=True, efa=True)
     assert "kmod-load" in ami and "driver-dkms-build" not in ami and "efa-installer" not in ami
-    assert "kmod-load" not in install and {"driver-dkms-build", "efa-installer", "fabric-manager-install"} <= set(install)
+    assert "kmod-load" not in install and {"driver-dkms-build", "fabric-manager-install"} <= set(install)
+    # the standard AMI's EFA software is the NVIDIA AMI's: no EFA step on either path
+    assert not [step for step in (*ami, *install) if "efa" in step]
     assert "fabric-manager-start" not in boot.worst_case("ami", nvswitch=False, efa=False)
     assert "efa-installer" not in boot.worst_case("install", nvswitch=False, efa=False)
 

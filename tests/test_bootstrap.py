@@ -4,18 +4,18 @@ AL2023 AMIs.
 
 What is real: bash and the scripts as rendered and bundled, curl, sha256sum, tar, timeout, readlink, python3,
 the AWS CLI (`.venv/bin/aws`) against moto in server mode on 127.0.0.1 (S3 download, EC2 CreateTags, Auto
-Scaling CompleteLifecycleAction; moto 5.2.5 lacks the last, so a recording implementation is added), a fake
-IMDSv2 on 127.0.0.1, and a local HTTP server standing in for efa-installer.amazonaws.com.
+Scaling CompleteLifecycleAction; moto 5.2.5 lacks the last, so a recording implementation is added) and a fake
+IMDSv2 on 127.0.0.1.
 
 The host is modelled on awslabs/amazon-eks-ami templates/al2023 (v20260714, Kubernetes 1.33), not a laptop:
 - Accelerated (NVIDIA) AMI: the driver's kernel module is not loaded when cloud-final runs. nvidia-kmod-load
   .service (a one-shot ordered only after network-online) loads it some time later; until then nvidia-smi
   fails as it does without a loaded module. nvidia-fabricmanager (ordered after it) becomes active minutes
   later on NVSwitch types; nvidia-persistenced once the module is loaded.
-- EFA is installed with `efa_installer.sh --minimal`: no libfabric, so no `fi_info` anywhere; the devices
-  exist only in sysfs, as /sys/class/infiniband/<dev> whose device/driver links to the efa PCI driver.
+- EFA is installed with `efa_installer.sh --minimal` on both AMIs: no libfabric, so no `fi_info` anywhere; the
+  devices exist only in sysfs, as /sys/class/infiniband/<dev> whose device/driver links to the efa PCI driver.
 - Standard AMI (gpuDriver.source install): no nvidia-smi, no NVIDIA units, kernel 6.12.94-123.180.amzn2023;
-  packages appear only when the gate installs them.
+  packages appear only when the gate installs them; the gate installs no EFA software.
 A background thread plays systemd's part of the boot (the one-shot finishing, the fabric manager training).
 The AMI's own boot units (nodeadm-run.service, kubelet.service, ... at v20260714, tests/upstream/al2023-units.json)
 sit in the sandbox's /etc/systemd/system; the real `systemctl --root=DIR enable` links the gate's units among them,
@@ -24,22 +24,20 @@ come before it, run from their unit files; if one fails, nodeadm-run and so the 
 
 Stand-ins (PATH shims) exist only for what this machine lacks or must not touch: `nvidia-smi`,
 `nv-fabricmanager`, `systemctl` (unit states in files; `start` waits for an activating job as systemd does;
-`--root=DIR mask` makes the /dev/null links; `--root=DIR enable` is the real systemctl), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and, on the
-install path, the EFA installer's script and the `fi_info` it installs. The verifier inside the bundle is a
+`--root=DIR mask` makes the /dev/null links; `--root=DIR enable` is the real systemctl), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and on the
+a libfabric `fi_info` where a test plants one (an image with the full EFA install). The verifier inside the bundle is a
 small stand-in gpu_verify.py that writes a pass or fail report chosen by FAKE_VERIFY; the real verifier is
 tested in test_gpu_verify.py.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
-import tarfile
 import textwrap
 import threading
 import time
@@ -66,7 +64,6 @@ STANDARD_AMI = "amazon-eks-node-al2023-x86_64-standard-1.33-v20260714"
 AMI_KERNEL = "6.12.94-123.180.amzn2023.x86_64"
 AMI_UNITS = upstream_records.record("al2023-units.json")
 REPO_DRIVER = "580.159.03"       # what `dnf install nvidia-open` resolves to on the 580-open stream
-EFA_INSTALLER = "1.41.0"
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
 
 # ----------------------------------------------------------------------------- moto, IMDS, EFA download
@@ -145,49 +142,15 @@ def imds():
     fake.close()
 
 
-# The EFA installer tarball's script, as far as the gate can tell: it installs libfabric, whose fi_info lists
-# one RDM domain per EFA device the kernel exposes (libfabric's efa provider enumerates them through rdma-core,
-# which reads sysfs). Each domain is listed for both fabrics, as fi_info does.
-FAKE_EFA_INSTALLER = r"""#!/usr/bin/env bash
-echo "efa_installer.sh $*" >>"$FAKE_STATE/efa_installer.log"
-bin=$GPU_CLOUD_ROOT/opt/amazon/efa/bin
-mkdir -p "$bin"
-cat >"$bin/fi_info" <<'EOF'
-#!/usr/bin/env bash
+# libfabric's fi_info, where an image has the full EFA install (/opt/amazon/efa/bin): one RDM domain per EFA device
+# the kernel exposes (libfabric's efa provider enumerates them through rdma-core, which reads sysfs), each listed
+# for both fabrics, as fi_info does. Neither EKS AMI has it (both install EFA with `efa_installer.sh --minimal`).
+FAKE_FI_INFO = r"""
 n=${FAKE_FI_INFO_DEVICES:-$(ls "$GPU_CLOUD_ROOT/sys/class/infiniband" 2>/dev/null | wc -l)}
 for i in $(seq 1 "$n"); do for fabric in efa efa-direct; do
   printf 'provider: efa\n    fabric: %s\n    domain: rdmap%ss0-rdm\n    version: 122.0\n    type: FI_EP_RDM\n' "$fabric" "$i"
 done; done
-EOF
-chmod +x "$bin/fi_info"
 """
-
-
-def _efa_installer_tarball() -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        data = FAKE_EFA_INSTALLER.encode()
-        info = tarfile.TarInfo("aws-efa-installer/efa_installer.sh")
-        info.size, info.mode = len(data), 0o755
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def efa_download():
-    tarball = _efa_installer_tarball()
-    hits = []
-
-    class Handler(QuietHandler):
-        def do_GET(self):
-            hits.append(self.path)
-            if self.path == f"/aws-efa-installer-{EFA_INSTALLER}.tar.gz":
-                return self.answer(200, tarball)
-            self.answer(404)
-
-    server = LoopbackServer(Handler)
-    yield server.url, hashlib.sha256(tarball).hexdigest(), hits
-    server.close()
 
 
 # ----------------------------------------------------------------------------- the host's stand-ins
@@ -290,6 +253,7 @@ SHIMS = {
           lustre) [ "$(cat "$FAKE_STATE/lustre_kmod" 2>/dev/null)" = "$FAKE_KERNEL" ] ||
                     { echo "modprobe: FATAL: Module lustre not found in directory /lib/modules/$FAKE_KERNEL" >&2; exit 1; }
                   mkdir -p "$GPU_CLOUD_ROOT/sys/module/lustre" ;;
+          ib_umad) mkdir -p "$GPU_CLOUD_ROOT/sys/module/ib_umad" ;;   # in the AL2023 kernel's modules
           *) echo "modprobe: FATAL: Module $1 not found" >&2; exit 1 ;;
         esac
     """,
@@ -367,7 +331,7 @@ _LIST_KEYS = {"After", "Before", "Requires", "Wants", "RequiredBy", "WantedBy"}
 class Node:
     """One fresh EC2 instance in moto, a sandbox root modelled on one AMI, and run() of its user-data."""
 
-    def __init__(self, tmp_path, endpoint, imds, artifact, efa_download, *, ami="nvidia", efa_devices=32,
+    def __init__(self, tmp_path, endpoint, imds, artifact, *, ami="nvidia", efa_devices=32,
                  ami_driver=AMI_DRIVER, **overrides):
         self.tmp, self.imds, self.ami = tmp_path, imds, ami
         self.root, self.state, self.bin = tmp_path / "root", tmp_path / "state", tmp_path / "bin"
@@ -404,7 +368,6 @@ class Node:
         units.mkdir(parents=True)
         for unit, found in AMI_UNITS["units"].items():
             (units / unit).write_text(found["text"])
-        efa_url, efa_sha, _ = efa_download
         params = dict(
             cluster_name="gpu", api_server_endpoint="https://example.eks.amazonaws.com", certificate_authority=CA,
             service_cidr="172.20.0.0/16", labels={}, taints=(), max_pods=None, raid0_instance_store=False,
@@ -413,8 +376,7 @@ class Node:
             driver_source="ami" if ami == "nvidia" else "install",
             ami_name=AMI_NAME if ami == "nvidia" else STANDARD_AMI,
             driver_branch="580", driver_version=AMI_DRIVER if ami == "nvidia" else None,
-            nvswitch=True, efa_count=32, kmod_wait_s=30, fabric_manager_wait_s=30,
-            efa_installer_version=EFA_INSTALLER, efa_installer_sha256=efa_sha, verify_budget_s=30)
+            nvswitch=True, efa_count=32, kmod_wait_s=30, fabric_manager_wait_s=30, verify_budget_s=30)
         params.update(overrides)
         self.script = tmp_path / "user-data.sh"
         self.script.write_text(render_shell_part(NodeBootstrap(**params)))
@@ -426,7 +388,6 @@ class Node:
             "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
             "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
             "GPU_CLOUD_ROOT": str(self.root), "GPU_CLOUD_IMDS_ENDPOINT": imds.url,
-            "GPU_CLOUD_EFA_INSTALLER_URL": efa_url,
             "GPU_CLOUD_RETRY_BASE_S": "0.05", "GPU_CLOUD_POLL_S": "0.1",
             "FAKE_STATE": str(self.state), "FAKE_BIN": str(self.bin), "FAKE_KERNEL": AMI_KERNEL,
             "FAKE_REPO_DRIVER": REPO_DRIVER, "FAKE_VERIFY": "pass",
@@ -564,13 +525,13 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path, moto_endpoint, imds, artifact, efa_download):
+def node(tmp_path, moto_endpoint, imds, artifact):
     require_tool("aws")
     require_tool("systemctl")
     created = []
 
     def make(**overrides):
-        n = Node(tmp_path / f"n{len(created)}", moto_endpoint, imds, artifact, efa_download, **overrides)
+        n = Node(tmp_path / f"n{len(created)}", moto_endpoint, imds, artifact, **overrides)
         created.append(n)
         return n
 
@@ -578,12 +539,12 @@ def node(tmp_path, moto_endpoint, imds, artifact, efa_download):
 
 
 @pytest.fixture(scope="module")
-def default_node(tmp_path_factory, moto_endpoint, imds, artifact, efa_download):
+def default_node(tmp_path_factory, moto_endpoint, imds, artifact):
     """One node with every default (accelerated AMI, boot at once), run once: the tests that assert different
     things about that same run share it and only read it."""
     require_tool("aws")
     require_tool("systemctl")
-    n = Node(tmp_path_factory.mktemp("default-node"), moto_endpoint, imds, artifact, efa_download)
+    n = Node(tmp_path_factory.mktemp("default-node"), moto_endpoint, imds, artifact)
     n.boot()
     n.run()
     return n
@@ -953,10 +914,8 @@ def test_the_boot_units_pass_systemd_analyze_verify(default_node, tmp_path):
 # ----------------------------------------------------------------------------- the standard AMI (source: install)
 
 
-def test_install_path_installs_the_driver_stack_then_passes_the_same_gate(node, efa_download):
+def test_install_path_installs_the_driver_stack_then_passes_the_same_gate(node):
     n = node(ami="standard")
-    _, _, hits = efa_download
-    before = len(hits)
     n.run(FAKE_FM_START_S="1")
     _assert_continued(n)
     dnf = n.shim_log("dnf")
@@ -969,30 +928,30 @@ def test_install_path_installs_the_driver_stack_then_passes_the_same_gate(node, 
         "dnf -y module enable nvidia-driver:580-open",
         "dnf -y install nvidia-open",
         f"dnf -y install nvidia-container-toolkit nvidia-persistenced-{REPO_DRIVER}",
+        # fourth-generation NVSwitch (p6-b200): NVLSM and what it talks through, before fabric manager
+        "dnf -y install libibumad infiniband-diags nvlsm",
         f"dnf -y install nvidia-fabricmanager-{REPO_DRIVER}",
     ]
     assert "modprobe nvidia" in n.shim_log("calls")
+    assert "modprobe ib_umad" in n.shim_log("calls")
+    assert (n.root / "etc/modules-load.d/ib-umad.conf").read_text() == "ib_umad\n"   # loaded on every later boot
     assert "systemctl enable --now nvidia-persistenced" in n.shim_log("systemctl")
     assert "systemctl --no-block start nvidia-fabricmanager" in n.shim_log("systemctl")
-    assert "32 EFA devices in sysfs, 32 in libfabric" in n.log()
-    # the full EFA installer, fetched once and checked against its pinned SHA-256; fi_info then cross-checks
-    assert hits[before:] == [f"/aws-efa-installer-{EFA_INSTALLER}.tar.gz"]
-    assert n.shim_log("efa_installer") == ["efa_installer.sh -y"]
-    assert (n.root / "opt/amazon/efa/bin/fi_info").exists()
+    # no EFA install: the standard AMI's own minimal EFA software is the NVIDIA AMI's; the gate counts sysfs
+    assert "32 EFA devices in sysfs" in n.log() and "in libfabric" not in n.log()
+    assert not (n.root / "opt/amazon/efa").exists()
     assert not [line for line in n.shim_log("systemctl") if "nvidia-kmod-load" in line]
 
 
-def test_install_path_is_idempotent_on_a_second_boot(node, efa_download):
+def test_install_path_is_idempotent_on_a_second_boot(node):
     n = node(ami="standard")
     n.run()
     _assert_continued(n)
-    installs, hits = len(n.shim_log("dnf")), efa_download[2]
-    downloads = len(hits)
-    assert n.reboot()      # the gate unit runs again: module, packages and EFA software are in place
+    installs = len(n.shim_log("dnf"))
+    assert n.reboot()      # the gate unit runs again: module and packages are in place
     assert n.proc.returncode == 0, n.explain()
     again = n.shim_log("dnf")[installs:]
     assert not [line for line in again if "nvidia-open" in line or "module" in line or "kernel" in line], again
-    assert len(hits) == downloads and n.shim_log("efa_installer") == ["efa_installer.sh -y"]
     assert "not reinstalling" in n.log()
     assert [p["boot"]["mode"] for _, p in n.published()] == ["launch", "reboot"]
     # the module the first boot built, loaded by the gate when udev has not yet
@@ -1006,27 +965,20 @@ def test_install_path_pins_an_exact_version_and_abandons_if_it_does_not_take(nod
     _assert_abandoned(n, "driver: want 580 580.126.09, have '580.105.08' after install")
 
 
-def test_install_path_refuses_an_efa_installer_that_is_not_the_pinned_one(node):
-    n = node(ami="standard", efa_installer_sha256="c" * 64)
-    n.run()
-    _assert_abandoned(n, f"driver: EFA installer {EFA_INSTALLER} sha256 mismatch")
-    assert n.shim_log("efa_installer") == []
-
-
 def test_libfabric_and_sysfs_must_agree_where_both_exist(node):
     n = node(ami="standard")
+    (n.root / "opt/amazon/efa/bin").mkdir(parents=True)
+    _write_exe(n.root / "opt/amazon/efa/bin/fi_info", FAKE_FI_INFO)   # an image with the full EFA install
     n.run(FAKE_FI_INFO_DEVICES="31")
     _assert_abandoned(n, "efa: libfabric sees 31 EFA devices, sysfs 32")
 
 
-def test_install_path_without_efa_or_nvswitch_installs_neither(node, efa_download):
+def test_install_path_without_nvswitch_installs_no_fabric_manager_or_nvlsm(node):
     n = node(ami="standard", efa_devices=0, efa_count=0, nvswitch=False)
-    hits = efa_download[2]
-    before = len(hits)
     n.run()
     _assert_continued(n)
-    assert not any("fabric" in line for line in n.shim_log("dnf"))
-    assert len(hits) == before
+    assert not any("fabric" in line or "nvlsm" in line for line in n.shim_log("dnf"))
+    assert "modprobe ib_umad" not in n.shim_log("calls")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,6 @@
 """The stack's buckets: names that never collide, lifecycle per purpose, and every bucket private, encrypted with
-its own key, versioned, TLS-only, logged and protected."""
+its own key (the log bucket SSE-S3, the only default encryption access logging delivers to), versioned, TLS-only,
+logged and protected."""
 import json
 
 import pytest
@@ -11,6 +12,8 @@ from tests.conftest import STACKS, run_component
 ACCOUNT = "123456789012"
 BUCKET = "aws:s3/bucket:Bucket"
 KEY = "aws:kms/key:Key"
+SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+KEYED = [p for p in buckets.PURPOSES if p != "logs"]
 
 
 # --- names --------------------------------------------------------------------------------------------------------
@@ -88,7 +91,7 @@ def one(run, purpose, type_):
     return found
 
 
-@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+@pytest.mark.parametrize("purpose", KEYED)
 def test_every_bucket_and_its_key_are_protected_and_named_for_the_stack(run, purpose):
     bucket, key = one(run, purpose, BUCKET), one(run, purpose, KEY)
     assert bucket.protect and key.protect and not bucket.inputs.get("forceDestroy")
@@ -100,11 +103,17 @@ def test_every_bucket_and_its_key_are_protected_and_named_for_the_stack(run, pur
 
 @pytest.mark.parametrize("purpose", buckets.PURPOSES)
 def test_every_bucket_is_encrypted_with_its_own_key_versioned_and_private(run, purpose):
-    encryption = one(run, purpose, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
-    (rule,) = encryption.inputs["rules"]
-    assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms",
-                                                          "kmsMasterKeyId": one(run, purpose, KEY).state["arn"]}
-    assert rule["bucketKeyEnabled"] is True
+    (rule,) = one(run, purpose, SSE).inputs["rules"]
+    if purpose == "logs":
+        # S3 User Guide, Enabling Amazon S3 server access logging: SSE-S3 only on the target ("Default server-side
+        # encryption with AWS Key Management Service (AWS KMS) keys (SSE-KMS) is not supported").
+        assert rule == {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}
+        assert parts(run, purpose, KEY) == [] and parts(run, purpose, "aws:kms/alias:Alias") == []
+    else:
+        assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "aws:kms",
+                                                              "kmsMasterKeyId": one(run, purpose, KEY).state["arn"]}
+        assert rule["bucketKeyEnabled"] is True
+    assert one(run, purpose, BUCKET).protect
     assert one(run, purpose, "aws:s3/bucketVersioning:BucketVersioning").inputs["versioningConfiguration"] == {
         "status": "Enabled"}
     block = one(run, purpose, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
@@ -131,22 +140,51 @@ def test_every_bucket_but_the_log_bucket_logs_to_it_under_its_own_prefix(run, pu
     assert logging.inputs["targetPrefix"] == f"gpu-cloud-test-{ACCOUNT}-{purpose}/"
 
 
-def test_the_log_bucket_does_not_log_to_itself_and_admits_only_this_accounts_log_delivery(run):
+def test_the_log_bucket_does_not_log_to_itself_and_admits_each_source_bucket_under_its_own_prefix(run):
     assert parts(run, "logs", "aws:s3/bucketLogging:BucketLogging") == []
     policy = json.loads(one(run, "logs", "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
-    (allow,) = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
-    assert allow["Principal"] == {"Service": "logging.s3.amazonaws.com"} and allow["Action"] == "s3:PutObject"
-    assert allow["Condition"] == {"StringEquals": {"aws:SourceAccount": ACCOUNT}}
-    key_policy = json.loads(one(run, "logs", KEY).inputs["policy"])
-    assert buckets.log_delivery_key_statement(ACCOUNT) in key_policy["Statement"]
+    allows = [s for s in policy["Statement"] if s["Effect"] == "Allow"]
+    log_bucket = f"gpu-cloud-test-{ACCOUNT}-logs"
+    # As the S3 User Guide's example: the logging service principal, s3:PutObject under the prefix, for the source
+    # bucket (aws:SourceArn) of the source account (aws:SourceAccount). One statement per bucket that logs here.
+    assert sorted((s["Resource"], s["Condition"]["ArnLike"]["aws:SourceArn"]) for s in allows) == sorted(
+        (f"arn:aws:s3:::{log_bucket}/gpu-cloud-test-{ACCOUNT}-{p}/*", f"arn:aws:s3:::gpu-cloud-test-{ACCOUNT}-{p}")
+        for p in KEYED)
+    for allow in allows:
+        assert allow["Principal"] == {"Service": "logging.s3.amazonaws.com"} and allow["Action"] == "s3:PutObject"
+        assert allow["Condition"]["StringEquals"] == {"aws:SourceAccount": ACCOUNT}
+        assert set(allow["Condition"]) == {"ArnLike", "StringEquals"}
 
 
-@pytest.mark.parametrize("purpose", [p for p in buckets.PURPOSES if p != "logs"])
+def test_each_source_bucket_logs_exactly_where_the_log_bucket_admits_it(run):
+    allowed = {s["Condition"]["ArnLike"]["aws:SourceArn"].rsplit(":", 1)[1]: s["Resource"] for s in json.loads(
+        one(run, "logs", "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])["Statement"] if s["Effect"] == "Allow"}
+    log_bucket = one(run, "logs", BUCKET).state["bucket"]
+    for purpose in KEYED:
+        logging = one(run, purpose, "aws:s3/bucketLogging:BucketLogging")
+        source = one(run, purpose, BUCKET).state["bucket"]
+        assert allowed[source] == f"arn:aws:s3:::{log_bucket}/{logging.inputs['targetPrefix']}*"
+
+
+def test_log_delivery_needs_a_source_and_the_log_bucket_takes_no_key_grant():
+    with pytest.raises(ValueError, match="no source bucket"):
+        buckets.log_delivery_statements("aws", ACCOUNT, "logs", [])
+    from components.buckets import SecureBucket, SecureBucketArgs
+
+    def build():
+        SecureBucket("logs", SecureBucketArgs(
+            bucket_name="b", lifecycle=buckets.lifecycle("logs", 30), account_id=ACCOUNT, partition="aws",
+            log_bucket=None, log_sources=["a"], key_statements=[{"Sid": "X"}]))
+    with pytest.raises(Exception, match="SSE-S3 and has no key"):
+        run_component(build)
+
+
+@pytest.mark.parametrize("purpose", KEYED)
 def test_only_the_log_bucket_admits_the_logging_service(run, purpose):
     statements = json.loads(one(run, purpose, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])["Statement"]
     assert [s["Effect"] for s in statements] == ["Deny"]
-    key_sids = [s["Sid"] for s in json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"]]
-    assert "S3ServerAccessLogDelivery" not in key_sids
+    key_policy = json.loads(one(run, purpose, KEY).inputs["policy"])
+    assert "logging.s3.amazonaws.com" not in json.dumps(key_policy)
 
 
 @pytest.mark.parametrize("purpose", buckets.PURPOSES)
@@ -183,12 +221,12 @@ def test_only_the_datasets_key_lets_fsx_use_it_through_s3_in_this_region(run):
         "ArnLike": {"aws:PrincipalArn": "arn:aws:iam::123456789012:role/aws-service-role/"
                                         "s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"},
         "StringEquals": {"kms:CallerAccount": ACCOUNT, "kms:ViaService": "s3.us-east-1.amazonaws.com"}}
-    for purpose in buckets.PURPOSES:
+    for purpose in KEYED:
         has = statement in json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"]
         assert has == (purpose == "datasets"), purpose
 
 
-@pytest.mark.parametrize("purpose", buckets.PURPOSES)
+@pytest.mark.parametrize("purpose", KEYED)
 def test_each_key_is_administered_through_this_accounts_iam(run, purpose):
     first = json.loads(one(run, purpose, KEY).inputs["policy"])["Statement"][0]
     assert first["Principal"] == {"AWS": f"arn:aws:iam::{ACCOUNT}:root"} and first["Action"] == "kms:*"
@@ -209,7 +247,22 @@ def test_every_stack_makes_all_five_buckets_and_exports_them(stack_runs, stack):
     exported = run.outputs["buckets"]
     assert set(exported) == set(buckets.PURPOSES)
     assert exported["models"]["arn"] == f"arn:aws:s3:::{buckets.bucket_name('gpu-cloud', stack, ACCOUNT, 'models')}"
-    assert all(b["keyArn"].startswith(f"arn:aws:kms:{run.region}:{ACCOUNT}:key/") for b in exported.values())
+    assert all(b["keyArn"].startswith(f"arn:aws:kms:{run.region}:{ACCOUNT}:key/")
+               for p, b in exported.items() if p != "logs")
+    assert exported["logs"]["keyArn"] is None                  # SSE-S3: no key to give a reader
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stacks_log_bucket_is_sse_s3_and_admits_exactly_its_other_buckets(stack_runs, stack):
+    run = stack_runs[stack]
+    (rule,) = run.one(SSE, "logs-encryption").inputs["rules"]
+    assert rule["applyServerSideEncryptionByDefault"] == {"sseAlgorithm": "AES256"}
+    statements = json.loads(run.one("aws:s3/bucketPolicy:BucketPolicy", "logs-policy").inputs["policy"])["Statement"]
+    sources = {s["Condition"]["ArnLike"]["aws:SourceArn"] for s in statements if s["Effect"] == "Allow"}
+    targets = {l.inputs["bucket"] for l in run.of_type("aws:s3/bucketLogging:BucketLogging")}
+    assert sources == {f"arn:aws:s3:::{b}" for b in targets} and len(targets) == 4
+    others = [r for r in run.of_type(SSE) if r.name != "logs-encryption"]
+    assert all(r.inputs["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms" for r in others)
 
 
 def test_dev_may_empty_its_buckets_on_destroy_and_prod_may_not(stack_runs):

@@ -272,6 +272,52 @@ def test_system_node_group_is_small_on_demand_and_gpu_free(private_run):
     assert group["scalingConfig"] == {"minSize": 2, "desiredSize": 2, "maxSize": 4}
     assert group["updateConfig"] == {"maxUnavailable": 1}
     assert group["version"] == BASE.kubernetes_version
+    # Tainted from creation, for critical add-ons only.
+    assert group["taints"] == [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NO_SCHEDULE"}]
+
+
+# What `aws eks describe-addon-configuration` answers, transcribed as far as the program's values reach (spec/addons.py
+# names each source). additionalProperties false where the add-on's schema says so: a misspelt key is refused.
+_OBJECTS = {"type": "array", "items": {"type": "object"}}
+COREDNS_SCHEMA = {   # coredns v1.10.1-eksbuild.11 (cloudbees/terraform-aws-cloudbees-ci-eks-addon, windows blueprint)
+    "type": "object", "additionalProperties": False,
+    "properties": {"nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "tolerations": _OBJECTS, "replicaCount": {"type": "integer"}, "corefile": {"type": "string"}}}
+EBS_CSI_SCHEMA = {   # kubernetes-sigs/aws-ebs-csi-driver v1.60.0 charts/aws-ebs-csi-driver/values.schema.json
+    "type": "object", "additionalProperties": False,
+    "properties": {"controller": {"type": "object", "additionalProperties": False, "properties": {
+        "nodeSelector": {"type": ["object", "null"]}, "tolerations": _OBJECTS}}}}
+
+
+@pytest.mark.parametrize("addon_name, schema", [("coredns", COREDNS_SCHEMA), ("aws-ebs-csi-driver", EBS_CSI_SCHEMA)])
+def test_addon_configuration_is_valid_for_its_schema_and_tolerates_the_system_taint(private_run, addon_name, schema):
+    import jsonschema
+    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+
+    addon = next(a for a in private_run.of_type(ADDON) if a.inputs["addonName"] == addon_name)
+    config = json.loads(addon.inputs["configurationValues"])
+    jsonschema.validate(config, schema)
+    placement = config["controller"] if addon_name == "aws-ebs-csi-driver" else config
+    assert placement["nodeSelector"] == SYSTEM_NODE_LABELS
+    assert tolerates(placement["tolerations"], SYSTEM_NODE_TAINT)
+    with pytest.raises(jsonschema.ValidationError):      # the schemas refuse what they do not know
+        jsonschema.validate({**config, "toleration": []}, schema)
+
+
+def test_the_toleration_check_tells_a_matching_toleration_from_a_near_miss():
+    from spec.pods import SYSTEM_NODE_TAINT, system_tolerations, tolerates
+
+    assert tolerates(system_tolerations(), SYSTEM_NODE_TAINT)
+    assert tolerates([{"operator": "Exists"}], SYSTEM_NODE_TAINT)                            # every taint
+    assert tolerates([{"key": "CriticalAddonsOnly", "operator": "Exists"}], SYSTEM_NODE_TAINT)   # every effect
+    assert tolerates([{"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}], SYSTEM_NODE_TAINT)
+    assert not tolerates([], SYSTEM_NODE_TAINT)
+    assert not tolerates([{"key": "CriticalAddonsOnly", "value": "false"}], SYSTEM_NODE_TAINT)
+    assert not tolerates([{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"}],
+                         SYSTEM_NODE_TAINT)
+    assert not tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], SYSTEM_NODE_TAINT)
+    assert not tolerates([{"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
+                           "effect": "NoSchedule"}], SYSTEM_NODE_TAINT)
 
 
 def test_system_node_role_has_no_cni_permissions(private_run):

@@ -10,12 +10,19 @@ import yaml
 from spec import cost, pods
 from spec.catalog import load_catalog
 from spec.errors import ConfigError
-from spec.validate import load_stack_spec
+from spec.validate import budget_issues, load_stack_spec
+from spec.zones import Reservation
 from tests.test_validate import load, valid_config
 
 CATALOG = load_catalog()
 PRICES = cost.load_prices()
 US = PRICES.regions["us-east-1"]
+# g6e's us-east-1 spot discount (prices.yaml): 1 - 5.1126 / 10.49264, g6e.12xlarge's dearest zone (use1-az4) in
+# tests/upstream/skypilot-catalog-aws-vms.csv; g6e.48xlarge's dearest, 10.8782 / 30.13118, saves more.
+G6E_SPOT = 1 - 0.5127
+# The same prices without that discount, for the tests of the catalog's default (what an unsourced family gets).
+NO_G6E_SPOT = PRICES.model_copy(update={"regions": {**PRICES.regions, "us-east-1": US.model_copy(
+    update={"spot_discount": {f: d for f, d in US.spot_discount.items() if f != "g6e"}})}})
 TODAY = date(2026, 12, 3)          # 1.35 in standard support (until 2027-03-27)
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
 
@@ -47,9 +54,11 @@ SYSTEM_NODE = 0.2016                     # m7i.xlarge, the dearer system node ty
 def test_dev_stack_matches_the_hand_calculation():
     e = cost.estimate(stack_spec("dev"), TODAY)
     (pool,) = e.pools
-    g6 = 4.6016 * (1 - 0.5)              # g6.12xlarge spot: no sourced g6 discount, the catalog default (assumed)
+    # g6.12xlarge spot: the g6 family's us-east-1 discount, 1 - 2.43 / 4.6016 (its dearest zone in the snapshot,
+    # use1-az2; g6.48xlarge's 4.1404 / 13.3504 saves more, and a family takes its smallest saving)
+    g6 = 4.6016 * (1 - 0.4719)
     assert (pool.hourly_at_desired, pool.hourly_at_max) == approx((1 * g6, 3 * g6))
-    assert "ASSUMED" in pool.basis
+    assert "ASSUMED" not in pool.basis and "skypilot-catalog" in pool.basis
     items = fixed(e)
     expected = {                          # (at desired, at max)
         "EKS control plane": (0.10, 0.10),
@@ -66,7 +75,7 @@ def test_dev_stack_matches_the_hand_calculation():
     assert e.hourly_at_desired == approx(g6 + sum(d for d, _ in expected.values()), abs=1e-3)
     assert e.hourly_at_max == approx(3 * g6 + sum(m for _, m in expected.values()), abs=1e-3)
     assert e.complete and e.committed_hourly == 0
-    assert e.saving_hourly("max") == approx(3 * 4.6016 * 0.5, abs=1e-3)
+    assert e.saving_hourly("max") == approx(3 * 4.6016 * 0.4719, abs=1e-3)
 
 
 def test_prod_us_east_1_matches_the_hand_calculation():
@@ -113,13 +122,15 @@ def test_prod_eu_west_1_prices_its_pools_and_lists_every_unsourced_fixed_cost():
     assert pools["train-a100"].hourly_at_max == approx(4 * 23.71569)
     assert pools["infer-a10g"].hourly_at_desired == approx(2 * 6.33167)
     assert pools["infer-a10g"].hourly_at_max == approx(8 * 6.33167)
-    # the g5 spot discount in prices.yaml is a us-east-1 snapshot: eu-west-1 falls back to the assumed default
-    assert pools["infer-a10g-spot"].hourly_at_max == approx(8 * 6.33167 * 0.5)
+    # eu-west-1's own g5 discount, the family's smaller one: g5.48xlarge's 1 - 8.5123 / 18.18233 (its dearest zone,
+    # euw1-az2, in the snapshot) against g5.12xlarge's 1 - 2.8273 / 6.33167
+    assert pools["infer-a10g-spot"].hourly_at_max == approx(8 * 6.33167 * (1 - 0.5318))
     items = fixed(e)
     assert items["EKS control plane"].hourly_at_max == approx(0.10)   # one rate in every commercial region
+    assert items["system nodes"].hourly_at_max == approx(4 * 0.2247)   # m7i.xlarge in eu-west-1, the dearer type
     gaps = {name for name, item in items.items() if item.gap}
-    assert gaps == set(items) - {"EKS control plane"}
-    assert e.hourly_at_max == approx(4 * 23.71569 + 8 * 6.33167 * 1.5 + 0.10, abs=1e-3)
+    assert gaps == set(items) - {"EKS control plane", "system nodes"}
+    assert e.hourly_at_max == approx(4 * 23.71569 + 8 * 6.33167 * (1 + 1 - 0.5318) + 0.10 + 4 * 0.2247, abs=1e-3)
 
 
 def test_a_reserved_pool_at_desired_zero_still_pays_for_its_whole_reservation():
@@ -130,16 +141,102 @@ def test_a_reserved_pool_at_desired_zero_still_pays_for_its_whole_reservation():
     assert train.nodes_at_desired == 2 and train.committed_hourly == approx(2 * 55.04)
 
 
-def test_a_capacity_block_costs_its_purchase_rate_for_its_whole_size_paid_upfront():
+def reservation(spec, count, start=None, end=None):
+    """The account's answer for the first pool's reservation: `count` instances (and a block's term)."""
+    pool = spec.pools[0].spec
+    return {pool.capacity_reservation_id: Reservation(pool.capacity_reservation_id, pool.availability_zone,
+                                                      pool.instance_types[0], count, start_date=start, end_date=end)}
+
+
+def test_a_reservation_larger_than_max_nodes_is_billed_and_budgeted_in_full():
     config = valid_config()
-    config["nodePools"][0].update(capacity="capacity-block", minNodes=0, desiredNodes=0, maxNodes=2)
+    config["nodePools"][0].update(minNodes=1, desiredNodes=1, maxNodes=2)
     spec = load(config)
-    (block, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1")
+    (train, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=reservation(spec, 8))
+    # EC2 bills the 8 reserved instances whether 1, 2 or none run: not maxNodes (2), not desiredNodes (1)
+    assert train.hourly_at_desired == train.hourly_at_max == approx(8 * 55.04)
+    assert train.nodes_at_desired == train.nodes_at_max == train.committed_nodes == 8
+    assert train.committed_hourly == approx(8 * 55.04)
+    assert "holds 8 instances, as the account reports it" in train.size_source and "all 8 instances" in train.basis
+    e = cost.estimate(spec, TODAY, reservations=reservation(spec, 8))
+    assert e.committed_hourly == approx(8 * 55.04) and e.pools_hourly_at_max == approx(8 * 55.04 + 4 * 10.49264 * G6E_SPOT)
+    # the budget, checked again with the account's answer: 8 x 55.04 + 4 spot L40S = 461.30 > 450; at 2, it fits
+    spec = load({**config, "budget": {"maxHourlyUsd": 450}})
+    (issue,) = budget_issues(spec, reservation(spec, 8))
+    assert issue.path == "gpu-cloud:budget.maxHourlyUsd"
+    assert f"cost ${8 * 55.04 + 4 * 10.49264 * G6E_SPOT:,.2f}/hour" in issue.message
+    assert "Reservations of train are billed for their whole size" in issue.message
+    assert budget_issues(spec, reservation(spec, 2)) == []
+
+
+def test_a_reservation_not_read_is_sized_at_max_nodes_and_says_so():
+    config = valid_config()
+    config["nodePools"][0].update(minNodes=0, desiredNodes=0, maxNodes=3)
+    spec = load(config)
+    rid = spec.pools[0].spec.capacity_reservation_id
+    for read in (None, {rid: "AccessDenied: not allowed"}):
+        (train, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=read)
+        assert train.nodes_at_max == 3 and train.hourly_at_desired == approx(3 * 55.04)
+        assert train.size_source == f"{rid} not read from the account: sized at maxNodes (3)"
+
+
+BLOCK_START, BLOCK_END = "2027-01-04T11:30:00Z", "2027-01-18T11:30:00Z"      # 14 days
+
+
+def block_spec(max_nodes=2):
+    config = valid_config()
+    config["nodePools"][0].update(capacity="capacity-block", minNodes=0, desiredNodes=0, maxNodes=max_nodes)
+    return load(config)
+
+
+def test_a_14_day_capacity_block_is_paid_upfront_for_its_term_outside_the_run_rate():
+    spec = block_spec(max_nodes=2)
     rate = US.capacity_block_hourly["p5.48xlarge"].usd
-    assert block.hourly_at_desired == block.hourly_at_max == approx(2 * rate)
-    assert block.upfront and block.committed_hourly == approx(2 * rate)
-    assert cost.estimate(spec, TODAY).upfront_hourly == approx(2 * rate)
-    assert block.on_demand_hourly(2) == approx(2 * 55.04)
+    read = reservation(spec, 4, BLOCK_START, BLOCK_END)            # a block of 4, more than maxNodes 2
+    (block, infer) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=read, today=TODAY)
+    assert block.block_hours == 14 * 24 == 336
+    # rate x instances x hours: $39.33 x 4 x 336 = $52,859.52, not x maxNodes (2) and not x 730 hours a month
+    assert block.upfront_total == approx(39.33 * 4 * 336) == approx(52859.52)
+    assert block.hourly_at_max == approx(4 * rate)      # what the hourly budget sees while the block runs
+    assert block.upfront and not block.in_run_rate and block.on_demand_hourly(4) == approx(4 * 55.04)
+    e = cost.estimate(spec, TODAY, reservations=read)
+    assert e.upfront_total == approx(52859.52)
+    # the run rate (hourly, monthly, three years) holds the spot pool only; nothing committed runs on
+    assert e.pools_hourly_at_max == approx(infer.hourly_at_max) == approx(4 * 10.49264 * G6E_SPOT)
+    assert e.committed_hourly == 0 and e.upfront_hourly == 0
+    assert e.blocks == (block,) and e.run_rate_pools == (infer,)
+
+
+@pytest.mark.parametrize("start,end,why", [
+    (None, None, "the block's StartDate and EndDate were not read"),
+    (BLOCK_START, "2027-01-05T05:30:00Z", "is 18 hours, not 1 to 182 days"),
+    (BLOCK_START, "2027-07-06T11:30:00Z", "is 4392 hours, not 1 to 182 days"),      # 183 days
+    (BLOCK_START, "next week", "is not a pair of RFC 3339 times"),
+])
+def test_a_block_without_a_term_of_1_to_182_days_has_no_upfront_figure(start, end, why):
+    spec = block_spec()
+    (block, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=reservation(spec, 2, start, end))
+    assert block.upfront_total is None and why in block.basis
+
+
+@pytest.mark.parametrize("days", [1, 182])
+def test_a_block_of_1_or_182_days_is_priced(days):
+    spec = block_spec()
+    end = (cost._instant(BLOCK_START) + __import__("datetime").timedelta(days=days)).isoformat()
+    (block, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=reservation(spec, 2, BLOCK_START, end))
+    assert block.upfront_total == approx(39.33 * 2 * 24 * days)
+
+
+def test_a_capacity_block_rate_past_its_sources_own_end_date_is_stale():
+    spec = block_spec()
+    rate = US.capacity_block_hourly["p5.48xlarge"]
+    assert rate.current_until == date(2025, 1, 1)
+    read = reservation(spec, 2, BLOCK_START, BLOCK_END)
+    (before, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=read, today=date(2024, 12, 31))
+    (after, _) = cost.pool_costs(spec.pools, CATALOG, "us-east-1", reservations=read, today=date(2025, 1, 1))
+    assert before.stale is None and "STALE" not in before.basis
+    assert "was current until 2025-01-01" in after.stale and "STALE" in after.basis
+    assert cost.estimate(spec, TODAY, reservations=read).stale == [f"train: {after.stale}"]
 
 
 def test_the_budget_message_says_a_capacity_block_is_not_lowered_by_max_nodes():
@@ -151,7 +248,7 @@ def test_the_budget_message_says_a_capacity_block_is_not_lowered_by_max_nodes():
     (issue,) = raised.value.issues
     assert issue.path == "gpu-cloud:budget.maxHourlyUsd"
     block = 2 * US.capacity_block_hourly["p5.48xlarge"].usd
-    assert f"GPU pools at maxNodes cost ${block + 4 * 10.49264 * 0.5:,.2f}/hour" in issue.message
+    assert f"GPU pools at maxNodes cost ${block + 4 * 10.49264 * G6E_SPOT:,.2f}/hour" in issue.message
     assert f"Capacity blocks train (${block:,.2f}/hour) are paid upfront" in issue.message
     assert "no change to maxNodes lowers them" in issue.message
 
@@ -165,13 +262,59 @@ def test_the_budget_message_says_a_reservation_bills_its_whole_size():
     assert "Capacity blocks" not in raised.value.issues[0].message
 
 
+def test_commitments_at_0_and_1_years_on_the_committable_pools():
+    config = valid_config()
+    config["nodePools"][1].update(capacity="on-demand", minNodes=1, desiredNodes=3, maxNodes=4)
+    spec = load(config)
+    for fraction in (0.3, 0.7):      # one fraction alone cannot tell `x * (1 - d)` from `x * d`
+        discount = cost.Discount(fraction=fraction, source="test quote", asOf="2026-08")
+        region = US.model_copy(update={"commitment_discount": {"g6e": {"savings-plan/1y/no-upfront": discount}}})
+        prices = PRICES.model_copy(update={"regions": {**PRICES.regions, "us-east-1": region}})
+        e = cost.estimate(spec, TODAY, prices, reservations=reservation(spec, 2))
+        train, infer = e.commitments
+        # 0 years: no commitment, the steady nodes on-demand; 1 year: less the family's 1-year discount
+        assert (infer.pool, infer.nodes) == ("infer", 3)               # desiredNodes, not maxNodes
+        assert infer.hourly("0y") == approx(3 * 10.49264) and infer.saving_hourly("0y") == 0
+        assert infer.hourly("1y") == approx(3 * 10.49264 * (1 - fraction))
+        assert infer.saving_hourly("1y") == approx(3 * 10.49264 * fraction)
+        assert infer.hourly("3y") is None                              # no 3-year rate sourced: a gap
+        assert "no sourced savings-plan/3y/no-upfront discount for g6e" in infer.terms[1][3]
+        # the reservation commits its whole size; p5 has no sourced discount at all
+        assert (train.nodes, train.hourly("0y"), train.hourly("1y")) == (2, approx(2 * 55.04), None)
+
+
+def test_spot_and_capacity_blocks_are_not_offered_a_commitment():
+    spec = block_spec()         # a block and a spot pool
+    assert cost.estimate(spec, TODAY).commitments == ()
+
+
+def test_usage_based_items_carry_unit_prices_and_stay_out_of_the_totals():
+    spec = stack_spec("prod-us-east-1")
+    without = cost.estimate(spec, TODAY)
+    e = cost.estimate(spec, TODAY, kms_keys=7)
+    assert e.hourly_at_max == without.hourly_at_max
+    usage = {u.item.split(" (")[0]: u for u in e.usage}
+    assert usage["transit gateway data processed"].unit_usd == 0.02 and usage["transit gateway data processed"].unit == "GB"
+    assert usage["NAT gateway data processed"].unit_usd == 0.045
+    assert usage["interface endpoint data processed"].unit_usd == 0.01
+    assert usage["FSx for Lustre backups"].gap and usage["FSx for Lustre backups"].unit == "GB-month"
+    volume = spec.monitoring.prometheus_volume_gib
+    assert usage["Prometheus volume"].monthly == approx(volume * 0.08) and f"{volume} GiB" in usage["Prometheus volume"].item
+    assert usage["KMS customer managed keys"].monthly == 7 * 1.00
+    assert usage["KMS requests"].unit == "10,000 requests" and usage["KMS requests"].unit_usd == 0.03
+    # dev has no Lustre; eu-west-1 has no sourced usage rate but the region-free KMS ones
+    assert not any("Lustre" in u.item for u in cost.estimate(stack_spec("dev"), TODAY).usage)
+    eu = {u.item.split(" (")[0]: u for u in cost.estimate(stack_spec("prod-eu-west-1"), TODAY).usage}
+    assert eu["NAT gateway data processed"].gap and eu["KMS requests"].unit_usd == 0.03
+
+
 def test_a_type_without_a_price_is_a_gap_not_a_budget_failure():
     config = valid_config()
     config["nodePools"][0].update(instanceTypes=["p5e.48xlarge"], capacity="capacity-block")
-    config["budget"] = {"maxHourlyUsd": 1}   # only the spot pool is priced: 4 x 5.25 = 20.99 > 1
+    config["budget"] = {"maxHourlyUsd": 1}   # only the spot pool is priced: 4 x 5.11 = 20.45 > 1
     with pytest.raises(ConfigError) as raised:
         load(config)
-    assert "cost $20.99/hour" in raised.value.issues[0].message     # checked on what has a price
+    assert f"cost ${4 * 10.49264 * G6E_SPOT:,.2f}/hour" in raised.value.issues[0].message   # on what has a price
     config["budget"] = {"maxHourlyUsd": 25}
     spec = load(config)
     e = cost.estimate(spec, TODAY)
@@ -187,7 +330,7 @@ def test_spot_uses_the_family_discount_with_its_source():
     config = valid_config()
     config["nodePools"][0].update(capacity="spot", capacityReservationId=None, minNodes=0, desiredNodes=1, maxNodes=2)
     del config["nodePools"][0]["capacityReservationId"]
-    (train, infer) = cost.pool_costs(load(config).pools, CATALOG, "us-east-1")
+    (train, infer) = cost.pool_costs(load(config).pools, CATALOG, "us-east-1", NO_G6E_SPOT)
     assert train.hourly_at_max == approx(2 * 55.04 * (1 - discount.fraction))
     assert discount.source in train.basis and discount.as_of in train.basis
     assert infer.node_hourly == approx(10.49264 * (1 - CATALOG.default_spot_discount))
@@ -198,7 +341,7 @@ def test_spot_uses_the_family_discount_with_its_source():
 def test_spot_is_the_on_demand_rate_less_the_discount_whatever_the_discount(fraction):
     # 0.5 alone cannot tell `price * (1 - d)` from `price * d`
     catalog = CATALOG.model_copy(update={"default_spot_discount": fraction})
-    (_, infer) = cost.pool_costs(load(valid_config()).pools, catalog, "us-east-1")
+    (_, infer) = cost.pool_costs(load(valid_config()).pools, catalog, "us-east-1", NO_G6E_SPOT)
     assert infer.node_hourly == approx(10.49264 * (1 - fraction))
 
 
@@ -269,11 +412,15 @@ def test_monthly_figures_come_from_the_unrounded_hourly_price():
 
 def test_every_rate_names_its_source_and_date():
     rates = list(PRICES.eks_control_plane_hourly.values())
+    rates += [PRICES.kms_key_month, PRICES.kms_requests_10k]
     for region in PRICES.regions.values():
         rates += list(region.instance_hourly.values()) + list(region.capacity_block_hourly.values())
         rates += list(region.spot_discount.values()) + list(region.lustre_persistent2_gb_month.values())
+        rates += [d for by_key in region.commitment_discount.values() for d in by_key.values()]
         rates += [r for r in (region.nat_gateway_hourly, region.public_ipv4_hourly, region.interface_endpoint_hourly,
-                              region.transit_gateway_attachment_hourly, region.network_load_balancer_hourly) if r]
+                              region.transit_gateway_attachment_hourly, region.network_load_balancer_hourly,
+                              region.nat_gateway_data_gb, region.interface_endpoint_data_gb,
+                              region.transit_gateway_data_gb, region.lustre_backup_gb_month) if r]
     assert rates and all(r.source and re.match(r"^\d{4}", r.as_of) for r in rates)
     assert set(US.instance_hourly) >= set(pods.SYSTEM_NODE_TYPES)
 
@@ -286,3 +433,80 @@ def test_what_cost_restates_matches_the_components_that_build_it():
     volume = re.search(r'volume_size=ROOT_VOLUME_GIB, volume_type="gp3", iops=(\d+), throughput=(\d+)',
                        inspect.getsource(nodepool))
     assert volume and (int(volume[1]), int(volume[2])) == (cost.ROOT_VOLUME_IOPS, cost.ROOT_VOLUME_MBPS)
+
+
+def test_the_plan_answers_what_a_commitment_saves_with_figures(monkeypatch):
+    from plan.document import _commitment_lines, cost_section
+    discount = cost.Discount(fraction=0.3, source="test quote", asOf="2026-08")
+    region = US.model_copy(update={"commitment_discount": {"g6e": {"savings-plan/1y/no-upfront": discount}}})
+    monkeypatch.setattr(cost, "load_prices", lambda: PRICES.model_copy(
+        update={"regions": {**PRICES.regions, "us-east-1": region}}))
+    section = cost_section(stack_spec("prod-us-east-1"))
+    train, infer = section["commitmentOptions"]
+    assert (infer["pool"], infer["steadyNodes"], infer["onDemandMonthly"]) == ("infer-l40s", 2, 15319.25)
+    one, three = infer["terms"]
+    # 2 x $10.49264 x 730 hours = $15,319.25 a month on-demand; a 1-year plan at 30 % off bills $10,723.48
+    assert (one["monthly"], one["savingMonthly"], one["savingOverTerm"]) == (10723.48, 4595.78, 55149.32)
+    assert three["monthly"] is None and "no sourced savings-plan/3y/no-upfront discount for g6e" in three["gap"]
+    assert train["terms"][0]["gap"] and train["steadyNodes"] == 4       # the reservation's whole size
+    lines = _commitment_lines(section["commitmentOptions"])
+    assert any(line.split()[:4] == ["infer-l40s", "g6e.12xlarge", "2", "$15,319.25"]
+               and "$10,723.48 (saves $4,595.78)" in line for line in lines)
+    assert "  no sourced savings-plan/1y/no-upfront discount for p5 (spec/prices.yaml): no figure, never a guess" in lines
+
+
+# --- Regions: prices.yaml's snapshot-derived rates, entry by entry, against the source rows -------------------------
+def test_every_region_has_a_prices_entry_and_its_system_node_rates_are_the_snapshots():
+    from tests.test_catalog import REGIONS, snapshot_rows
+    assert set(PRICES.regions) == set(REGIONS)
+    rows = {(r["InstanceType"], r["Region"]): float(r["Price"]) for r in snapshot_rows() if r["Price"]}
+    for region in REGIONS:
+        for name in pods.SYSTEM_NODE_TYPES:
+            rate = PRICES.regions[region].instance_hourly[name]
+            assert rate.usd == rows[(name, region)], (name, region)
+            if region != "us-east-1":            # us-east-1's come from aws/karpenter-provider-aws, and agree
+                assert "skypilot-catalog@27f67dd4" in rate.source and rate.as_of == "2025-H1"
+
+
+def test_every_snapshot_spot_discount_is_the_dearest_zone_of_the_familys_types():
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import refresh_prices
+    from tests.test_catalog import snapshot_rows
+    rows = snapshot_rows()
+    checked = 0
+    for region, rates in PRICES.regions.items():
+        for family, discount in rates.spot_discount.items():
+            if "skypilot-catalog" not in discount.source:
+                continue                          # us-east-1's p5 and g5: the third-party quotes they name
+            history = [{"InstanceType": r["InstanceType"], "ProductDescription": "Linux/UNIX", "SpotPrice": r["SpotPrice"]}
+                       for r in rows if r["Region"] == region and r["SpotPrice"]]
+            types = {r["InstanceType"]: float(r["Price"]) for r in rows
+                     if r["Region"] == region and r["InstanceType"].split(".")[0] == family}
+            expected = min(refresh_prices.spot_discount(history, t, p) for t, p in types.items())
+            assert discount.fraction == expected, (region, family)
+            checked += 1
+    # g4dn, g5, g6, g6e in us-east-2, us-west-2, ap-northeast-1; g4dn, g6, g6e in eu-central-1 and us-east-1; g4dn, g5
+    # in eu-west-1
+    assert checked == 20
+    # eu-central-1's g5 had a zone whose spot price was the on-demand price (g5.48xlarge, euc1-az2): no discount
+    assert "g5" not in PRICES.regions["eu-central-1"].spot_discount
+
+
+def test_a_total_that_leaves_a_gap_out_says_so_wherever_it_is_printed():
+    from plan.document import _cost_table, cost_section
+    assert cost.incomplete_note([]) == ""
+    assert cost.incomplete_note(["a"]) == " (incomplete: 1 item unpriced)"
+    assert cost.incomplete_note(["a", "b"]) == " (incomplete: 2 items unpriced)"
+    section = cost_section(stack_spec("prod-eu-west-1"))
+    lines = _cost_table(section)
+    n = len(section["gaps"])
+    assert n > 1 and not section["complete"]
+    (total,) = [line for line in lines if line.startswith("  total")]
+    assert total.startswith(f"  total (incomplete: {n} items unpriced) ")
+    (three_years,) = [line for line in lines if "three years at desired" in line]
+    assert f"(incomplete: {n} items unpriced)" in three_years
+    # a complete bill says nothing of the kind
+    complete = cost_section(stack_spec("dev"))
+    assert complete["complete"]
+    assert not [line for line in _cost_table(complete) if "incomplete" in line]

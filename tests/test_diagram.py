@@ -85,7 +85,7 @@ def test_bad_paths_fail_before_the_plan_runs(tmp_path, monkeypatch, capsys):
 def test_cli_writes_the_dot_file(tmp_path, capsys):
     path = tmp_path / "dev.dot"
     assert main(["dev", "--no-policy", "--diagram", str(path)]) == 0
-    assert path.read_text().startswith("digraph gpu_cloud {") and f"written to {path}" in capsys.readouterr().out
+    assert path.read_text().startswith("digraph gpu_cloud {") and f"written to {path}" in capsys.readouterr().err
 
 
 def test_svg_through_graphviz(stack_runs, tmp_path: Path):

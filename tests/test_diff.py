@@ -2,11 +2,12 @@
 by hand or through the stack file, diffed by URN."""
 import copy
 import json
+import re
 
 import pytest
 import yaml
 
-from plan.diff import diff_documents, render_changes
+from plan.diff import WIDTH, capacity_and_cost, diff_documents, render_capacity_and_cost, render_changes, wrapped
 from tests.conftest import ROOT
 from tests.test_plan import plan
 
@@ -79,10 +80,11 @@ def test_a_change_at_or_under_a_nested_forcing_input_replaces(old):
     new = copy.deepcopy(old)
     group, cluster = first(new, GROUP), first(new, CLUSTER)
     group["inputs"]["initialLifecycleHooks"][0]["heartbeatTimeout"] += 60
+    hook = group["inputs"]["initialLifecycleHooks"][0]["name"]     # hooks are named entries, shown by name
     cluster["inputs"]["kubernetesNetworkConfig"]["ipFamily"] = "ipv6"
     changes = changed(diff_documents(old, new))
     assert {urn: (c.action, c.paths, c.forced_by) for urn, c in changes.items()} == {
-        group["urn"]: ("replace", ("initialLifecycleHooks[0].heartbeatTimeout",), ("initialLifecycleHooks",)),
+        group["urn"]: ("replace", (f'initialLifecycleHooks["{hook}"].heartbeatTimeout',), ("initialLifecycleHooks",)),
         cluster["urn"]: ("replace", ("kubernetesNetworkConfig.ipFamily",), ("kubernetesNetworkConfig.ipFamily",)),
     }
 
@@ -111,27 +113,120 @@ def test_cli_lists_a_pool_size_change_as_an_update_of_its_group(old, tmp_path):
     stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
     pool = stack["config"]["gpu-cloud:nodePools"][0]
     pool["maxNodes"] += 1
-    stack_file, old_path = tmp_path / "Pulumi.dev.yaml", tmp_path / "old.json"
+    stack_file, old_path, new_path = tmp_path / "Pulumi.dev.yaml", tmp_path / "old.json", tmp_path / "new.json"
     stack_file.write_text(yaml.safe_dump(stack))
     old_path.write_text(json.dumps(old))
     group = next(r for r in old["resources"] if r["type"] == GROUP and r["parent"].endswith(f"::{pool['name']}"))
 
-    result = plan("dev", "--stack-file", stack_file, "--against", old_path)
+    result = plan("dev", "--stack-file", stack_file, "--against", old_path, "--json", new_path)
 
     assert result.returncode == 0, result.stderr
     report = result.stdout.split(f"\nChanges against {old_path}:\n", 1)[1].splitlines()
     line = report.index(f"  update   {group['urn']}")
     assert "maxSize" in report[line + 1].removeprefix("           changed: ").split(", ")
     assert ", 0 to replace, 0 to delete, " in report[-1]
+    # The capacity and cost difference: one more node of the pool at max, its GPUs and its node's rate.
+    gpus = next(r for r in old["capacity"] if r["pool"] == pool["name"])
+    cost = next(p for p in old["cost"]["pools"] if p["pool"] == pool["name"])
+    was, now = gpus["gpusAtMax"], gpus["gpusAtMax"] + gpus["gpusPerNode"]
+    table = result.stdout.split(f"\nCapacity and cost against {old_path} (stack dev; ", 1)[1].split("\n\n")[0]
+    row = next(line.split("  ") for line in table.splitlines() if line.startswith(f"  {pool['name']} "))
+    assert [cell.strip() for cell in row if cell.strip()] == [
+        pool["name"], str(gpus["gpusAtDesired"]), f"{was} -> {now} (+{gpus['gpusPerNode']})",
+        f"${cost['hourlyAtDesired']:,.2f}",
+        f"${cost['hourlyAtMax']:,.2f} -> ${cost['hourlyAtMax'] + cost['nodeHourly']:,.2f} "
+        f"(+${cost['nodeHourly']:,.2f})"]
+    assert re.search(rf"\n  total +{gpus['gpusAtDesired']} +{was} -> {now} \(\+", table), table
+    # The document written alongside keeps every change and the figures.
+    changes = json.loads(new_path.read_text())["changes"]
+    assert changes["against"] == str(old_path) and changes["stack"] == "dev"
+    assert {r["urn"]: r["paths"] for r in changes["resources"]}[group["urn"]] == ["maxSize"]
+    (figures,) = [r for r in changes["capacityAndCost"] if r["pool"] == pool["name"]]
+    assert figures["gpusAtMax"] == {"old": was, "new": now}
+
+
+def test_the_capacity_and_cost_difference_names_new_and_removed_pools_and_price_gaps(old):
+    new = copy.deepcopy(old)
+    (row,), (cost,) = new["capacity"], new["cost"]["pools"]
+    added = dict(copy.deepcopy(row), pool="batch", gpusAtDesired=0, gpusAtMax=16)
+    new["capacity"].append(added)
+    new["cost"]["pools"].append(dict(copy.deepcopy(cost), pool="batch", hourlyAtDesired=None, hourlyAtMax=None))
+    new["cost"]["complete"] = False
+    rows = {r["pool"]: r for r in capacity_and_cost(old, new)}
+    assert list(rows) == [row["pool"], "batch", "fixed costs", "total"]
+    assert rows["batch"]["added"] and rows["batch"]["incomplete"] and not rows[row["pool"]]["incomplete"]
+    assert rows["total"]["gpusAtMax"] == {"old": row["gpusAtMax"], "new": row["gpusAtMax"] + 16}
+    assert rows["total"]["incomplete"] and not rows["fixed costs"]["incomplete"]
+    lines = render_capacity_and_cost(list(rows.values()))
+    assert re.search(r"\n  batch \(new\) \(incomplete\) +- -> 0 +- -> 16 +- -> no price +- -> no price\n",
+                     "\n".join(lines) + "\n"), lines
+    assert next(line for line in lines if line.startswith("  total")).startswith("  total (incomplete)")
+    gone = {r["pool"]: r for r in capacity_and_cost(new, old)}["batch"]
+    assert gone["removed"] and not gone["added"]
+
+
+def test_tags_and_other_lists_of_named_entries_are_compared_by_key(old):
+    new = copy.deepcopy(old)
+    group = first(new, GROUP)
+    tags = {t["key"]: t for t in group["inputs"]["tags"]}
+    assert len(tags) > 3                      # the group's tags are a list of {key, value, propagateAtLaunch}
+    name, other = list(tags)[:2]
+    tags[name]["value"] += "-renamed"
+    tags[other]["propagateAtLaunch"] = not tags[other]["propagateAtLaunch"]
+    group["inputs"]["tags"].insert(0, {"key": "Team", "value": "ml", "propagateAtLaunch": True})  # order moves
+    group["inputs"]["initialLifecycleHooks"][0]["heartbeatTimeout"] += 60
+    hook = group["inputs"]["initialLifecycleHooks"][0]["name"]
+    (change,) = changed(diff_documents(old, new)).values()
+    key = lambda k: f"tags.{k}" if re.fullmatch(r"[A-Za-z_]\w*", k) else f"tags[{json.dumps(k)}]"  # noqa: E731
+    assert set(change.paths) == {key(name), f"{key(other)}.propagateAtLaunch", "tags.Team",
+                                 f'initialLifecycleHooks["{hook}"].heartbeatTimeout'}
+    assert not [p for p in change.paths if re.search(r"\[\d+\]", p)]
+
+
+def test_a_reordered_list_of_named_entries_is_a_change_of_the_list(old):
+    new = copy.deepcopy(old)
+    group = first(new, GROUP)
+    hooks = group["inputs"]["initialLifecycleHooks"]
+    assert len(hooks) >= 2
+    hooks.reverse()
+    (change,) = changed(diff_documents(old, new)).values()
+    assert change.paths == ("initialLifecycleHooks",)
+
+
+def test_changed_paths_wrap_to_the_width_and_the_rest_is_counted():
+    paths = [f'tags["example.com/label-{i:02}"]' for i in range(40)]
+    lines = wrapped("changed", paths)
+    assert all(len(line) <= WIDTH for line in lines) and len(lines) == 3
+    assert lines[0].startswith("           changed: tags[")
+    shown = [p.strip(", ") for line in lines[:-1] for p in line.split(": ", 1)[-1].split(", ")]
+    assert shown == paths[:len(shown)]
+    assert lines[-1].strip() == f"... and {40 - len(shown)} more (all 40 in the --json document's changes)"
+    assert wrapped("changed", paths[:2]) == [f"           changed: {paths[0]}, {paths[1]}"]
+    long = "spec." + "x" * 200
+    assert all(len(line) <= WIDTH for line in wrapped("changed", [long, "a"]))
 
 
 @pytest.mark.parametrize("content", [None, "{not json", '{"version": 1, "resources": []}'],
                          ids=["missing", "not-json", "not-a-plan-document"])
-def test_an_unusable_old_document_is_one_line_exit_3(tmp_path, content):
+def test_an_unusable_old_document_is_one_line_exit_2(tmp_path, content):
     old_path = tmp_path / "old.json"
     if content is not None:
         old_path.write_text(content)
     result = plan("dev", "--against", old_path)
-    assert result.returncode == 3
+    assert result.returncode == 2       # as --policy-check's: a plan document that cannot be read is an input error
     assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1 and str(old_path) in result.stderr
-    assert "Traceback" not in result.stderr
+    assert f"python -m plan STACK --json {old_path}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_document_of_another_stack_is_refused_unless_forced(old, tmp_path):
+    other = tmp_path / "prod.json"
+    other.write_text(json.dumps(dict(old, stack="prod-us-east-1")))
+    refused = plan("dev", "--against", other)
+    assert refused.returncode == 4 and refused.stdout == ""
+    assert (f"--against {other} is the plan document of stack prod-us-east-1, not dev" in refused.stderr
+            and "--force" in refused.stderr), refused.stderr
+    forced = plan("dev", "--against", other, "--force", "--no-policy")
+    assert forced.returncode == 0, forced.stderr
+    assert f"Capacity and cost against {other} (stack prod-us-east-1; " in forced.stdout
+    assert re.search(r"\n  \d+ to create, \d+ to update, \d+ to replace, \d+ to delete, \d+ unchanged$",
+                     forced.stdout.rstrip()), forced.stdout[-2000:]

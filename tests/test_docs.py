@@ -26,6 +26,9 @@ DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 SHELLS = {"sh", "bash"}
 KINDS = {"run", "cluster", "ci"}
 README_WORDS = 1200          # five minutes at 240 words a minute
+# What a reader supplies to a `run` block: the README's personal stack opens its endpoint to MY_IP/32. The stand-in is
+# in 198.18.0.0/15 (RFC 2544, benchmarking): no one's address, and not a documentation range, which a stack refuses.
+READER = {"MY_IP": "198.18.0.7"}
 
 
 class Block(NamedTuple):
@@ -75,6 +78,30 @@ def _checkout_copy(tmp_path: Path) -> Path:
     return copy
 
 
+# What a page's blocks may leave behind that is neither ignored nor a scratch file: the README's "Add a stack" writes
+# the reader's own stack file, which they commit.
+KEPT = {"stacks/Pulumi.dev-alice.yaml"}
+
+
+def _files(root: Path) -> set:
+    found = set()
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in (".venv", "__pycache__", ".pytest_cache")]
+        found |= {str((Path(directory) / name).relative_to(root)) for name in names}
+    return found
+
+
+def not_ignored(paths) -> List[str]:
+    """The paths (relative to the repository root) that .gitignore does not cover, sorted."""
+    if shutil.which("git") is None:
+        missing("git is not installed: the ignore rules cannot be read")
+    paths = sorted(paths)
+    found = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin"], input="\n".join(paths),
+                           capture_output=True, text=True)
+    assert found.returncode in (0, 1), found.stderr
+    return [path for path in paths if path not in set(found.stdout.splitlines())]
+
+
 def _expect_lines(expected: str, output: str, block: Block) -> None:
     actual = [line.rstrip() for line in output.splitlines()]
     at = 0
@@ -93,8 +120,8 @@ def test_runnable_blocks_run_offline_and_print_what_the_page_shows(path, tmp_pat
     if shutil.which("dot") is None and any(".svg" in b.text for b in blocks(path) if b.kind == "run"):
         missing(f"{path.name} draws an SVG and Graphviz's dot is not installed (.ci/run installs graphviz)")
     copy = _checkout_copy(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}
-    found = blocks(path)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_"))}, **READER}
+    found, before = blocks(path), _files(copy)
     for i, block in enumerate(found):
         if block.kind != "run":
             continue
@@ -105,6 +132,10 @@ def test_runnable_blocks_run_offline_and_print_what_the_page_shows(path, tmp_pat
         assert "Traceback" not in result.stderr, where(block)
         if i + 1 < len(found) and found[i + 1].kind == "output":
             _expect_lines(found[i + 1].text, result.stdout, found[i + 1])
+    # Walking the page by hand leaves nothing `git status` would show as new: it writes into build/, a temporary
+    # directory, or a path .gitignore covers.
+    left = not_ignored(_files(copy) - before - KEPT)
+    assert left == [], f"{path.relative_to(ROOT)}'s blocks leave files .gitignore does not cover: {left}"
 
 
 def _slug(heading: str) -> str:

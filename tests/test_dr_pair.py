@@ -155,7 +155,7 @@ def config_issues(stack, change, peer_cidr=None):
     (PRIMARY, setting("dr", "clientCidrs", value=["172.20.0.0/16"]), "gpu-cloud:dr.clientCidrs[0]",
      "172.20.0.0/16 is neither in the VPC (10.64.0.0/16) nor in a network.transitGateway.routes range"),
     (PRIMARY, setting("inference", "triton", "portableModels", value="yes"),
-     "gpu-cloud:inference.triton.portableModels", "'yes': Input should be a valid boolean"),
+     "gpu-cloud:inference.triton.portableModels", "'yes' is a string where true or false belongs"),
 ])
 def test_a_stacks_own_dr_keys_are_checked_before_anything_is_registered(stack, change, path, words):
     found = config_issues(stack, change)

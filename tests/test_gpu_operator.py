@@ -8,10 +8,8 @@ manager never reboots a node; the EFA device plugin exists only when some pool h
 is new enough not to hand out a p6-b200's NVLink controllers; every operand reaches every GPU node whatever taints
 its pool adds; every Helm value set is one the pinned chart has; the ConfigMap exists before the operator reads it.
 
-The value paths are checked against each chart's own values.yaml at the pinned version, read from the project's
-reference data beside the checkout (../shared/chartvalues/values/<chart>-<version>.yaml, taken with `git show` at
-the release tag; never copied into the repository). Where that reference data is not on the machine, those tests
-skip and the file:line records in spec/gpu_operator.py stand as the confirmation.
+The value paths are checked against each chart's own values.yaml at the pinned version, recorded from the chart's
+repository at its release tag in tests/upstream/chart-values/ (scripts/upstream_records.py; tests/chart_values.py).
 """
 from __future__ import annotations
 
@@ -454,7 +452,7 @@ def test_a_mixed_mig_pool_plans_one_resource_per_profile(example_run):
 
 def test_the_example_pools_count_in_the_inference_quota_and_only_there(example_run):
     quotas = {q.inputs["metadata"]["namespace"]: q.inputs["spec"]["hard"]
-              for q in example_run.of_type("kubernetes:core/v1:ResourceQuota")}
+              for q in example_run.of_type("kubernetes:core/v1:ResourceQuota") if q.inputs["metadata"]["name"] == "gpu"}
     config = stack_config("prod-us-east-1")
     shipped = tenancy.gpu_quotas(load_stack_spec(project_keys(config), stack="prod-us-east-1",
                                                  region=config["aws:region"]).pools)
@@ -534,6 +532,12 @@ def test_every_value_the_program_sets_is_in_the_pinned_values_file(run, chart, v
     if chart == charts.GPU_OPERATOR:     # documented in a comment only: held below
         del values["dcgmExporter"]["config"]
         del values["operator"]["metrics"]
+        # NFD's master and gc: keys of the subchart's own values.yaml, held there.
+        nfd = values["node-feature-discovery"]
+        subchart = {part: nfd.pop(part) for part in ("master", "gc")}
+        nfd_pin = charts.chart(chart).model_copy(update={"chart": "node-feature-discovery",
+                                                         "version": gpu_operator.NFD_SUBCHART_VERSION})
+        assert_values_confirmed(subchart, nfd_pin, gpu_operator.NFD_SUBCHART_VALUE_PATHS)
     assert_values_confirmed(values, charts.chart(chart), confirmed)
 
 
@@ -541,7 +545,7 @@ def test_the_counter_file_value_is_documented_by_the_chart_and_names_the_configm
     lines = values_file(charts.chart(charts.GPU_OPERATOR)).read_text().splitlines()
     line, _template = gpu_operator.GPU_OPERATOR_COMMENTED_VALUE_PATHS["dcgmExporter.config.name"]
     assert lines[line - 2].strip() == "# config:" and lines[line - 1].strip().startswith("# name:")
-    assert lines[line - 3].strip().startswith("#") and "dcgmExporter:" in "\n".join(lines[line - 60:line])
+    assert "dcgmExporter:" in "\n".join(lines[line - 60:line])
     assert _operator_values(run)["dcgmExporter"]["config"] == {"name": dcgm.CONFIGMAP}
     (configmap,) = [r for r in run.of_type(CONFIGMAP) if r.inputs["metadata"]["name"] == dcgm.CONFIGMAP]
     assert configmap.inputs["metadata"]["namespace"] == gpu_operator.NAMESPACE

@@ -64,17 +64,25 @@ def test_triton_serves_a_copy_of_the_stacks_models_bucket_kept_by_a_pod_identity
         assert sync["image"] == "public.ecr.aws/aws-cli/aws-cli:2.36.7"    # CLI 2.15.0 or later reads Pod Identity
         env = {e["name"]: e["value"] for e in sync["env"]}
         assert env["MODEL_SOURCE"] == f"s3://{models}/triton" and env["AWS_REGION"] == "us-east-1"
-        assert sync["volumeMounts"] == [{"name": "models", "mountPath": "/models", "readOnly": False}]
+        assert sync["volumeMounts"] == [{"name": "models", "mountPath": "/models", "readOnly": False},
+                                        {"name": "sync-tmp", "mountPath": "/tmp"}]
     assert {"name": "models", "mountPath": "/models", "readOnly": True} in container["volumeMounts"]
     assert {"name": "models", "emptyDir": {}} in pod["volumes"]
     # Triton's bundled SDK cannot use Pod Identity, and reads only local files: it gets no credentials at all.
-    assert "env" not in container
+    assert container["env"] == [{"name": "HOME", "value": "/tmp"}]
+    # Writable paths are bounded emptyDirs; the pod mounts no Kubernetes token (Pod Identity brings its own).
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}} in pod["volumes"]
+    assert {"name": "sync-tmp", "emptyDir": {"sizeLimit": "256Mi"}} in pod["volumes"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    assert pod["automountServiceAccountToken"] is False
     annotations = named(run, DEPLOYMENT, "inference-deployment").inputs["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"eks.amazonaws.com/skip-containers": "triton"}
-    for each in (container, first, sidecar):
+    # Triton as its image's user, the sync containers as nobody; read-only roots, nothing kept.
+    for each, uid in ((container, 1000), (first, 65534), (sidecar, 65534)):
         security = each["securityContext"]
-        assert security["runAsNonRoot"] is True and security["runAsUser"] == 1000
+        assert security["runAsNonRoot"] is True and security["runAsUser"] == uid
         assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+        assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
 def test_it_takes_traffic_only_while_it_serves_a_model_it_keeps_following_and_is_restarted_when_dead(run):

@@ -85,11 +85,12 @@ def test_the_job_enters_the_training_queue_and_kueue_manages_jobsets():
 def test_every_node_is_taken_whole_with_every_efa_device(instance_type, gpus, efa, rdma):
     manifest = job(pool(instance_type))
     resources = trainer(manifest)["resources"]
-    assert resources["limits"] == {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa, "ephemeral-storage": "2Ti"}
-    assert {k: resources["requests"][k] for k in resources["limits"]} == resources["limits"]
+    limits = {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa, "ephemeral-storage": "2Ti"}
+    assert {k: resources["limits"][k] for k in limits} == limits
+    assert {k: resources["requests"][k] for k in limits} == limits
     assert env(manifest)["PET_NPROC_PER_NODE"] == str(gpus)            # one process per GPU
     assert ("FI_EFA_USE_DEVICE_RDMA" in env(manifest)) == rdma
-    assert trainer(manifest)["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert trainer(manifest)["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
 
 
 def test_kueue_counts_one_pod_per_node_within_the_pools_quota():
@@ -179,6 +180,15 @@ def test_data_scratch_shm_and_checkpoints():
     assert "data" not in {v["name"] for v in pod(without)["volumes"]}
     assert "CHECKPOINT_URI" not in env(without)
     assert env(without)["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith("/scratch/")
+
+
+def test_the_users_env_and_claims_join_the_templates_own():
+    from spec.job_options import UserVolume
+
+    manifest = job(env={"NCCL_DEBUG": "WARN", "HF_HOME": "/scratch/hf"}, volumes=[UserVolume("models", "/models")])
+    assert env(manifest)["NCCL_DEBUG"] == "WARN" and env(manifest)["HF_HOME"] == "/scratch/hf"
+    assert [m["mountPath"] for m in trainer(manifest)["volumeMounts"]] == ["/dev/shm", "/scratch", "/data", "/models"]
+    assert {"name": "volume-1", "persistentVolumeClaim": {"claimName": "models"}} in pod(manifest)["volumes"]
 
 
 def test_scratch_defaults_to_half_the_array_and_stays_small_on_the_root_volume():

@@ -8,8 +8,8 @@ groups that carry the cluster tag; the NLB checks Triton's readiness on the path
 failover's detection time is computed from; the tags the stack finds the NLB by are tags the controller really puts
 on it.
 
-Value paths are held against the chart's own values.yaml at 3.5.0 from the project's reference data beside the
-checkout (tests/chart_values.py); where it is absent those tests skip and the line records stand.
+Value paths are held against the chart's own values.yaml at 3.5.0, recorded from the chart's repository at tag
+v3.5.0 in tests/upstream/chart-values/ (tests/chart_values.py).
 """
 from __future__ import annotations
 
@@ -377,8 +377,23 @@ def test_the_stacks_policy_names_its_own_resources_for_every_write():
     # Upstream's conditions stay: the tag checks still decide which of those resources are the controller's.
     plain = {s["Sid"]: s for s in lbc.iam_policy()["Statement"]}
     assert all(s.get("Condition") == plain[sid].get("Condition") for sid, s in by_sid.items()
-               if sid != lbc.ANY_GROUP_INGRESS_SID)
+               if sid not in (lbc.ANY_GROUP_INGRESS_SID, lbc.VPC_READS_SID))
     assert by_sid[lbc.ANY_GROUP_INGRESS_SID]["Condition"] == {"ArnEquals": {"ec2:Vpc": lbc.vpc_arn(REGION, ACCOUNT, VPC)}}
+
+
+def test_the_stacks_policy_drops_outposts_reads_and_reads_security_groups_of_its_own_vpc_only():
+    upstream = {s["Sid"]: s for s in lbc.iam_policy()["Statement"]}["Describe"]["Action"]
+    scoped = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internal")["Statement"]}
+    describe, reads = scoped["Describe"], scoped[lbc.VPC_READS_SID]
+    # Service Authorization Reference: GetCoipPoolUsage takes a coip-pool (Outposts customer-owned addresses),
+    # DescribeCoipPools none; GetSecurityGroupsForVpc takes the vpc it reads.
+    assert set(lbc.OUTPOSTS_ONLY_ACTIONS) == {"ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools"}
+    assert reads == {"Sid": lbc.VPC_READS_SID, "Effect": "Allow", "Action": ["ec2:GetSecurityGroupsForVpc"],
+                     "Resource": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{VPC}"}
+    # Everything else upstream reads on "*" stays, in upstream's order: nothing lost, nothing added.
+    assert describe["Action"] == [a for a in upstream if a not in lbc.OUTPOSTS_ONLY_ACTIONS + lbc.VPC_SCOPED_READS]
+    assert set(upstream) - set(describe["Action"]) == set(lbc.OUTPOSTS_ONLY_ACTIONS) | {"ec2:GetSecurityGroupsForVpc"}
+    assert describe["Resource"] == "*" and all(a.split(":")[1].startswith("Describe") for a in describe["Action"])
 
 
 def test_an_internal_stack_lets_the_controller_create_internal_load_balancers_only():

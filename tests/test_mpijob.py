@@ -58,8 +58,9 @@ def test_the_job_enters_the_training_queue_under_a_stable_name():
 def test_workers_take_whole_nodes_with_every_efa_device(instance_type, gpus, efa, rdma):
     manifest = job(pool(instance_type))
     worker = worker_spec(manifest)["containers"][0]
-    assert worker["resources"]["limits"] == {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
-    assert {k: worker["resources"]["requests"][k] for k in worker["resources"]["limits"]} == worker["resources"]["limits"]
+    devices = {"nvidia.com/gpu": gpus, "vpc.amazonaws.com/efa": efa}
+    assert {k: worker["resources"]["limits"][k] for k in devices} == devices
+    assert {k: worker["resources"]["requests"][k] for k in devices} == devices
     assert manifest["spec"]["slotsPerWorker"] == gpus
     env = {e["name"]: e["value"] for e in launcher(manifest)["env"]}
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"] == "eth0" and env["NCCL_DEBUG"] == "INFO"
@@ -68,7 +69,9 @@ def test_workers_take_whole_nodes_with_every_efa_device(instance_type, gpus, efa
 
 def test_efa_needs_locked_memory_and_a_large_shm():
     spec = worker_spec(job())
-    assert spec["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    # IPC_LOCK for EFA, and what sshd needs as root (spec/pod_security.WAIVERS); nothing else.
+    assert spec["containers"][0]["securityContext"]["capabilities"] == {
+        "drop": ["ALL"], "add": ["IPC_LOCK", "SETUID", "SETGID", "SYS_CHROOT", "NET_BIND_SERVICE", "AUDIT_WRITE"]}
     assert {"name": "shm", "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in spec["volumes"]
 
@@ -87,6 +90,29 @@ def test_the_checkpoint_location_reaches_every_rank():
     env = {e["name"]: e["value"] for e in launcher(job())["env"]}
     assert env["CHECKPOINT_URI"] == "s3://ckpt-bucket/llama-7b"
     assert "CHECKPOINT_URI" not in {e["name"] for e in launcher(job(checkpoint_uri=""))["env"]}
+
+
+def test_workers_mount_data_scratch_and_the_users_claims_and_ranks_get_the_users_env():
+    from spec.job_options import UserVolume
+
+    manifest = job(scratch="2Ti", mounts_lustre=True, lustre_configured=True, env={"NCCL_DEBUG": "WARN", "A": "1"},
+                   volumes=[UserVolume("models", "/models", True)])
+    worker = worker_spec(manifest)["containers"][0]
+    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/dev/shm", "/scratch", "/data", "/models"]
+    volumes = {v["name"]: v for v in worker_spec(manifest)["volumes"]}
+    assert volumes["scratch"]["emptyDir"] == {"sizeLimit": "2Ti"}
+    assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "lustre-data"}
+    assert worker["resources"]["requests"]["ephemeral-storage"] == worker["resources"]["limits"][
+        "ephemeral-storage"] == "2Ti"
+    env = {e["name"]: e["value"] for e in launcher(manifest)["env"]}
+    assert env["NCCL_DEBUG"] == "WARN" and env["A"] == "1" and env["CHECKPOINT_DIR"] == "/scratch/checkpoints"
+    args = mpirun_args(manifest)
+    forwarded = [args[i + 1] for i, arg in enumerate(args) if arg == "-x"]
+    assert {"A", "NCCL_DEBUG", "CHECKPOINT_DIR"} <= set(forwarded) and len(forwarded) == len(set(forwarded))
+    # Without the RAID0 array's size, scratch stays small on the root volume; without Lustre, no /data.
+    plain = worker_spec(job())
+    assert {"name": "scratch", "emptyDir": {"sizeLimit": mpijob.ROOT_VOLUME_SCRATCH}} in plain["volumes"]
+    assert "/data" not in {m["mountPath"] for m in plain["containers"][0]["volumeMounts"]}
 
 
 @pytest.mark.parametrize("checkpoint_uri", ["s3://ckpt-bucket/llama-7b", ""])
@@ -195,3 +221,14 @@ def test_workers_prefer_the_nearest_switch_of_their_own_job():
     # every EFA training type gets the labels; no g type does (their NCCL stays within a node)
     pattern = _re.compile(r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$")
     assert all(bool(pattern.match(name)) == name.startswith("p") for name in CATALOG.instance_types)
+
+
+@pytest.mark.parametrize("instance_type,limit", [
+    # 90 % of the node's memory (spec/catalog.yaml memoryGiB), rounded down: the rest is the kubelet's and the daemons'.
+    ("p4d.24xlarge", "1036Gi"), ("p5.48xlarge", "1843Gi"), ("p5en.48xlarge", "1843Gi"), ("g6e.48xlarge", "1382Gi"),
+])
+def test_whole_node_pods_are_limited_to_most_of_the_nodes_memory(instance_type, limit):
+    manifest = job(pool(instance_type))
+    assert worker_spec(manifest)["containers"][0]["resources"]["limits"]["memory"] == limit
+    assert launcher(manifest)["resources"]["limits"]["memory"] == "2Gi"
+    assert launcher(manifest)["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}

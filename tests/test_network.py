@@ -280,8 +280,12 @@ def test_kms_key_rotates_is_protected_and_lets_logs_use_it(per_az):
     principals = {json.dumps(s["Principal"], sort_keys=True): s for s in statements}
     assert json.dumps({"AWS": "arn:aws:iam::123456789012:root"}) in principals
     logs = principals[json.dumps({"Service": "logs.us-east-1.amazonaws.com"})]
-    assert logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"] == \
-        "arn:aws:logs:us-east-1:123456789012:log-group:*"
+    # Its own log group only (CloudWatch Logs User Guide, "Encrypt log data in CloudWatch Logs using AWS KMS"):
+    # never a pattern another group of the region could match.
+    group = run.one("aws:cloudwatch/logGroup:LogGroup")
+    assert group.inputs["name"] == f"/aws/vpc/{CLUSTER}/flow-logs"
+    assert logs["Condition"] == {"ArnEquals": {
+        "kms:EncryptionContext:aws:logs:arn": f"arn:aws:logs:us-east-1:123456789012:log-group:/aws/vpc/{CLUSTER}/flow-logs"}}
     assert "kms:*" not in logs["Action"]
 
 

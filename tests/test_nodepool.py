@@ -1,6 +1,7 @@
 """GPU node pools as registered resources: EFA wiring, capacity targeting, launch template safety,
 autoscaler tags, the verification hook and the node's own verifier bundle."""
 import base64
+import dataclasses
 import email
 import hashlib
 import json
@@ -305,7 +306,7 @@ def test_node_role_may_only_gate_itself():
     assert by_sid["TagSelfWithVerdict"] == {
         "Sid": "TagSelfWithVerdict", "Effect": "Allow", "Action": "ec2:CreateTags",
         "Resource": "arn:aws:ec2:us-east-1:123456789012:instance/*",
-        "Condition": {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}"},
+        "Condition": {"ArnEquals": {"ec2:SourceInstanceARN": "arn:aws:ec2:us-east-1:123456789012:instance/${ec2:InstanceID}"},
                       "ForAllValues:StringEquals": {"aws:TagKeys": ["gpu-cloud:verify", "gpu-cloud:verify-reason"]}}}
     assert by_sid["CompleteOwnLifecycleAction"]["Action"] == "autoscaling:CompleteLifecycleAction"
     assert by_sid["ReadVerifierBundle"]["Resource"].startswith("arn:aws:s3:::artifacts-bucket/verifier/train/")
@@ -342,9 +343,11 @@ def test_user_data_over_16kb_is_a_config_error_before_anything_is_registered():
 
     check_user_data_fits(load(valid_config()))            # the shipped shapes fit with room to spare
     many = {f"example.com/label-{i:03d}": "v" * 60 for i in range(120)}
-    config = valid_config()
-    config["nodePools"][1]["labels"] = many
+    # spec/validate.py refuses so many labels first (an Auto Scaling group carries at most 50 tags, one per label):
+    # give the pool its labels past that check, to hold this one on its own
+    spec = load(valid_config())
+    pool = dataclasses.replace(spec.pools[1], spec=spec.pools[1].spec.model_copy(update={"labels": many}))
     with pytest.raises(ConfigError) as raised:
-        check_user_data_fits(load(config))
+        check_user_data_fits(dataclasses.replace(spec, pools=(spec.pools[0], pool)))
     (issue,) = raised.value.issues
     assert issue.path == "gpu-cloud:nodePools[1]" and "16384" in issue.message

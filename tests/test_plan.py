@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from plan.document import document_problems
+from plan.stackfile import known_stacks
 from tests.conftest import ROOT, STACKS, PlanProcess, run_stack
 
 def plan(*args, cwd=ROOT, env=None):
@@ -181,7 +182,7 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
     assert result.returncode == 2
     for expected in ("gpu-cloud:environment", "gpu-cloud:nodePools[0].instanceTypes[0]",
                      "did you mean p5.48xlarge?", "gpu-cloud:nodePools[1].maxNode", "gpu-cloud:network",
-                     "gpu-cloud:nodePools[2].instanceTypes: types in one pool need one node shape",
+                     "gpu-cloud:nodePools[2].instanceTypes (pool finetune-a100-40gb-spot): types in one pool need one node shape",
                      "gpu-cloud:gpuDriver.version: 580.105.08 does not match"):
         assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -191,13 +192,16 @@ def test_broken_stack_file_exits_2_naming_every_mistake(tmp_path):
 def test_missing_stack_file_is_a_config_error_that_lists_the_stacks(tmp_path):
     result = plan("nope")
     assert result.returncode == 2 and "no stack file" in result.stderr and "Traceback" not in result.stderr
-    assert "(stacks: dev, prod-eu-west-1, prod-us-east-1)" in result.stderr
+    # The stacks stacks/ holds: the shipped ones, and any a user added (the README's "Add a stack").
+    listed = re.search(r"\(stacks: ([^)]*)\)", result.stderr).group(1).split(", ")
+    assert listed == known_stacks() and set(STACKS) <= set(listed)
 
 
 def test_help_lists_the_stacks_the_exit_codes_and_an_example():
     result = plan("--help")
     assert result.returncode == 0
-    assert "stacks: dev, prod-eu-west-1, prod-us-east-1" in result.stdout
+    listed = re.search(r"^stacks: (.*)$", result.stdout, re.M).group(1).split(", ")
+    assert listed == known_stacks() and set(STACKS) <= set(listed)
     assert "4 a usage error" in result.stdout and "example: python -m plan prod-us-east-1" in result.stdout
 
 
@@ -227,11 +231,114 @@ def test_policy_check_validates_a_written_document(documents, tmp_path):
     assert result.returncode == 2 and "capacity" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_unexpected_failure_is_one_line_exit_3(tmp_path):
-    path = tmp_path / "not-json.json"
-    path.write_text("{")
+def test_unexpected_failure_is_one_line_exit_3(monkeypatch, capsys):
+    from plan import __main__ as cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("something unforeseen\nand a second line")
+
+    monkeypatch.setattr(cli, "policy_check", broken)
+    assert cli.main(["--policy-check", "plan.json"]) == 3
+    assert capsys.readouterr().err == "plan failed: RuntimeError: something unforeseen\n"
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "there is no such file; write one with `make plan JSON={path}` or `python -m plan STACK --json {path}`"),
+    ("{", "it is not JSON ("),
+    ('{"version": 1}', "is not a valid plan document: "),
+], ids=["missing", "not-json", "not-a-plan-document"])
+def test_policy_check_of_an_unreadable_document_exits_2_saying_how_to_write_one(tmp_path, content, words):
+    # docs/plan.md: 2 for a config error or a plan document that cannot be read or is not valid.
+    path = tmp_path / "plan.json"
+    if content is not None:
+        path.write_text(content)
     result = plan("--policy-check", path)
-    assert result.returncode == 3 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    (line,) = result.stderr.splitlines()
+    assert words.format(path=path) in line and "python -m plan STACK --json" in line
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"gpu-pool-instance-type": "advisory"}, "policy config: 'gpu-pool-instance-type' is not a policy of the pack; "
+                                             "did you mean 'gpu-pool-instance-types'? (valid: all, "),
+    ({"gpu-pool-instance-types": {"allowedInstanceType": ["g6.12xlarge"]}},
+     "gpu-pool-instance-types: 'allowedInstanceType' is not a key of this policy; did you mean "
+     "'allowedInstanceTypes'? (valid: enforcementLevel, allowedInstanceTypes)"),
+    ({"required-tags": "mandatry"}, "required-tags: enforcement level 'mandatry' is not a level; did you mean "
+                                    "'mandatory'? (valid: advisory, mandatory, remediate, disabled)"),
+], ids=["policy", "key", "level"])
+def test_policy_check_names_a_misspelt_policy_key_or_level_with_the_valid_ones(documents, tmp_path, config, words):
+    path, config_path = tmp_path / "plan.json", tmp_path / "config.json"
+    path.write_text(json.dumps(documents["dev"][1]))
+    config_path.write_text(json.dumps(config))
+    result = plan("--policy-check", path, "--policy-config", config_path)
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    if "valid: all, " in words:     # every policy of the pack is listed
+        from policy.policies import POLICIES
+        assert all(p.name in result.stderr for p in POLICIES)
+
+
+# --- CLI conventions: where the document, the report and the diagnostics go ----------------------------------------
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cli")
+    forbid = directory / "forbid-g6.json"       # a pack config that forbids dev's g6.12xlarge: exit 1
+    forbid.write_text(json.dumps({"gpu-pool-instance-types": {"allowedInstanceTypes": ["g6e.12xlarge"]}}))
+    argvs = {"json to stdout": ["dev", "--json", "-"],
+             "quiet json": ["dev", "--quiet", "--json", "-"],
+             "quiet": ["dev", "--quiet", "--no-policy"],
+             "--stack and a file": ["--stack", "dev", "--no-policy", "--json", directory / "dev.json"],
+             "violation": ["dev", "--policy-config", forbid],
+             "quiet violation": ["dev", "--quiet", "--policy-config", forbid],
+             "two stacks": ["dev", "--stack", "prod-us-east-1"],
+             "force alone": ["dev", "--force"]}
+    results = PlanProcess(list(argvs.values()), directory / "results.json").results()
+    return dict(zip(argvs, results)), directory
+
+
+def test_json_dash_writes_the_document_to_stdout_and_the_report_to_stderr(cli_runs):
+    runs, _ = cli_runs
+    result = runs["json to stdout"]
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["stack"] == "dev" and document_problems(document) == []
+    assert result.stderr.startswith("gpu-cloud plan: stack dev (project gpu-cloud, region us-east-1)")
+    assert "plan document written to" not in result.stderr + result.stdout
+    assert not (ROOT / "-").exists()
+
+
+def test_quiet_prints_no_report(cli_runs):
+    runs, _ = cli_runs
+    quiet_json = runs["quiet json"]
+    assert quiet_json.returncode == 0 and quiet_json.stderr == "", quiet_json.stderr
+    assert json.loads(quiet_json.stdout)["stack"] == "dev"
+    quiet = runs["quiet"]
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_diagnostics_go_to_stderr_and_the_report_to_stdout(cli_runs):
+    runs, directory = cli_runs
+    written = runs["--stack and a file"]           # --stack names the stack as the positional does
+    assert written.returncode == 0 and written.stdout.startswith("gpu-cloud plan: stack dev "), written.stderr
+    assert written.stderr == f"plan document written to {directory / 'dev.json'}\n"
+    assert "written to" not in written.stdout and json.loads((directory / "dev.json").read_text())["stack"] == "dev"
+    violation = runs["violation"]
+    assert violation.returncode == 1
+    assert "[mandatory] gpu-pool-instance-types: " in violation.stdout          # the report's Policy section
+    assert violation.stderr.splitlines() == [
+        "python -m plan: exit 1: 1 mandatory policy violation(s) as an update shows it (gpu-pool-instance-types); "
+        "the report's Policy section lists them"]
+    quiet = runs["quiet violation"]                # no report: the violations themselves on stderr
+    assert quiet.returncode == 1 and quiet.stdout == ""
+    assert quiet.stderr.splitlines()[1].startswith("  [mandatory] gpu-pool-instance-types: pool dev-gpu-spot "), \
+        quiet.stderr
+
+
+def test_stack_named_twice_and_force_without_against_are_usage_errors(cli_runs):
+    runs, _ = cli_runs
+    assert runs["two stacks"].returncode == 4
+    assert "the stack is named twice: dev and --stack prod-us-east-1" in runs["two stacks"].stderr
+    assert runs["force alone"].returncode == 4 and "--force has nothing to force" in runs["force alone"].stderr
 
 
 @pytest.mark.parametrize("setting", ["always", "error"])
@@ -247,8 +354,8 @@ def test_a_users_python_warnings_setting_adds_no_library_noise(setting, tmp_path
     path.write_text(yaml.safe_dump(stack))
     broken = plan("dev", "--stack-file", path, env=env)
     assert broken.returncode == 2 and broken.stderr.splitlines() == [
-        "config error in stack dev: invalid stack config (1 mistake):",
-        "  - gpu-cloud:nodePools[0]: needs minNodes <= desiredNodes <= maxNodes; got 0, 9, 3"], broken.stderr
+        f"config error in stack dev: invalid stack config in {path} (1 mistake):",
+        "  - gpu-cloud:nodePools[0] (pool dev-gpu-spot): needs minNodes <= desiredNodes <= maxNodes; got 0, 9, 3"], broken.stderr
 
 
 def test_an_aws_key_the_provider_would_not_get_is_a_config_error(tmp_path):
@@ -345,6 +452,73 @@ def test_make_refuses_a_python_older_than_3_11_before_creating_anything(tmp_path
                             timeout=60)
     assert result.returncode != 0 and "gpu-cloud needs Python 3.11 or newer" in result.stderr, result.stderr
     assert "PYTHON=python3.11" in result.stderr and not (tmp_path / ".venv").exists()
+
+
+def _python_claiming(path, version):
+    """A real interpreter that reports `version` (sys.version_info is what the Makefile's checks read)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.version_info = {version!r}\n"
+                    "exec(compile(sys.argv[1], \"-c\", \"exec\"))' \"$2\"\n")
+    path.chmod(0o755)
+    return path
+
+
+def _make_copy(tmp_path):
+    for name in ("Makefile", "requirements.txt", "requirements-dev.txt"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    return tmp_path
+
+
+def test_make_names_a_missing_interpreter_as_missing(tmp_path):
+    _make_copy(tmp_path)
+    result = subprocess.run(["make", "-C", str(tmp_path), "plan", "PYTHON=/nonexistent/python3.12"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr          # make's own code for a failed recipe
+    assert "/nonexistent/python3.12: not found; install Python 3.11 or newer" in result.stderr, result.stderr
+    assert "is not. Use" not in result.stderr and not (tmp_path / ".venv").exists()
+
+
+def test_make_rebuilds_a_venv_of_another_python_when_python_is_named(tmp_path):
+    _make_copy(tmp_path)
+    _python_claiming(tmp_path / ".venv/bin/python", (3, 10, 14))       # a .venv made by another Python
+    (tmp_path / ".venv/.installed").touch()
+    running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+    def dry(*args):
+        return subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tmp_path), "plan", *args],
+                              capture_output=True, text=True, timeout=60).stdout
+
+    named = dry(f"PYTHON={sys.executable}")
+    assert f".venv has Python 3.10 and PYTHON={sys.executable} is {running}: rebuilding .venv with it" in named
+    assert "rm -rf .venv" in named and f"{sys.executable} -m venv .venv" in named
+    # PYTHON not named: the existing .venv is used as it is; named and of the .venv's version: nothing to rebuild.
+    assert "rebuilding" not in dry() and "rm -rf" not in dry()
+    _python_claiming(tmp_path / ".venv/bin/python", tuple(sys.version_info[:3]))
+    (tmp_path / ".venv/.installed").touch()
+    assert [line.strip() for line in dry(f"PYTHON={sys.executable}").splitlines() if line.strip()] == [
+        ".venv/bin/python -m plan prod-us-east-1"]
+
+
+def test_the_readmes_failure_table_gives_makes_exit_code_and_the_plans(tmp_path):
+    # make exits 2 whenever a recipe fails (GNU make manual, "Running make": "The exit status of make is always one
+    # of three values: 0 ... 2 ... 1 (-q)"); its "Error N" line carries python -m plan's own code.
+    forbid = tmp_path / "forbid.json"
+    forbid.write_text(json.dumps({"gpu-pool-instance-types": {"allowedInstanceTypes": ["g6e.12xlarge"]}}))
+
+    def make(*args):      # -o: never reinstall .venv here, whatever requirements.txt's time
+        return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", "-C", str(ROOT), *args],
+                              capture_output=True, text=True, timeout=300)
+
+    violation = make("plan", "STACK=dev", f"ARGS=--quiet --policy-config {forbid}")
+    missing_document = make("check", f"PLAN={tmp_path / 'missing.json'}")
+    assert (violation.returncode, missing_document.returncode) == (2, 2)
+    assert re.search(r"\] Error 1$", violation.stderr, re.M) and "mandatory policy violation" in violation.stderr
+    assert re.search(r"\] Error 2$", missing_document.stderr, re.M) and "make plan JSON=" in missing_document.stderr
+    rows = dict(re.findall(r"^\| `([^`]+)`[^|]* \| (.+) \|$", (ROOT / "README.md").read_text(), re.M))
+    assert "`make` itself exits 2 on any failure; its `Error N` is `python -m plan`'s code" in rows["make plan"]
+    assert "mandatory policy failed" in rows["Error 1"]
+    assert "config error" in rows["Error 2"] and "plan document missing or not valid" in rows["Error 2"]
+    assert "make plan exits 1" not in " ".join(rows).replace("`", "")
 
 
 def test_the_text_has_no_trailing_spaces_and_a_tree_of_components(documents):

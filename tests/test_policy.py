@@ -186,6 +186,11 @@ VIOLATIONS = [
      "artifacts-bucket"),
     ("s3-sse-kms", DEV, "models-encryption",
      _set(["inputs", "rules", 0, "applyServerSideEncryptionByDefault", "sseAlgorithm"], "AES256"), "models-bucket"),
+    # The log bucket is excepted as SSE-S3, and held to it: S3 server access logging does not write to SSE-KMS.
+    ("s3-sse-kms", P, "logs-encryption",
+     _set(["inputs", "rules", 0, "applyServerSideEncryptionByDefault"], {"sseAlgorithm": "aws:kms",
+                                                                          "kmsMasterKeyId": "arn:aws:kms:key"}),
+     "logs-bucket"),
     ("s3-versioning", EU, "checkpoints-versioning", _set(["inputs", "versioningConfiguration", "status"], "Suspended"),
      "checkpoints-bucket"),
     ("s3-tls-only", P, "datasets-policy", _deny_gone, "datasets-bucket"),
@@ -196,6 +201,12 @@ VIOLATIONS = [
     ("iam-no-wildcard-admin", P, "train-h100-node-gate",
      _add_statement({"Effect": "Allow", "Action": "*", "Resource": "*"}), "train-h100-node-gate"),
     ("iam-actions-name-resources", P, "autoscaler-identity-policy", _widen_autoscaler, "autoscaler-identity-policy"),
+    # Reads that take a resource type (Service Authorization Reference) are not excused on "*".
+    ("iam-actions-name-resources", EU, "lb-controller-identity-policy",
+     _add_statement({"Effect": "Allow", "Action": "ec2:GetSecurityGroupsForVpc", "Resource": "*"}),
+     "lb-controller-identity-policy"),
+    ("log-retention-in-prod", P, "network-flow-logs", _set(["inputs", "retentionInDays"], 30.0), "network-flow-logs"),
+    ("log-retention-in-prod", EU, "cluster-logs", _set(["inputs", "retentionInDays"], 180.0), "cluster-logs"),
     ("iam-no-admin-policies", DEV, "dev-gpu-spot-node-policy-2",
      _set(["inputs", "policyArn"], "arn:aws:iam::aws:policy/AdministratorAccess"), "dev-gpu-spot-node-policy-2"),
     ("k8s-no-privileged-containers", P, "training-nccl-nvlink-train-h100",
@@ -272,6 +283,13 @@ def test_boundaries_pass(documents):
     relabeled = mutated(eu, "aws", lambda r: r["inputs"].update(defaultTags=r["inputs"]["defaultTags"].replace(
         '"environment": "prod"', '"environment": "staging"')))
     assert not {f for f in found(relabeled) if f[0] == "fsx-backups-in-prod"}
+    # A year exactly is enough in prod, and "never expire" (no retention) keeps them longer; a dev stack's week passes.
+    year = mutated(us, "network-flow-logs", _set(["inputs", "retentionInDays"], 365.0))
+    forever = mutated(us, "lustre-logs", lambda r: r["inputs"].pop("retentionInDays"))
+    assert not {f for d in (year, forever, dev) for f in found(d) if f[0] == "log-retention-in-prod"}
+    # Only a bucket that receives access logs is excepted from SSE-KMS: the same SSE-S3 elsewhere is reported.
+    assert ("s3-sse-kms", "artifacts-bucket") in found(mutated(us, "artifacts-encryption", _set(
+        ["inputs", "rules", 0, "applyServerSideEncryptionByDefault"], {"sseAlgorithm": "AES256"})))
     # A tag the provider lost can be carried by the resource itself.
     untagged = mutated(dev, "aws", _drop_default_tag("team"))
     retagged = mutated(untagged, "network-vpc", lambda r: r["inputs"].setdefault("tags", {}).update(team="x"))
@@ -303,6 +321,24 @@ def test_config_sets_allowed_types_tags_and_advisory_levels(documents):
     for bad in ({"no-such-policy": "advisory"}, {"required-tags": "fatal"}, {"required-tags": {"colour": 1}}):
         with pytest.raises(PolicyConfigError):
             resolve_config(pack.POLICIES, bad)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"requried-tags": "advisory"}, "policy config: 'requried-tags' is not a policy of the pack; did you mean "
+                                    "'required-tags'? (valid: all, "),
+    ({"xyzzy": "advisory"}, "policy config: 'xyzzy' is not a policy of the pack (valid: all, "),
+    ({"required-tags": {"requiredTagKey": ["team"]}}, "policy config: required-tags: 'requiredTagKey' is not a key "
+     "of this policy; did you mean 'requiredTagKeys'? (valid: enforcementLevel, requiredTagKeys)"),
+    ({"s3-versioning": {"colour": 1}}, "s3-versioning: 'colour' is not a key of this policy (valid: enforcementLevel)"),
+    ({"required-tags": "advisry"}, "required-tags: enforcement level 'advisry' is not a level; did you mean "
+                                   "'advisory'? (valid: advisory, mandatory, remediate, disabled)"),
+], ids=["policy", "policy-far-off", "key", "no-keys", "level"])
+def test_a_misspelt_policy_key_or_level_gets_did_you_mean_and_the_valid_names(config, message):
+    with pytest.raises(PolicyConfigError) as raised:
+        resolve_config(pack.POLICIES, config)
+    assert message in str(raised.value), str(raised.value)
+    if "policy of the pack" in message:
+        assert str(raised.value).endswith(", ".join(sorted(p.name for p in pack.POLICIES)) + ")")
 
 
 # --- one code path: the runner against direct calls ---------------------------------------------------------------
@@ -366,7 +402,7 @@ def test_the_runner_builds_what_the_engine_builds(documents):
 # --- the pack as the engine loads it ------------------------------------------------------------------------------
 def test_policy_names_are_unique_and_each_says_what_it_checks():
     names = [p.name for p in pack.POLICIES]
-    assert len(names) == len(set(names)) == 35
+    assert len(names) == len(set(names)) == 36
     assert all(p.description.endswith(".") and p.enforcement_level is None for p in pack.POLICIES)
     configured = {p.name: set(p.config_schema.properties) for p in pack.POLICIES if p.config_schema}
     assert configured == {"gpu-pool-instance-types": {"allowedInstanceTypes"}, "no-open-ingress": {"publicListenerPorts"},

@@ -163,6 +163,7 @@ def test_gpu_nodes_carry_the_autoscaler_accelerator_label_on_the_node_and_in_its
 
 
 def test_template_tag_prefixes_leave_82_characters_for_keys():
-    # the 46-character prefixes of gpu-facts.md; spec/validate.py refuses longer label and taint keys
+    # ASG tag keys hold at most 128 characters and the node-template prefixes take 46 of them; spec/validate.py
+    # refuses longer label and taint keys
     assert len(pools.TEMPLATE_LABEL_PREFIX) == len(pools.TEMPLATE_TAINT_PREFIX) == 46
     assert pools.ASG_TAG_KEY_MAX - len(pools.TEMPLATE_LABEL_PREFIX) == 82

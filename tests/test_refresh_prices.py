@@ -67,5 +67,123 @@ def test_the_catalog_is_rewritten_in_place_and_still_loads():
     assert catalog.instance_types["g5.12xlarge"].regions["eu-west-1"].on_demand_usd == 6.4
     assert catalog.instance_types["g5.12xlarge"].regions["us-east-1"].on_demand_usd == 5.672    # untouched
     assert catalog.prices_as_of == "2026-09"
-    assert "eu-west-1: {onDemandUsd: 6.4}    # weak" in out          # the line's comment is kept
+    assert "eu-west-1: {onDemandUsd: 6.4}\n" in out
+    out = refresh_prices.update_catalog(text, {("p4d.24xlarge", "eu-west-1"): 23.5}, "2026-09")
+    assert "eu-west-1: {onDemandUsd: 23.5}    # weak: source not re-found" in out      # the line's comment is kept
     assert len(out.splitlines()) == len(text.splitlines())
+
+
+# A DescribeSavingsPlansOfferingRates answer, shaped as botocore's savingsplans service model (1.44.8) describes it.
+def sp_rate(rate, instance_type="p5.48xlarge", region="us-east-1", years=1, usage_type=None, **overrides):
+    offering = {"offeringId": "00000000-0000-0000-0000-000000000001", "paymentOption": "No Upfront",
+                "planType": "Compute", "durationSeconds": years * 31536000, "currency": "USD",
+                "planDescription": f"{years} year No Upfront Compute Savings Plan"}
+    offering.update(overrides.pop("offering", {}))
+    properties = {"region": region, "instanceType": instance_type, "productDescription": "Linux/UNIX",
+                  "tenancy": "shared", **overrides.pop("properties", {})}
+    return {"savingsPlanOffering": offering, "rate": f"{rate}", "unit": "Hrs", "productType": "EC2",
+            "serviceCode": "AmazonEC2", "usageType": usage_type or f"BoxUsage:{instance_type}",
+            "operation": "RunInstances", "properties": [{"name": k, "value": v} for k, v in properties.items()],
+            **overrides}
+
+
+SP_ANSWER = [
+    sp_rate(40.0), sp_rate(30.0, years=3),
+    sp_rate(99.0, usage_type="USE1-HostBoxUsage:p5.48xlarge"),              # a dedicated host, not a shared instance
+    sp_rate(98.0, properties={"productDescription": "Windows"}),
+    sp_rate(97.0, offering={"paymentOption": "All Upfront"}),
+    sp_rate(96.0, offering={"planType": "EC2Instance"}),
+    sp_rate(95.0, region="us-east-2"),
+]
+
+
+def test_the_compute_savings_plan_rates_are_read_per_term_from_a_saved_answer():
+    assert refresh_prices.savings_plan_rates(SP_ANSWER, "p5.48xlarge", "us-east-1") == {"1y": 40.0, "3y": 30.0}
+    euw1 = sp_rate(20.0, "g5.12xlarge", "eu-west-1", usage_type="EUW1-BoxUsage:g5.12xlarge")
+    assert refresh_prices.savings_plan_rates([euw1], "g5.12xlarge", "eu-west-1") == {"1y": 20.0}
+    assert refresh_prices.savings_plan_rates(SP_ANSWER, "p5e.48xlarge", "us-east-1") == {}
+    with pytest.raises(ValueError, match="several 1y Savings Plan rates"):
+        refresh_prices.savings_plan_rates([sp_rate(40.0), sp_rate(41.0)], "p5.48xlarge", "us-east-1")
+
+
+def test_the_savings_plan_request_singles_out_linux_shared_running_instances():
+    request = refresh_prices.savings_plan_request("p5.48xlarge", "us-east-1")
+    filters = {f["name"]: f["values"] for f in request["filters"]}
+    assert filters == {"region": ["us-east-1"], "instanceType": ["p5.48xlarge"], "productDescription": ["Linux/UNIX"],
+                       "tenancy": ["shared"]}
+    assert request["savingsPlanTypes"] == ["Compute"] and request["savingsPlanPaymentOptions"] == ["No Upfront"]
+
+
+def test_discounts_per_family_are_the_fraction_below_on_demand_and_load_into_prices_yaml():
+    from spec.cost import RegionPrices
+    rates = {"p5.48xlarge": {"1y": 40.0, "3y": 30.0}, "g6e.12xlarge": {"1y": 7.0}, "g6e.48xlarge": {"1y": 20.0}}
+    on_demand = {"p5.48xlarge": 55.04, "g6e.12xlarge": 10.0, "g6e.48xlarge": 40.0}
+    families = {name: name.split(".")[0] for name in rates}
+    discounts = refresh_prices.family_discounts(rates, on_demand, families)
+    # 1 - 40 / 55.04 and 1 - 30 / 55.04; g6e: the smaller of 30 % and 50 %
+    assert discounts == {"p5": {"1y": 0.2733, "3y": 0.4549}, "g6e": {"1y": 0.3}}
+    text = "\n".join(["region:"] + refresh_prices.commitment_yaml(discounts, "us-east-1", "2026-12-04"))
+    region = RegionPrices.model_validate(yaml.safe_load(text)["region"])
+    assert region.commitment_discount["p5"]["savings-plan/3y/no-upfront"].fraction == 0.4549
+    assert region.commitment_discount["g6e"]["savings-plan/1y/no-upfront"].as_of == "2026-12-04"
+    assert "DescribeSavingsPlansOfferingRates" in region.commitment_discount["p5"]["savings-plan/1y/no-upfront"].source
+
+
+def spot(price, instance_type="p4d.24xlarge", zone="use1-az1", product="Linux/UNIX"):
+    return {"AvailabilityZone": "us-east-1a", "AvailabilityZoneId": zone, "InstanceType": instance_type,
+            "ProductDescription": product, "SpotPrice": f"{price:.6f}", "Timestamp": "2026-12-01T00:00:00Z"}
+
+
+def test_the_spot_discount_is_taken_at_the_dearest_zone_of_the_history():
+    history = [spot(8.0), spot(11.0, zone="use1-az2"), spot(15.0, product="Windows"), spot(19.0, "p4de.24xlarge")]
+    # 1 - 11 / 21.957642: the dearest zone, not the cheapest (8) nor another product or type
+    assert refresh_prices.spot_discount(history, "p4d.24xlarge", 21.957642) == 0.499
+    assert refresh_prices.spot_discount(history, "g6e.12xlarge", 10.49264) is None
+    text = "\n".join(["region:"] + refresh_prices.spot_yaml({"p4d": 0.499}, "us-east-1", 90, "2026-12-04"))
+    from spec.cost import RegionPrices
+    region = RegionPrices.model_validate(yaml.safe_load(text)["region"])
+    assert region.spot_discount["p4d"].fraction == 0.499 and "DescribeSpotPriceHistory" in region.spot_discount["p4d"].source
+
+
+SIX_REGIONS = {"us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1"}
+
+
+class FakePricing:
+    """A Price List client that answers GetProducts from a table, as the API does: one product per filter set."""
+
+    def __init__(self, prices):
+        self.prices, self.asked = prices, []
+
+    def get_products(self, ServiceCode, Filters, MaxResults, NextToken=None):
+        fields = {f["Field"]: f["Value"] for f in Filters}
+        key = (fields["instanceType"], fields["regionCode"])
+        self.asked.append(key)
+        found = self.prices.get(key)
+        return {"FormatVersion": "aws_v1", "PriceList": [product(*key, found)] if found else []}
+
+
+def test_a_refresh_reads_every_offer_of_every_region_and_writes_the_new_ones(tmp_path, monkeypatch, capsys):
+    import types
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(CATALOG_PATH.read_text(encoding="utf-8"), encoding="utf-8")
+    offers = refresh_prices.catalog_offers(catalog.read_text(encoding="utf-8"))
+    assert {region for _, region in offers} == SIX_REGIONS
+    # a new region's unpriced type gets its price; a known one keeps it; one the API does not price stays null
+    client = FakePricing({("p5.48xlarge", "ap-northeast-1"): 71.5, ("g6e.12xlarge", "eu-central-1"): 13.12002})
+    monkeypatch.setattr(refresh_prices, "CATALOG_PATH", catalog)
+    monkeypatch.setitem(sys.modules, "boto3", types.SimpleNamespace(client=lambda *a, **k: client))
+    assert refresh_prices.main(["--write"]) == 0
+    assert sorted(client.asked) == sorted(offers)                 # every (type, region) the catalog lists, once
+    written = Catalog.model_validate(yaml.safe_load(catalog.read_text(encoding="utf-8")))
+    assert written.instance_types["p5.48xlarge"].regions["ap-northeast-1"].on_demand_usd == 71.5
+    assert written.instance_types["g6e.12xlarge"].regions["eu-central-1"].on_demand_usd == 13.12002
+    assert written.instance_types["p5en.48xlarge"].regions["us-west-2"].on_demand_usd is None
+    printed = capsys.readouterr().out
+    assert "p5.48xlarge ap-northeast-1: None -> 71.5" in printed
+    assert "p5en.48xlarge us-west-2: no on-demand price in the Price List API (kept None)" in printed
+
+
+def test_the_filters_name_each_new_region_by_its_code():
+    for region in SIX_REGIONS:
+        fields = {f["Field"]: f["Value"] for f in refresh_prices.filters("g6e.12xlarge", region)}
+        assert fields["regionCode"] == region

@@ -85,8 +85,6 @@ def make_node(**overrides) -> NodeBootstrap:
         efa_count=32,
         kmod_wait_s=300,
         fabric_manager_wait_s=300,
-        efa_installer_version="1.41.0",
-        efa_installer_sha256="b" * 64,
     )
     params.update(overrides)
     return NodeBootstrap(**params)
@@ -236,14 +234,12 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
     assert seen["GPU_CLOUD_DRIVER_SOURCE"] == "install"
     assert seen["GPU_CLOUD_AMI_NAME"] == "amazon-eks-node-al2023-x86_64-standard-1.33-v20260714"
     assert (seen["GPU_CLOUD_KMOD_WAIT_S"], seen["GPU_CLOUD_FM_WAIT_S"]) == ("300", "300")
-    assert (seen["GPU_CLOUD_EFA_INSTALLER_VERSION"], seen["GPU_CLOUD_EFA_INSTALLER_SHA256"]) == ("1.41.0", "b" * 64)
     assert set(seen) == {
         "GPU_CLOUD_REGION", "GPU_CLOUD_ASG_NAME", "GPU_CLOUD_LIFECYCLE_HOOK", "GPU_CLOUD_POOL",
         "GPU_CLOUD_ARTIFACT_URI", "GPU_CLOUD_ARTIFACT_SHA256", "GPU_CLOUD_DRIVER_SOURCE", "GPU_CLOUD_AMI_NAME",
         "GPU_CLOUD_DRIVER_BRANCH", "GPU_CLOUD_DRIVER_VERSION", "GPU_CLOUD_NVSWITCH", "GPU_CLOUD_EFA_COUNT",
-        "GPU_CLOUD_KMOD_WAIT_S", "GPU_CLOUD_FM_WAIT_S", "GPU_CLOUD_EFA_INSTALLER_VERSION",
-        "GPU_CLOUD_EFA_INSTALLER_SHA256", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_VERIFY_KILL_GRACE_S", "GPU_CLOUD_MIG",
-        "GPU_CLOUD_LUSTRE",
+        "GPU_CLOUD_KMOD_WAIT_S", "GPU_CLOUD_FM_WAIT_S", "GPU_CLOUD_VERIFY_BUDGET_S", "GPU_CLOUD_VERIFY_KILL_GRACE_S",
+        "GPU_CLOUD_MIG", "GPU_CLOUD_LUSTRE",
     }
     # no test/operator overrides leak into production user-data
     assert "GPU_CLOUD_ROOT" not in script.split("set -Eeuo pipefail")[0]
@@ -323,8 +319,6 @@ def test_over_limit_raises_clear_error():
         ({"driver_source": "runfile"}, "driver_source"),
         ({"driver_version": None}, "required with driver_source ami"),
         ({"ami_name": "ubuntu-22.04"}, "ami_name"),
-        ({"efa_installer_version": "latest"}, "efa_installer_version"),
-        ({"efa_installer_sha256": "x"}, "efa_installer_sha256"),
         ({"region": "us east"}, "region"),
         ({"asg_name": "asg with space"}, "asg_name"),
     ],

@@ -33,14 +33,14 @@ def only_row(pools, catalog=CATALOG, nvme_scratch=True):
 # --------------------------------------------------------------------------- the threshold
 
 
-def test_the_seeds_figures():
+def test_the_hot_tier_design_targets():
     assert scratch.HOT_TIER_READ_IOPS == 500_000
-    assert scratch.SEEDS_HOT_TIER_LATENCY_US == 100
+    assert scratch.HOT_TIER_LATENCY_TARGET_US == 100
 
 
 @pytest.mark.parametrize("read_iops,meets", [
     (500_001, True),        # more than the figure meets it
-    (500_000, False),       # exactly the figure does not: the seeds say "more than"
+    (500_000, False),       # exactly the figure does not: the design target says "more than"
     (500_001, True),
     (312_500, False),
     (4_400_000, True),
@@ -170,7 +170,7 @@ def test_the_documented_paths_are_nodeadms():
 def test_lustre_is_stated_as_sub_millisecond_not_100_us():
     assert scratch.LUSTRE_LATENCY == "sub-millisecond"
     assert "sub-millisecond" in scratch.LUSTRE_LATENCY_NOTE and "100 µs" in scratch.LUSTRE_LATENCY_NOTE
-    assert "not the seeds'" in scratch.LUSTRE_LATENCY_NOTE
+    assert "not the hot tier's design target of 100 µs" in scratch.LUSTRE_LATENCY_NOTE
     assert "docs.aws.amazon.com/fsx/latest/LustreGuide/what-is.html" in scratch.LUSTRE_LATENCY_SOURCE
     assert '"It provides sub-millisecond latencies' in scratch.LUSTRE_LATENCY_SOURCE
 

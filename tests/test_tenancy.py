@@ -9,6 +9,7 @@ one the Kubernetes 1.35 API accepts.
 """
 from __future__ import annotations
 
+import json
 from typing import Dict, List
 
 import pulumi
@@ -22,6 +23,7 @@ from spec import tenancy
 from spec.catalog import load_catalog
 from spec.model import NodePool
 from spec.pools import offered_gpu_resources
+from spec.pods import SYSTEM_NODE_LABELS
 from spec.validate import ResolvedPool, load_stack_spec
 from tests.conftest import run_component, stack_config, validate_kubernetes
 
@@ -154,6 +156,107 @@ def test_quota_refuses_what_it_cannot_size():
 
 # --- access entries (spec/tenancy.py) ---------------------------------------------------------------------
 
+# CPU and memory. Per node (catalog): p5.48xlarge 192 vCPU 2048 GiB 8 GPUs; p4de/p4d.24xlarge 96 vCPU 1152 GiB 8;
+# g6e.12xlarge 48 vCPU 384 GiB 4; g6.12xlarge 48 vCPU 192 GiB 4. At maxNodes (desiredNodes is 1: a quota sized from
+# it would read 336 CPUs for training):
+#   training  = 4 x p5 + 3 x p4de + 2 x g6 (general): 768 + 288 + 96 = 1152 CPUs; 8192 + 3456 + 384 = 12032 GiB
+#   inference = 2 x p4d + 5 x g6e + 2 x g6 (general): 192 + 240 + 96 = 528 CPUs; 2304 + 1920 + 384 = 4608 GiB
+def test_cpu_and_memory_quotas_are_what_each_namespaces_pools_hold_at_max_nodes():
+    assert tenancy.cpu_memory_quotas(POOLS) == {
+        "training": {"requests.cpu": "1152", "requests.memory": f"{12032 * 1024}Mi",
+                     "limits.memory": f"{12032 * 1024}Mi"},
+        "inference": {"requests.cpu": "528", "requests.memory": f"{4608 * 1024}Mi",
+                      "limits.memory": f"{4608 * 1024}Mi"},
+    }
+
+
+def test_container_defaults_are_one_gpus_share_of_the_namespaces_smallest_node():
+    # One GPU's share per node: p5 24 CPUs 256 GiB; p4de/p4d 12 CPUs 144 GiB; g6e 12 CPUs 96 GiB; g6 12 CPUs 48 GiB.
+    only_h100 = (POOLS[0],)
+    assert tenancy.container_defaults(only_h100, "training") == {
+        "defaultRequest": {"cpu": "24000m", "memory": f"{256 * 1024}Mi"}, "default": {"memory": f"{256 * 1024}Mi"}}
+    # The minimum over the namespace's own pools only: p5 + p4de -> 12 CPUs and 144 GiB (p4de); the inference g6e
+    # does not count for training; the general g6 brings memory down to 48 GiB for both.
+    assert tenancy.container_defaults((POOLS[0], POOLS[1], POOLS[3]), "training") == \
+        tenancy.container_defaults((POOLS[0], POOLS[1]), "training")
+    assert tenancy.container_defaults((POOLS[0], POOLS[1]), "training")["defaultRequest"] == {
+        "cpu": "12000m", "memory": f"{144 * 1024}Mi"}
+    assert tenancy.container_defaults((POOLS[2], POOLS[3]), "inference") == {
+        "defaultRequest": {"cpu": "12000m", "memory": f"{96 * 1024}Mi"}, "default": {"memory": f"{96 * 1024}Mi"}}
+    assert tenancy.container_defaults(POOLS, "training")["default"] == {"memory": f"{48 * 1024}Mi"}
+
+
+@pytest.mark.parametrize("stack, training, inference", [
+    # (CPUs, GiB, default CPU millicores, default GiB), as docs/tenancy.md lists them
+    ("prod-us-east-1", (1344, 15104, 12000, 144), (384, 3072, 12000, 96)),
+    ("prod-eu-west-1", (384, 4608, 12000, 144), (768, 3072, 12000, 48)),
+    ("dev", (144, 576, 12000, 48), (144, 576, 12000, 48)),
+])
+def test_shipped_stacks_cpu_memory_quotas_and_defaults(stack, training, inference):
+    config = stack_config(stack)
+    pools = load_stack_spec(project_keys(config), stack=stack, region=config["aws:region"]).pools
+    for namespace, (cpus, gib, default_m, default_gib) in (("training", training), ("inference", inference)):
+        assert tenancy.cpu_memory_quota(pools, namespace) == {
+            "requests.cpu": str(cpus), "requests.memory": f"{gib * 1024}Mi", "limits.memory": f"{gib * 1024}Mi"}
+        assert tenancy.container_defaults(pools, namespace) == {
+            "defaultRequest": {"cpu": f"{default_m}m", "memory": f"{default_gib * 1024}Mi"},
+            "default": {"memory": f"{default_gib * 1024}Mi"}}
+
+
+def test_a_namespace_without_pools_gets_zero_cpu_and_memory_and_no_defaults():
+    training_only = (POOLS[0], POOLS[1])
+    assert tenancy.cpu_memory_quota(training_only, "inference") == {
+        "requests.cpu": "0", "requests.memory": "0Mi", "limits.memory": "0Mi"}
+    assert tenancy.team_container_defaults(training_only)["inference"] is None
+    with pytest.raises(ValueError, match="not a team namespace"):
+        tenancy.cpu_memory_quota(POOLS, "kube-system")
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
+def test_shipped_stacks_project_pods_in_team_namespaces_state_cpu_and_memory(stack_runs, stack):
+    """With a CPU/memory quota the API server refuses a container that states neither and gets no default; a
+    container with a memory request above the default limit and no limit of its own is refused too. The program's
+    own pods in team namespaces state requests below the default limit, or their own limits."""
+    run = stack_runs[stack]
+    quotas = {r.inputs["metadata"]["namespace"]: r.inputs["spec"]["hard"]
+              for r in run.of_type(QUOTA) if r.inputs["metadata"]["name"] == "cpu-memory"}
+    assert set(quotas) == set(tenancy.TEAM_NAMESPACES)
+    assert all(set(hard) == set(tenancy.CPU_MEMORY_QUOTA_ITEMS) for hard in quotas.values())
+    defaults = {r.inputs["metadata"]["namespace"]: r.inputs["spec"]["limits"][0]
+                for r in run.of_type("kubernetes:core/v1:LimitRange")}
+
+    def mib(quantity: str) -> float:
+        units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
+        return float(quantity[:-2]) * units[quantity[-2:]] if quantity[-2:] in units else float(quantity) / 2**20
+
+    checked = 0
+    for resource in run.resources:
+        template = _pod_template(resource)
+        namespace = resource.inputs.get("metadata", {}).get("namespace")
+        if template is None or namespace not in tenancy.TEAM_NAMESPACES:
+            continue
+        for container in template.get("containers", []) + template.get("initContainers", []):
+            resources = container.get("resources") or {}
+            limit = (resources.get("limits") or {}).get("memory") or defaults[namespace]["default"]["memory"]
+            request = (resources.get("requests") or {}).get("memory") or defaults[namespace]["defaultRequest"]["memory"]
+            assert mib(request) <= mib(limit), (resource.name, container["name"])
+            if template.get("nodeSelector") == SYSTEM_NODE_LABELS:
+                # The defaults are a GPU node's share (12 CPUs and more): a system node (4 vCPUs) could never take it.
+                assert {"cpu", "memory"} <= set(resources.get("requests") or {}), (resource.name, container["name"])
+            checked += 1
+    assert checked or stack == "dev"      # dev runs no Triton and no NCCL checks
+
+
+def _pod_template(resource):
+    """The pod spec of a Deployment, Job or CronJob the program creates directly, else None."""
+    spec = resource.inputs.get("spec") or {}
+    if resource.type in ("kubernetes:apps/v1:Deployment", "kubernetes:batch/v1:Job"):
+        return spec["template"]["spec"]
+    if resource.type == "kubernetes:batch/v1:CronJob":
+        return spec["jobTemplate"]["spec"]["template"]["spec"]
+    return None
+
+
 def test_a_role_in_both_teams_gets_one_entry_with_both_groups():
     access = tenancy.team_access({"training": [TRAIN_ROLE, SHARED_ROLE], "inference": [SERVE_ROLE, SHARED_ROLE]})
     assert access == {TRAIN_ROLE: ("gpu-cloud:training",), SERVE_ROLE: ("gpu-cloud:inference",),
@@ -181,6 +284,8 @@ def _build(**overrides):
         eks = aws.eks.Cluster("eks", name=CLUSTER, role_arn=f"arn:aws:iam::{ACCOUNT}:role/eks",
                               vpc_config=aws.eks.ClusterVpcConfigArgs(subnet_ids=["subnet-0123456789abcdef0"]))
         args = dict(cluster_name=eks.name, vpc_cidr=VPC_CIDR, gpu_quotas=tenancy.gpu_quotas(POOLS),
+                    cpu_memory_quotas=tenancy.cpu_memory_quotas(POOLS),
+                    container_defaults=tenancy.team_container_defaults(POOLS),
                     team_role_arns={"training": [TRAIN_ROLE, SHARED_ROLE], "inference": [SERVE_ROLE, SHARED_ROLE]},
                     admin_principal_arns=(ADMIN_ROLE,))
         args.update(overrides)
@@ -207,8 +312,9 @@ def _all_rules(run) -> List[dict]:
 
 def test_every_kubernetes_object_validates_against_kubernetes_1_35(run):
     k8s_objects = [r for r in run.resources if r.type.startswith("kubernetes:")]
-    # per namespace: ns, quota, role+binding, 5 policies; node reader role+binding; host isolation policy+binding
-    assert len(k8s_objects) == 2 * (1 + 1 + 2 + 5) + 2 + 2
+    # per namespace: ns, GPU and CPU/memory quotas, limit range, role+binding, 5 policies; node reader
+    # role+binding; host isolation policy+binding; external IPs policy+binding
+    assert len(k8s_objects) == 2 * (1 + 2 + 1 + 2 + 5) + 2 + 2 + 2
     assert validate_kubernetes(run, "1.35") == len(k8s_objects)
 
 
@@ -224,9 +330,14 @@ def test_team_namespaces_are_labelled_for_selection_and_protected(run):
         assert namespace.protect, "deleting a team namespace deletes every job in it"
 
 
+POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+POLICY_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+
+
 def test_the_api_server_refuses_team_pods_that_reach_their_host(run):
-    (policy,) = run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
-    (binding,) = run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding")
+    assert len(run.of_type(POLICY)) == len(run.of_type(POLICY_BINDING)) == 2     # host isolation, external IPs
+    policy = run.one(POLICY, "tenancy-host-isolation")
+    binding = run.one(POLICY_BINDING, "tenancy-host-isolation")
     spec = policy.inputs["spec"]
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConstraints"]["namespaceSelector"] == {
@@ -253,7 +364,9 @@ def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
     triton = stack_runs["prod-us-east-1"].one("kubernetes:apps/v1:Deployment", "inference-deployment")
     assert _refusals(triton.inputs["spec"]["template"]["spec"]) == []
     manifest = job()
-    assert worker_spec(manifest)["containers"][0]["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    from spec.pod_security import SSHD_CAPABILITIES
+    added = worker_spec(manifest)["containers"][0]["securityContext"]["capabilities"]["add"]
+    assert sorted(added) == sorted(["IPC_LOCK", *SSHD_CAPABILITIES])
     assert _refusals(worker_spec(manifest)) == []
     assert _refusals({"containers": [launcher(manifest)]}) == []
 
@@ -281,9 +394,70 @@ def test_each_way_onto_the_host_is_refused(change, refused):
     assert message.startswith(refused)
 
 
+def test_the_api_server_refuses_team_services_with_external_ips(run):
+    policy = run.one(POLICY, "tenancy-no-external-ips")
+    binding = run.one(POLICY_BINDING, "tenancy-no-external-ips")
+    spec = policy.inputs["spec"]
+    assert policy.inputs["metadata"]["name"] == tenancy.SERVICE_EXTERNAL_IPS_POLICY
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "gpu-cloud.io/tenant", "operator": "Exists"}]}
+    assert spec["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]}]
+    assert [(v["expression"], v["message"]) for v in spec["validations"]] == tenancy.service_validations()
+    assert binding.inputs["spec"] == {"policyName": "gpu-cloud-tenant-no-external-ips", "validationActions": ["Deny"]}
+    assert policy.urn in binding.dependencies
+
+
+def _service_refusals(service_spec) -> List[str]:
+    import celpy
+    env = celpy.Environment()
+    service = celpy.json_to_cel({"apiVersion": "v1", "kind": "Service", "spec": service_spec})
+    return [message for expression, message in tenancy.service_validations()
+            if not env.program(env.compile(expression)).evaluate({"object": service})]
+
+
+@pytest.mark.parametrize("service_spec, refused", [
+    ({"type": "ClusterIP", "ports": [{"port": 80}]}, False),
+    ({"type": "ClusterIP", "ports": [{"port": 80}], "externalIPs": []}, False),
+    ({"type": "ClusterIP", "ports": [{"port": 80}], "externalIPs": ["169.254.169.254"]}, True),
+    ({"type": "LoadBalancer", "ports": [{"port": 80}], "externalIPs": ["10.0.0.1", "10.0.0.2"]}, True),
+], ids=["none", "empty", "one", "two-on-a-load-balancer"])
+def test_a_service_with_external_ips_is_refused_and_others_pass(service_spec, refused):
+    assert _service_refusals(service_spec) == (
+        ["spec.externalIPs is not allowed in team namespaces (CVE-2020-8554)"] if refused else [])
+
+
+def test_the_programs_own_team_services_pass(stack_runs):
+    services = [r for r in stack_runs["prod-us-east-1"].of_type("kubernetes:core/v1:Service")
+                if r.inputs["metadata"].get("namespace") in tenancy.TEAM_NAMESPACES]
+    assert services
+    for service in services:
+        assert _service_refusals(service.inputs["spec"]) == [], service.name
+
+
+def test_cpu_memory_quota_and_limit_range_objects_in_their_namespace(run):
+    for namespace in tenancy.TEAM_NAMESPACES:
+        quotas = {r.inputs["metadata"]["name"]: r for r in _in(run, QUOTA, namespace)}
+        assert set(quotas) == {"gpu", "cpu-memory"}
+        assert quotas["cpu-memory"].inputs["spec"] == {"hard": tenancy.cpu_memory_quotas(POOLS)[namespace]}
+        (limits,) = _in(run, "kubernetes:core/v1:LimitRange", namespace)
+        defaults = tenancy.container_defaults(POOLS, namespace)
+        assert limits.inputs["spec"] == {"limits": [{"type": "Container", **defaults}]}
+        assert run.one(NAMESPACE, f"tenancy-{namespace}").urn in limits.dependencies
+
+
+def test_a_namespace_without_pools_gets_no_limit_range():
+    training_only = (POOLS[0], POOLS[1])
+    run = run_component(_build(gpu_quotas=tenancy.gpu_quotas(training_only),
+                               cpu_memory_quotas=tenancy.cpu_memory_quotas(training_only),
+                               container_defaults=tenancy.team_container_defaults(training_only)))
+    assert [r.inputs["metadata"]["namespace"] for r in run.of_type("kubernetes:core/v1:LimitRange")] == ["training"]
+
+
 def test_quota_objects_carry_the_sized_quotas_in_their_namespace(run):
     for namespace in tenancy.TEAM_NAMESPACES:
-        quota, = _in(run, QUOTA, namespace)
+        quota, = [q for q in _in(run, QUOTA, namespace) if q.inputs["metadata"]["name"] == "gpu"]
         assert quota.inputs["spec"] == {"hard": tenancy.gpu_quotas(POOLS)[namespace]}
         assert run.one(NAMESPACE, f"tenancy-{namespace}").urn in quota.dependencies
 
@@ -410,9 +584,12 @@ def test_every_child_is_parented_under_the_component_with_its_prefix(run):
 
 @pytest.mark.parametrize("overrides,words", [
     ({"gpu_quotas": {"training": {"requests.nvidia.com/gpu": "8"}}}, "gpu_quotas must have exactly"),
+    ({"cpu_memory_quotas": {"inference": {"requests.cpu": "8"}}}, "cpu_memory_quotas must have exactly"),
+    ({"container_defaults": {"training": None}}, "container_defaults must have exactly"),
     ({"vpc_cidr": "10.64.0.1/16"}, "host bits"),
     ({"team_role_arns": {"inference": [ADMIN_ROLE]}}, "cluster-admin access entry"),
-], ids=["quota-missing-a-namespace", "vpc-cidr-with-host-bits", "team-role-is-admin"])
+], ids=["quota-missing-a-namespace", "cpu-memory-quota-missing-a-namespace", "defaults-missing-a-namespace",
+        "vpc-cidr-with-host-bits", "team-role-is-admin"])
 def test_bad_arguments_fail_before_anything_is_registered(overrides, words):
     raised = []
     build = _build(**overrides)
@@ -433,3 +610,119 @@ def test_policy_rules_without_their_direction_are_refused():
     with pytest.raises(ValueError, match="Egress rules without Egress"):
         tenancy.NetworkPolicyRules("broken", ("Ingress",),
                                    egress=(tenancy.TrafficRule((tenancy.Pods(),), (tenancy.Port("TCP"),)),))
+
+
+# --- the system nodes: tainted, and every workload placed there tolerates it ---------------------------------------
+# Every pod that cannot go to a GPU node (it selects the system nodes, or does not tolerate the GPU taint that every
+# GPU node carries) runs on the system nodes, and must select them and tolerate their taint. Where each chart the
+# program installs puts the pod spec of each Deployment, Job or StatefulSet it renders (from its pinned values.yaml and
+# templates): chart -> {workload: (nodeSelector path, tolerations path)}. DaemonSets are left out: they run on every
+# node they tolerate, and the ones on the system nodes tolerate every taint (spec/pods.py, docs/tenancy.md).
+CHART_WORKLOADS = {
+    "aws-load-balancer-controller": {"controller": ("nodeSelector", "tolerations")},
+    "cluster-autoscaler": {"autoscaler": ("nodeSelector", "tolerations")},
+    "aws-node-termination-handler": {"queue-processor": ("nodeSelector", "tolerations")},
+    "prometheus-adapter": {"adapter": ("nodeSelector", "tolerations")},
+    "kueue": {"controller-manager": ("controllerManager.nodeSelector", "controllerManager.tolerations")},
+    "aws-fsx-csi-driver": {"controller": ("controller.nodeSelector", "controller.tolerations")},
+    "gpu-operator": {"operator": ("operator.nodeSelector", "operator.tolerations"),
+                     "nfd-master": ("node-feature-discovery.master.nodeSelector",
+                                    "node-feature-discovery.master.tolerations"),
+                     "nfd-gc": ("node-feature-discovery.gc.nodeSelector", "node-feature-discovery.gc.tolerations")},
+    "kube-prometheus-stack": {
+        "operator": ("prometheusOperator.nodeSelector", "prometheusOperator.tolerations"),
+        "webhook-patch-job": ("prometheusOperator.admissionWebhooks.patch.nodeSelector",
+                              "prometheusOperator.admissionWebhooks.patch.tolerations"),
+        "prometheus": ("prometheus.prometheusSpec.nodeSelector", "prometheus.prometheusSpec.tolerations"),
+        "alertmanager": ("alertmanager.alertmanagerSpec.nodeSelector", "alertmanager.alertmanagerSpec.tolerations"),
+        "grafana": ("grafana.nodeSelector", "grafana.tolerations"),
+        "kube-state-metrics": ("kube-state-metrics.nodeSelector", "kube-state-metrics.tolerations")},
+    "aws-efa-k8s-device-plugin": {},      # a DaemonSet on EFA nodes only
+}
+# EKS add-ons that run Deployments: add-on -> where its configurationValues hold the pod placement.
+ADDON_WORKLOADS = {"coredns": (), "aws-ebs-csi-driver": ("controller",)}
+
+
+def _at(values, dotted: str, default):
+    for key in dotted.split("."):
+        if not isinstance(values, dict) or key not in values:
+            return default
+        values = values[key]
+    return values
+
+
+def _placed_on_system_nodes(where: str, node_selector, tolerations) -> bool:
+    """Asserts a pod that cannot run on GPU nodes selects the system nodes and tolerates their taint; True if so."""
+    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from spec.pools import GPU_TAINT, Taint
+
+    node_selector = node_selector or {}
+    on_system = node_selector.items() >= SYSTEM_NODE_LABELS.items() or not tolerates(tolerations, Taint(*GPU_TAINT))
+    if on_system:
+        assert node_selector.items() >= SYSTEM_NODE_LABELS.items(), f"{where}: does not select the system nodes"
+        assert tolerates(tolerations, SYSTEM_NODE_TAINT), f"{where}: does not tolerate {SYSTEM_NODE_TAINT}"
+    return on_system
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
+def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, stack):
+    from spec import charts
+    from tests.chart_values import merged_values
+
+    run, placed = stack_runs[stack], []
+    group = run.one("aws:eks/nodeGroup:NodeGroup")
+    assert group.inputs["taints"] == [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NO_SCHEDULE"}]
+    # The program's own Deployments, Jobs and CronJobs.
+    for resource in run.resources:
+        template = _pod_template(resource)
+        if template is not None and _placed_on_system_nodes(resource.name, template.get("nodeSelector"),
+                                                            template.get("tolerations")):
+            placed.append(resource.name)
+    # Helm releases: the chart's own values with the program's over them.
+    pins = {pin.chart.rsplit("/", 1)[-1]: pin for pin in charts.load_charts().charts.values()}
+    for release in run.of_type("kubernetes:helm.sh/v3:Release"):
+        chart = release.inputs["chart"].rsplit("/", 1)[-1]
+        assert chart in CHART_WORKLOADS, f"{chart}: say where its workloads run (CHART_WORKLOADS)"
+        values = merged_values(pins[chart], release.inputs["values"])
+        for workload, (selector, tolerations) in CHART_WORKLOADS[chart].items():
+            if _placed_on_system_nodes(f"{chart} {workload}", _at(values, selector, {}), _at(values, tolerations, [])):
+                placed.append(f"{chart} {workload}")
+    # EKS add-ons.
+    for addon in run.of_type("aws:eks/addon:Addon"):
+        name = addon.inputs["addonName"]
+        if name in ADDON_WORKLOADS:
+            config = json.loads(addon.inputs["configurationValues"])
+            for key in ADDON_WORKLOADS[name]:
+                config = config[key]
+            assert _placed_on_system_nodes(name, config.get("nodeSelector"), config.get("tolerations"))
+            placed.append(name)
+    # Release manifests (the MPI Operator, JobSet): each Deployment is placed by a patch that waits for it.
+    patches = run.of_type("kubernetes:apps/v1:DeploymentPatch")
+    for manifest in run.of_type("kubernetes:yaml/v2:ConfigFile"):
+        (patch,) = [p for p in patches if manifest.urn in p.dependencies]
+        spec = patch.inputs["spec"]["template"]["spec"]
+        assert _placed_on_system_nodes(patch.name, spec.get("nodeSelector"), spec.get("tolerations"))
+        placed.append(patch.name)
+    # Every chart workload in the table is a system-node one; so are these, in every stack.
+    releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type("kubernetes:helm.sh/v3:Release")}
+    expected = {"coredns", "aws-ebs-csi-driver", "training-operators-webhook-ready",
+                "training-operators-mpi-operator-placement", "training-operators-jobset-placement",
+                *(f"{chart} {w}" for chart in releases for w in CHART_WORKLOADS[chart])}
+    assert {"cluster-autoscaler", "kueue", "gpu-operator", "kube-prometheus-stack"} <= releases
+    assert expected <= set(placed), sorted(expected - set(placed))
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
+def test_gpu_pools_do_not_carry_the_system_taint(stack, stack_runs):
+    from spec.pods import SYSTEM_NODE_TAINT
+    from spec.pools import node_taints
+
+    config = stack_config(stack)
+    spec = load_stack_spec(project_keys(config), stack=stack, region=config["aws:region"])
+    assert spec.pools
+    for pool in spec.pools:
+        assert SYSTEM_NODE_TAINT.key not in {t.key for t in node_taints(pool)}, pool.name
+    # Nor does anything the pools register with: no autoscaler node template, user-data or tag names it.
+    nodepools = [r for r in stack_runs[stack].resources if r.type.startswith("gpu-cloud:nodepool")]
+    children = [r for r in stack_runs[stack].resources if r.parent in {n.urn for n in nodepools}]
+    assert children and not [r.name for r in children if SYSTEM_NODE_TAINT.key in json.dumps(r.inputs)]

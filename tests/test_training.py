@@ -75,14 +75,27 @@ def test_the_mpi_operator_and_jobset_come_from_their_pinned_release_manifests(ru
     assert jobset.version == "v0.12.0"
 
 
-def test_the_jobset_controller_can_only_run_on_the_system_nodes():
-    """Its release manifest's Deployment has no node selector and no toleration (kubernetes-sigs/jobset v0.12.0
-    config/components/manager/manager.yaml), so it stays off every node that carries a NoSchedule taint: every GPU
-    node does (the GPU taint, spec/pools.node_taints), which leaves the system nodes."""
-    from spec.pools import GPU_TAINT, Taint, node_taints
+def test_the_mpi_operator_and_jobset_controller_are_patched_onto_the_system_nodes(run):
+    """Their release manifests' Deployments select and tolerate nothing (spec/kueue.py MANIFEST_DEPLOYMENTS): with the
+    system nodes tainted they would run nowhere. Each manifest skips its own wait; a server-side apply patch of its
+    Deployment, after it, selects the system nodes and tolerates their taint, and Kueue waits for both patches."""
+    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
 
-    for pool in ALL_POOLS:
-        assert Taint(*GPU_TAINT) in node_taints(pool) and GPU_TAINT[2] == "NoSchedule", pool.name
+    patches = {p.name: p for p in run.of_type("kubernetes:apps/v1:DeploymentPatch")}
+    release = run.one(RELEASE)
+    for key, (namespace, deployment) in (("mpi-operator", ("mpi-operator", "mpi-operator")),
+                                         ("jobset", ("jobset-system", "jobset-controller-manager"))):
+        manifest = run.one(CONFIG_FILE, f"training-operators-{key}")
+        assert manifest.inputs["skipAwait"] is True, key
+        patch = patches[f"training-operators-{key}-placement"]
+        assert patch.inputs["metadata"] == {"name": deployment, "namespace": namespace}
+        spec = patch.inputs["spec"]
+        assert set(spec) == {"template"} and set(spec["template"]) == {"spec"}
+        assert spec["template"]["spec"]["nodeSelector"] == SYSTEM_NODE_LABELS
+        assert tolerates(spec["template"]["spec"]["tolerations"], SYSTEM_NODE_TAINT)
+        assert manifest.urn in patch.dependencies and patch.urn in release.dependencies, key
+    assert kueue.MANIFEST_DEPLOYMENTS == {"mpi-operator": ("mpi-operator", "mpi-operator"),
+                                          "jobset": ("jobset-system", "jobset-controller-manager")}
 
 
 def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_after_kueue(run):
@@ -262,8 +275,9 @@ def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     assert all(r.name.startswith("training-") for r in children)
     operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")
     children = run.children_of(operators.urn)
-    # the MPI Operator, JobSet, kueue-system, Kueue; the probe's ConfigMap, account, ClusterRole, binding and Job
-    assert len(children) == 4 + 5 and all(r.name.startswith("training-operators-") for r in children)
+    # the MPI Operator, JobSet and the patches that place them, kueue-system, Kueue; the probe's ConfigMap, account,
+    # ClusterRole, binding and Job
+    assert len(children) == 6 + 5 and all(r.name.startswith("training-operators-") for r in children)
 
 
 def test_a_stack_without_queue_pools_installs_no_queue():

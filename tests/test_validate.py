@@ -77,7 +77,8 @@ MISTAKES = [
     ("too many zones", setter(["network", "zones"], [f"use1-az{i}" for i in range(1, 8)]), "gpu-cloud:network.zones", "at most 6 items"),
     ("one zone", setter(["network", "zones"], ["use1-az1"]), "gpu-cloud:network.zones", "at least 2 items"),
     ("zones not declared", deleter(["network", "zones"]), "gpu-cloud:network.zones", "required"),
-    ("zone given by name", setter(["network", "zones"], ["us-east-1a", "us-east-1b"]), "gpu-cloud:network.zones[0]", "availability zone ID such as use1-az1"),
+    ("zone given by name", setter(["network", "zones"], ["us-east-1a", "us-east-1b"]), "gpu-cloud:network.zones", "us-east-1a, us-east-1b are zone names; zones takes zone IDs (use1-az1)"),
+    ("zone neither name nor ID", setter(["network", "zones"], ["use1-az1", "az2"]), "gpu-cloud:network.zones[1]", "'az2' is not an availability zone ID such as use1-az1"),
     ("zone repeated", setter(["network", "zones"], ["use1-az1", "use1-az1"]), "gpu-cloud:network", "zones repeat"),
     ("zone of another region", setter(["network", "zones"], ["use1-az1", "euw1-az2"]), "gpu-cloud:network.zones[1]", "not a zone ID of us-east-1"),
     ("zone EKS refuses", setter(["network", "zones"], ["use1-az1", "use1-az3"]), "gpu-cloud:network.zones[1]", "EKS does not accept cluster subnets"),
@@ -89,12 +90,16 @@ MISTAKES = [
     ("unsupported Kubernetes version", setter(["cluster", "kubernetesVersion"], "1.21"), "gpu-cloud:cluster.kubernetesVersion", "allowed:"),
     ("public CIDR not a CIDR", setter(["cluster", "publicAccessCidrs"], ["0.0.0.0", "1.2.3.4/40"]), "gpu-cloud:cluster.publicAccessCidrs[1]", "not an IPv4 CIDR"),
     ("maxNodes given as a boolean", lambda c: pool(1)(c).update(maxNodes=True), "gpu-cloud:nodePools[1].maxNodes",
-     "True: Input should be a valid integer"),
-    ("efa given as a word", lambda c: pool(1)(c).update(efa="yes"), "gpu-cloud:nodePools[1].efa", "'yes': Input should be a valid boolean"),
+     "true is a boolean where a whole number belongs"),
+    ("efa given as a word", lambda c: pool(1)(c).update(efa="yes"), "gpu-cloud:nodePools[1].efa", "'yes' is a string where true or false belongs: the Pulumi CLI reads stack files as YAML 1.2, where yes is a string and only true and false are booleans; write efa: true"),
+    ("efa given as a quoted boolean", lambda c: pool(1)(c).update(efa="false"), "gpu-cloud:nodePools[1].efa", "'false' is a string where true or false belongs: remove the quotes (efa: false)"),
+    ("maxNodes given in base 60", lambda c: pool(1)(c).update(maxNodes="1:30"), "gpu-cloud:nodePools[1].maxNodes", "'1:30' is a string where a whole number belongs: the Pulumi CLI reads stack files as YAML 1.2, which has no base-60 numbers"),
+    ("budget given as a string", setter(["budget"], {"maxHourlyUsd": "20.5"}), "gpu-cloud:budget.maxHourlyUsd", "'20.5' is a string where a number belongs: remove the quotes (maxHourlyUsd: 20.5)"),
+    ("label value given as a number", lambda c: pool(1)(c).update(labels={"tier": 2}), "gpu-cloud:nodePools[1].labels.tier", "2 is a number where a string belongs: quote it (tier: \"2\")"),
     ("minNodes given as a string", lambda c: pool(1)(c).update(minNodes="1"), "gpu-cloud:nodePools[1].minNodes",
-     "'1': Input should be a valid integer"),
+     "'1' is a string where a whole number belongs: remove the quotes (minNodes: 1)"),
     ("version given as a number", setter(["cluster", "kubernetesVersion"], 1.35), "gpu-cloud:cluster.kubernetesVersion",
-     "1.35: Input should be a valid string"),
+     "1.35 is a number where a string belongs: quote it (kubernetesVersion: \"1.35\")"),
     ("more nodes than one pool may have", lambda c: pool(1)(c).update(maxNodes=65), "gpu-cloud:nodePools[1].maxNodes",
      "less than or equal to 64"),
     ("deployer path missing", deleter(["cluster", "deployerAccess"]), "gpu-cloud:cluster.deployerAccess", "required"),
@@ -133,7 +138,7 @@ MISTAKES = [
     ("pool name not DNS-1123", lambda c: pool(1)(c).update(name="Infer_Pool"), "gpu-cloud:nodePools[1].name", "DNS-1123"),
     ("duplicate pool name", lambda c: pool(1)(c).update(name="train"), "gpu-cloud:nodePools[1].name", "already used by nodePools[0]"),
     ("unknown capacity type", lambda c: pool(1)(c).update(capacity="preemptible"), "gpu-cloud:nodePools[1].capacity", "'on-demand', 'spot', 'reserved' or 'capacity-block'"),
-    ("reserved pool without reservation", lambda c: pool(0)(c).pop("capacityReservationId"), "gpu-cloud:nodePools[0].capacityReservationId", "required for capacity reserved"),
+    ("reserved pool without reservation", lambda c: pool(0)(c).pop("capacityReservationId"), "gpu-cloud:nodePools[0].capacityReservationId", "is required for a reserved pool: the ID of the reservation"),
     ("reservation on a spot pool", lambda c: pool(1)(c).update(capacityReservationId="cr-0123456789abcdef0"), "gpu-cloud:nodePools[1].capacityReservationId", "only allowed"),
     ("malformed reservation id", lambda c: pool(0)(c).update(capacityReservationId="cr-12345"), "gpu-cloud:nodePools[0].capacityReservationId", "8 or 17 hex digits"),
     ("min greater than desired", lambda c: pool(0)(c).update(minNodes=3), "gpu-cloud:nodePools[0]", "minNodes <= desiredNodes <= maxNodes"),
@@ -182,7 +187,7 @@ MISTAKES = [
     ("alert temperature out of range", setter(["monitoring"], {"alerts": {"gpuTempC": 150}}), "gpu-cloud:monitoring.alerts.gpuTempC", "less than or equal to 110"),
     ("NVLink check schedule not cron", setter(["training"], {"nvlinkCheckSchedule": "weekly"}), "gpu-cloud:training.nvlinkCheckSchedule", "'weekly' is not a five-field cron schedule"),
     ("across-node check schedule not cron", setter(["training"], {"acrossNodeCheckSchedule": "0 6 * *"}), "gpu-cloud:training.acrossNodeCheckSchedule", "'0 6 * *' is not a five-field cron schedule such as '0 6 * * 0'"),
-    ("across-node check schedule not a string", setter(["training"], {"acrossNodeCheckSchedule": 6}), "gpu-cloud:training.acrossNodeCheckSchedule", "valid string"),
+    ("across-node check schedule not a string", setter(["training"], {"acrossNodeCheckSchedule": 6}), "gpu-cloud:training.acrossNodeCheckSchedule", "6 is a number where a string belongs: quote it"),
     ("across-node check schedule misspelt", setter(["training"], {"acrossNodesCheckSchedule": "0 6 * * 0"}), "gpu-cloud:training.acrossNodesCheckSchedule", "did you mean acrossNodeCheckSchedule?"),
     ("DR role without peer", setter(["dr"], {"role": "primary"}), "gpu-cloud:dr", "needs peerStack, domain, hostedZoneId"),
     ("DR peer stack of another project", setter(["dr"], {"role": "secondary", "peerStack": "acme/other/prod", "domain": "a.example.com", "hostedZoneId": "Z123"}), "gpu-cloud:dr.peerStack", "org/gpu-cloud/<stack>"),
@@ -386,9 +391,10 @@ def test_team_role_mistakes_are_named_by_key_path(tenancy_config, path, words):
     assert [(i.path, words in i.message) for i in issues] == [(path, True)], issues
 
 
-@pytest.mark.parametrize("budget,accepted", [(131.06528, True), (131.0653, True), (131.07, True), (131.06, False)])
+@pytest.mark.parametrize("budget,accepted", [(130.532253888, True), (130.5323, True), (130.54, True), (130.52, False)])
 def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
-    # valid_config's pools at maxNodes: 2 x p5.48xlarge on-demand 55.04 + 4 x g6e.12xlarge spot 10.49264 x 0.5
+    # valid_config's pools at maxNodes: 2 x p5.48xlarge on-demand 55.04 + 4 x g6e.12xlarge spot 10.49264 x
+    # (1 - 0.5127), g6e's us-east-1 spot discount in spec/prices.yaml
     config = valid_config()
     config["budget"] = {"maxHourlyUsd": budget}
     if accepted:
@@ -396,7 +402,7 @@ def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
         return
     with pytest.raises(ConfigError) as raised:
         load(config)
-    assert "pools at maxNodes cost $131.07/hour, above the budget $131.06/hour" in str(raised.value)
+    assert "pools at maxNodes cost $130.53/hour, above the budget $130.52/hour" in str(raised.value)
 
 
 @pytest.mark.parametrize("peer,is_self", [
@@ -463,3 +469,135 @@ def test_tags_the_triton_load_balancer_cannot_carry_are_config_errors(tags, prob
     mutate(without_triton)
     without_triton["inference"]["triton"]["enabled"] = False
     load(without_triton)                                 # no load balancer, nothing to refuse
+
+
+@pytest.mark.parametrize("itype, refused", [
+    ("g4dn.12xlarge", True), ("g5.12xlarge", True), ("g5.48xlarge", True),   # proprietary module, GSP off on the AMI
+    ("g6.12xlarge", False), ("g6e.12xlarge", False),                         # the open module, as on the AMI
+])
+def test_install_refuses_the_types_the_ami_runs_on_the_proprietary_module(itype, refused):
+    config = valid_config()
+    config["gpuDriver"] = {"source": "install"}
+    config["nodePools"][1]["instanceTypes"] = [itype]
+    if not refused:
+        assert load(config).pools[1].primary_type.name == itype
+        return
+    with pytest.raises(ConfigError) as raised:
+        load(config)
+    (issue,) = raised.value.issues
+    assert issue.path == "gpu-cloud:nodePools[1].instanceTypes[0]"
+    assert f"{itype}: gpuDriver.source install installs NVIDIA's open kernel module" in issue.message
+    assert "GPU System Processor firmware off" in issue.message
+    config["gpuDriver"] = {"source": "ami"}
+    assert load(config).pools[1].primary_type.name == itype        # the AMI path drives them
+
+
+# --- errors that say the fix -------------------------------------------------------------------------------------
+def test_a_pools_mistakes_name_the_pool_beside_its_index():
+    def mutate(config):
+        pool(1)(config).update(maxNodes="4")
+        pool(0)(config).pop("name")
+    with pytest.raises(ConfigError) as raised:
+        load(_mutated(mutate))
+    lines = str(raised.value).splitlines()
+    # The path stays one `pulumi config set --path` takes; the name follows it, so either can be searched for.
+    assert "  - gpu-cloud:nodePools[1].maxNodes (pool infer): '4' is a string where a whole number belongs: remove " \
+           "the quotes (maxNodes: 4)" in lines
+    assert "  - gpu-cloud:nodePools[0].name: is required" in lines          # a pool without a name keeps its index
+    assert [i.label for i in raised.value.issues] == ["", "pool infer"]
+
+
+def test_zone_names_in_place_of_ids_are_one_mistake_with_the_command_that_lists_the_ids():
+    issues = issues_of(setter(["network", "zones"], ["use1-az1", "eu-west-1a", "eu-west-1b"]), region="eu-west-1")
+    zone_issues = [i for i in issues if i.path.startswith("gpu-cloud:network")]
+    assert [str(i) for i in zone_issues] == [
+        "gpu-cloud:network.zones: eu-west-1a, eu-west-1b are zone names; zones takes zone IDs (use1-az1), which name "
+        "the same zone in every account, where names differ. Your account's names and IDs: aws ec2 "
+        "describe-availability-zones --region eu-west-1 --query 'AvailabilityZones[].[ZoneName,ZoneId]' --output text"]
+    one = issues_of(setter(["network", "zones"], ["us-east-1a", "use1-az2"]))
+    assert [i.message.split(";")[0] for i in one if i.path.startswith("gpu-cloud:network")] == [
+        "us-east-1a is a zone name"]
+
+
+def test_no_list_of_failed_items_is_also_reported_as_too_short():
+    issues = issues_of(setter(["network", "zones"], ["az-1", "az-2"]))
+    assert [i.path for i in issues if i.path.startswith("gpu-cloud:network")] == [
+        "gpu-cloud:network.zones[0]", "gpu-cloud:network.zones[1]"]
+    assert "at least 2 items" in str(issues_of(setter(["network", "zones"], ["use1-az1"])))   # a real short list
+
+
+def _mutated(mutate):
+    config = valid_config()
+    mutate(config)
+    return config
+
+
+def test_a_pool_without_a_price_is_a_warning_with_the_fix_not_a_refusal():
+    from datetime import date
+
+    from spec.validate import stack_warnings
+
+    p5e = {"name": "batch", "instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"], "capacity": "spot", "efa": False,
+           "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "general"}
+    config = _mutated(lambda c: [c["nodePools"].append(p5e), c.update(budget={"maxHourlyUsd": 10000})])
+    warnings = [w for w in stack_warnings(load(config), date(2026, 8, 1)) if "price" in w]
+    assert len(warnings) == 1 and warnings[0].startswith("gpu-cloud:nodePools[2] (pool batch): ")
+    assert "p5e.48xlarge" in warnings[0] and "gpu-cloud:budget.maxHourlyUsd does not cover this pool" in warnings[0]
+    assert "python scripts/refresh_prices.py --write" in warnings[0]
+    # Priced pools only: no warning; no budget: nothing is checked, so nothing to warn about.
+    assert not [w for w in stack_warnings(load(_mutated(lambda c: c.update(budget={"maxHourlyUsd": 10000}))),
+                                          date(2026, 8, 1)) if "price" in w]
+    config["budget"] = {}
+    assert not [w for w in stack_warnings(load(config), date(2026, 8, 1)) if "price" in w]
+
+
+def _model_keys():
+    """Every key a stack may set, as a dotted path (`nodePools.commitment.term`), from the models themselves."""
+    from pydantic import BaseModel
+
+    from spec.model import SECRET_KEYS, SECTIONS
+    from spec.validate import _unwrap
+
+    def walk(type_, path):
+        type_ = _unwrap(type_)
+        if isinstance(type_, type) and issubclass(type_, BaseModel):
+            for field in type_.model_fields.values():
+                yield from walk(field.annotation, path + (field.alias,))
+        else:
+            yield path
+    return [".".join(p) for key, (type_, _) in SECTIONS.items() for p in walk(type_, (key,))] + list(SECRET_KEYS)
+
+
+def documented(page: str, key: str) -> bool:
+    """Whether docs/configuration.md documents a dotted key: a table row whose first cell names it (`a.b.c`, or a
+    sibling after the first, `a.b.c`, `d`; `a.<b\\|c>.d` for both), or a row for one of its parents or siblings
+    that names it in backticks."""
+    import re
+
+    parts = key.split(".")
+    nodepools_table = page[page.index("`nodePools[]` fields:"):]
+    for table, prefix in ((page, ()), (nodepools_table, ("nodePools",))):
+        for row in re.findall(r"^\| (.+?) \|(.*)$", table, re.M):
+            named = [re.sub(r"<[^>]+>", choice, n) for n in re.findall(r"`([^`]+)`", row[0])
+                     for choice in (re.findall(r"<([^>]+)>", n) or ["-"])[0].replace("\\|", "|").split("|")]
+            paths = [tuple(n.split(".")) for n in named]
+            if paths:        # siblings written after the first: `monitoring.alerts.gpuUtilHighPct`, `gpuMemHighPct`
+                paths = paths[:1] + [paths[0][:-1] + p if len(p) == 1 else p for p in paths[1:]]
+            for path in (prefix + p for p in paths):
+                if tuple(parts) == path:
+                    return True
+                if tuple(parts[:len(path) - 1]) == path[:-1] and len(parts) >= len(path) and any(
+                        re.search(rf"\b{re.escape(parts[-1])}\b", span) for span in re.findall(r"`([^`]+)`", row[1])):
+                    return True
+    return False
+
+
+def test_every_key_the_models_allow_is_in_the_configuration_reference():
+    from tests.conftest import ROOT
+
+    page = (ROOT / "docs/configuration.md").read_text(encoding="utf-8")
+    keys = _model_keys()
+    assert {"nodePools.commitment.type", "nodePools.commitment.term", "nodePools.commitment.payment",
+            "storage.lustre.capacityGiB", "alertWebhookUrl"} <= set(keys)
+    assert [key for key in keys if not documented(page, key)] == []
+    assert not documented("`nodePools[]` fields:\n| `name` | x |\n", "nodePools.commitment.type")

@@ -102,7 +102,7 @@ def test_a_pin_by_name_resolves_per_account_and_must_be_declared():
 def test_a_pinned_pools_type_must_be_offered_in_its_zone():
     mock, _ = account()
     mock.offerings["use1-az1"] = mock.offerings["use1-az1"] - {"p5.48xlarge"}
-    assert "gpu-cloud:nodePools[0].instanceTypes: p5.48xlarge not offered in use1-az1 (us-east-1a)" in config_error(mock=mock)
+    assert "gpu-cloud:nodePools[0].instanceTypes: p5.48xlarge is not offered in use1-az1 (us-east-1a)" in config_error(mock=mock)
 
 
 def test_a_multi_zone_pool_launches_only_where_its_type_is_offered_and_says_so():
@@ -161,6 +161,57 @@ def test_the_offline_plan_reads_reservations_through_the_providers_own_functions
     run = run_stack(STACK, {"gpu-cloud:nodePools": pools})
     assert [t for t, a in run.invokes if a.get("id") == RESERVATION] == [
         "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation"]
+
+
+def test_a_reservation_larger_than_max_nodes_is_read_billed_in_full_and_budgeted():
+    from plan.document import RESERVATION_SOURCE, cost_section
+    from plan.stackfile import load_stack
+
+    mock, _ = account()
+    mock.reservations[RESERVATION]["InstanceCount"] = 8      # maxNodes is 4
+    # prod's budget is $450/hour: the 8 reserved p5 ($440.32) and the other pools at maxNodes come to $598.37
+    assert ("gpu-cloud:budget.maxHourlyUsd: GPU pools at maxNodes cost $598.37/hour, above the budget $450.00/hour"
+            in config_error(mock=mock))
+    run = run_stack(STACK, {"gpu-cloud:budget": {"maxHourlyUsd": 600}}, account=mock)
+    assert run.outputs["reservations"][RESERVATION]["instanceCount"] == 8
+    section = cost_section(load_stack(STACK)[1], run)
+    (train, *_) = section["pools"]
+    assert (train["billedNodesAtDesired"], train["billedNodesAtMax"], train["hourlyAtMax"]) == (8, 8, 440.32)
+    assert section["committed"]["hourly"] == 440.32
+    assert section["reservations"] == [{"pool": "train-h100", "capacity": "reserved", "reservationId": RESERVATION,
+                                        "billedInstances": 8, "sizeSource": f"{RESERVATION} holds 8 instances, as "
+                                                                            "the account reports it (InstanceCount)"}]
+    assert section["reservationSource"] == RESERVATION_SOURCE and "offline_account" in RESERVATION_SOURCE
+
+
+def test_the_offline_plan_prices_a_capacity_block_upfront_for_the_term_it_read():
+    from plan.document import _cost_table, cost_section
+    from plan.engine import OFFLINE_BLOCK_END, OFFLINE_BLOCK_START
+    from spec.validate import load_stack_spec
+
+    config = stack_config(STACK)
+    pools = copy.deepcopy(config["gpu-cloud:nodePools"])
+    pools[0]["capacity"] = "capacity-block"
+    run = run_stack(STACK, {"gpu-cloud:nodePools": pools})
+    read = run.outputs["reservations"][RESERVATION]
+    assert (read["startDate"], read["endDate"], read["instanceCount"]) == (OFFLINE_BLOCK_START, OFFLINE_BLOCK_END, 4)
+    keys = {key.split(":", 1)[1]: value for key, value in stack_config(STACK, {"gpu-cloud:nodePools": pools}).items()
+            if key.startswith("gpu-cloud:")}
+    section = cost_section(load_stack_spec(keys, stack=STACK, region="us-east-1"), run)
+    (block,) = section["upfront"]["blocks"]
+    # 14 days: $39.33 x 4 instances x 336 hours, once; the run rate keeps only the other pools and fixed costs
+    assert (block["hours"], block["total"], section["upfront"]["total"]) == (336, 52859.52, 52859.52)
+    assert section["committed"]["hourly"] == 0 and section["gpuPools"]["hourlyAtMax"] == round(
+        3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 8 * 10.49264, 4)
+    assert "was current until 2025-01-01" in section["stale"][0]
+    lines = _cost_table(section)
+    assert any(line.split()[:3] == ["train-h100", "capacity-block", "(upfront)"] and line.split()[-3:] == ["upfront"] * 3
+               for line in lines)
+    # the budget line counts the block at its hourly rate while it runs, as the budget check does
+    assert f"  budget: $450.00/hour for GPU pools at maxNodes (now ${4 * 39.33 + 158.05:,.2f})" in lines
+    assert f"  train-h100  p5.48xlarge    4          $39.33     {OFFLINE_BLOCK_START}  {OFFLINE_BLOCK_END}  336    " \
+           "$52,859.52" in lines
+    assert "  upfront total: $52,859.52" in lines
 
 
 # ----------------------------------------------------------------------------- pods and addresses
@@ -266,3 +317,23 @@ def test_a_range_over_dockers_bridge_warns():
     config["network"]["cidr"] = "172.17.0.0/16"
     (warning,) = [w for w in stack_warnings(load(config), date(2026, 12, 2)) if "172.17.0.0/16" in w]
     assert warning.startswith("gpu-cloud:network.cidr: 172.17.0.0/16 overlaps 172.17.0.0/16")
+
+
+# --- Regions: zone IDs per region, against the source rows ---------------------------------------------------------
+def test_each_gpu_region_records_the_zone_ids_its_gpu_types_are_offered_in():
+    from tests.test_catalog import REGIONS, snapshot_rows
+    from spec.catalog import load_catalog
+    from spec.zones import load_zone_facts
+    catalog, facts = load_catalog(), load_zone_facts().regions
+    for region in REGIONS:
+        seen = {row["AvailabilityZone"] for row in snapshot_rows()
+                if row["Region"] == region and row["InstanceType"] in catalog.instance_types}
+        assert set(facts[region].gpu_zone_ids) == seen, region
+        assert all(z.startswith(facts[region].zone_id_prefix + "-") for z in seen), region
+    assert facts["ap-northeast-1"].zone_id_prefix == "apne1" and facts["eu-central-1"].zone_id_prefix == "euc1"
+
+
+def test_the_offline_account_offers_a_regions_recorded_zone_ids():
+    from plan.engine import offline_account
+    account = offline_account("ap-northeast-1", {})
+    assert sorted(account.zones) == ["apne1-az1", "apne1-az2", "apne1-az4"]     # no apne1-az3 in the region's list

@@ -1,7 +1,7 @@
 """Facts the tests take from pinned upstream sources, recorded in tests/upstream/ so that they hold on every machine.
 
 CI cannot fetch upstream repositories, so the checks that read them (prometheus-operator's, Kueue's and the MPI
-Operator's CRD schemas, Kueue's Configuration fields, the FSx CSI chart's values) read a record instead:
+Operator's CRD schemas, Kueue's Configuration fields, the pinned charts' values.yaml) read a record instead:
 `scripts/upstream_records.py` writes it from local mirrors (git show <tag>:<path>, with the file's blob id) and, with
 --check, holds it against them; where a mirror is present the tests read the source itself instead of the record.
 
@@ -10,17 +10,22 @@ Records, each with its sources' repository, tag, path and blob:
   objects use (an object that uses another field fails until the record is made again, from the source);
 - kueue-configuration-fields.json: the JSON field names Kueue's config API declares;
 - fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line;
+- chart-values/<chart>-<version>.yaml: each pinned chart's own values.yaml without its prose (`without_prose`: every
+  key, value and commented-out key on its own line, the authors' comments left out), for the charts spec/charts.yaml
+  pins and the subcharts spec/monitoring.py and spec/gpu_operator.py set values in, indexed with its source (and the
+  source's blob) in chart-values.json; tests/chart_values.py holds every Helm value the program sets against them;
 - al2023-units.json: the EKS AL2023 AMI's boot units (nodeadm-config, nodeadm-run, kubelet, nvidia-kmod-load) as
   the AMI installs them, for the sandbox the node gate boots in.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import yaml
 
@@ -28,6 +33,78 @@ RECORDS = Path(__file__).resolve().parent / "upstream"
 # Where mirrors of upstream repositories are (DIR/<owner>+<name>/repo); GPU_CLOUD_MIRROR=/nonexistent shows what CI sees.
 MIRROR = Path(os.environ.get("GPU_CLOUD_MIRROR", "/work/.mirror"))
 RERECORD = "make the record again from the source: .venv/bin/python scripts/upstream_records.py"
+CHART_VALUES_DIR = RECORDS / "chart-values"
+CHART_VALUES_INDEX = "chart-values.json"
+
+
+def chart_values_name(chart: str, version: str) -> str:
+    return f"{chart}-{version}.yaml"
+
+
+def pinned_charts() -> List[Tuple[str, str]]:
+    """(chart, version) of every chart the program installs (spec/charts.yaml) and of each subchart it sets values in
+    (spec/monitoring.py SUBCHARTS, spec/gpu_operator.py NFD_SUBCHART_VERSION), sorted."""
+    from spec import charts, gpu_operator, monitoring
+
+    pins = {(pin.chart, pin.version) for pin in charts.load_charts().charts.values()}
+    pins |= set(monitoring.SUBCHARTS.items()) | {("node-feature-discovery", gpu_operator.NFD_SUBCHART_VERSION)}
+    return sorted(pins)
+
+
+# Comment lines recorded as they are, each a fact the chart states only in a comment and a test reads.
+CHART_COMMENT_LINES = {
+    ("aws-load-balancer-controller", "3.5.0"): (519,),   # loadBalancerClass's default, service.k8s.aws/nlb
+}
+# A commented-out key with at most one value token ("#   interval: 15s", "# config:"): a value the chart documents but
+# does not set, which tests read; any other comment line is the chart authors' prose and is not recorded.
+_COMMENTED_KEY = re.compile(r"^\s*#\s*[A-Za-z0-9_.\-/\"']+:(\s+\S+)?\s*$")
+_TRAILING_COMMENT = re.compile(r"\s+#.*$")
+
+
+_BLOCK_SCALAR_START = re.compile(r"^(\s*)(?:- |[^#]*?:\s+)[|>][-+0-9]*\s*(#.*)?$")
+
+
+def _in_block_scalar(lines: List[str]) -> List[bool]:
+    """For each line, whether it is text of a literal or folded block (where "#" is content, not a comment)."""
+    inside, indent, result = False, 0, []
+    for line in lines:
+        if inside and line.strip() and len(line) - len(line.lstrip()) <= indent:
+            inside = False
+        result.append(inside)
+        start = None if inside else _BLOCK_SCALAR_START.match(line)
+        if start:
+            inside, indent = True, len(start.group(1))
+    return result
+
+
+def without_prose(text: str, keep: Tuple[int, ...] = ()) -> str:
+    """A chart's values.yaml with its prose left out and nothing else changed: comment lines blanked (so every key
+    keeps its line number) except commented-out keys, and trailing comments dropped where the parsed values stay the
+    same; the comment lines numbered in `keep` (1-based) stay, for a fact a chart states only in a comment. Raises
+    ValueError if the result does not parse to exactly the source's values."""
+    source_lines = text.splitlines()
+    lines = [("" if line.lstrip().startswith("#") and not _COMMENTED_KEY.match(line) and not in_block
+              and number not in keep else line)
+             for number, (line, in_block) in enumerate(zip(source_lines, _in_block_scalar(source_lines)), start=1)]
+    source = yaml.safe_load(text)
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("#") and _TRAILING_COMMENT.search(line):
+            trial = lines[:i] + [_TRAILING_COMMENT.sub("", line)] + lines[i + 1:]
+            try:
+                same = yaml.safe_load("\n".join(trial) + "\n") == source
+            except yaml.YAMLError:
+                same = False
+            if same:
+                lines = trial
+    result = "\n".join(line.rstrip() for line in lines) + "\n"
+    if yaml.safe_load(result) != source:
+        raise ValueError("leaving the prose out changed the values")
+    return result
+
+
+def git_blob_id(data: bytes) -> str:
+    """The id git gives a file's content (`git hash-object`): SHA-1 over "blob <size>\\0" and the bytes."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def git_dir(repo: str, mirror: Optional[Path] = None) -> Path:

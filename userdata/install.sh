@@ -3,16 +3,19 @@
 # Sourced by gate.sh (bootstrap.sh's helpers in scope). It installs only what is missing, so a node that boots
 # again reinstalls nothing. Sources: NVIDIA Driver Installation Guide (Amazon Linux 2023: module stream
 # nvidia-driver:<branch>-open, package nvidia-open; NVIDIA ships no precompiled modules for AL2023, so DKMS
-# builds them), awslabs/amazon-eks-ami templates/al2023/provisioners/install-nvidia-driver.sh (kernel
-# packages, fabric manager and persistenced pinned to the driver version), and the AWS EFA user guide.
+# builds them), and awslabs/amazon-eks-ami@v20260724 templates/al2023/provisioners/install-nvidia-driver.sh
+# (kernel packages, lines 108-112; NVLSM, libibumad, infiniband-diags and the ib_umad module, lines 230-239;
+# fabric manager and persistenced pinned to the driver version, lines 255-266).
+# Types the AMI runs on the proprietary module with GPU System Processor firmware off (g4dn, g5) are refused by
+# spec/validate.py before anything is created: this script only installs the open module.
+# EFA: nothing to install. The standard AMI carries the same EFA kernel module and rdma-core as the NVIDIA AMI,
+# from the AMI's own `efa_installer.sh --minimal` (install-efa.sh line 53; the CHANGELOG's efa row spans every
+# AL2023 column); the gate counts the devices in sysfs on both paths.
 # containerd is not touched here: the NodeConfig in user-data makes nvidia-container-runtime its default
 # runtime, and nodeadm-run starts containerd only after this gate has passed.
-# shellcheck disable=SC2154 # R, BR, VER, EFA and the helpers come from bootstrap.sh and gate.sh
-
-EFA_URL=${GPU_CLOUD_EFA_INSTALLER_URL:-https://efa-installer.amazonaws.com}
+# shellcheck disable=SC2154 # R, BR, VER and the helpers come from bootstrap.sh and gate.sh
 
 install_driver_stack() {
-  : "${GPU_CLOUD_EFA_INSTALLER_VERSION:?}" "${GPU_CLOUD_EFA_INSTALLER_SHA256:?}"
   local r k=kernel fm=nvidia-fabricmanager dv
   r=$(uname -r)
   [[ $r == 6.1.* ]] || k=kernel$(cut -d. -f1,2 <<<"$r") # AL2023: kernel, kernel6.12, ...
@@ -40,28 +43,16 @@ install_driver_stack() {
   command -v nvidia-container-runtime >/dev/null || fail "driver: no nvidia-container-runtime after install"
   systemctl enable --now nvidia-persistenced || fail "driver: cannot start nvidia-persistenced"
   if [[ $GPU_CLOUD_NVSWITCH == true ]]; then
+    # Fourth-generation NVSwitch systems (p6-b200) need the NVLink subnet manager and the ib_umad module it talks
+    # through before fabric manager starts; the AMI installs them on every type, and so does this on NVSwitch types.
+    retry dnf -y install libibumad infiniband-diags nvlsm || fail "driver: install libibumad, infiniband-diags, nvlsm"
+    { mkdir -p "$R/etc/modules-load.d" && echo ib_umad >"$R/etc/modules-load.d/ib-umad.conf"; } ||
+      fail "driver: cannot write modules-load.d/ib-umad.conf"
+    modprobe ib_umad || fail "driver: modprobe ib_umad failed"
     ((BR >= 580)) || fm=nvidia-fabric-manager # package renamed in 580
     retry dnf -y install "$fm-$dv" || fail "driver: install $fm-$dv"
     if ! systemctl enable nvidia-fabricmanager || ! systemctl --no-block start nvidia-fabricmanager; then
       fail "driver: cannot start nvidia-fabricmanager"
     fi
   fi
-  ((EFA == 0)) || install_efa
-}
-
-# The full EFA installer adds libfabric (and fi_info) next to the kernel module the AMI already has.
-install_efa() {
-  local v=$GPU_CLOUD_EFA_INSTALLER_VERSION d
-  if [[ -x $R/opt/amazon/efa/bin/fi_info ]]; then
-    log "EFA software already installed"
-    return 0
-  fi
-  d=$(mktemp -d)
-  retry curl -sSf --connect-timeout 5 --max-time 300 -o "$d/efa.tar.gz" "$EFA_URL/aws-efa-installer-$v.tar.gz" ||
-    fail "driver: cannot download EFA installer $v"
-  [[ $(sha256sum "$d/efa.tar.gz" | cut -d' ' -f1) == "$GPU_CLOUD_EFA_INSTALLER_SHA256" ]] ||
-    fail "driver: EFA installer $v sha256 mismatch"
-  tar -xzf "$d/efa.tar.gz" -C "$d" || fail "driver: cannot extract EFA installer $v"
-  (cd "$d/aws-efa-installer" && ./efa_installer.sh -y) || fail "driver: efa_installer.sh $v failed"
-  rm -rf "$d"
 }

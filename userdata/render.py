@@ -105,8 +105,6 @@ class NodeBootstrap:
     efa_count: int
     kmod_wait_s: int            # nvidia-kmod-load.service (accelerated AMI)
     fabric_manager_wait_s: int
-    efa_installer_version: str  # used by source install on EFA pools
-    efa_installer_sha256: str
     verify_budget_s: int = 60
     verify_kill_grace_s: int = 60  # the gate kills the verifier this long after its budget (spec/boot.py)
     mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
@@ -215,10 +213,6 @@ def _validate(node: NodeBootstrap) -> None:
                          ("fabric_manager_wait_s", node.fabric_manager_wait_s)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
             raise ValueError(f"{field} must be an integer in 1..3600, got {value!r}")
-    if not re.match(r"^\d+\.\d+\.\d+$", node.efa_installer_version or ""):
-        raise ValueError(f"efa_installer_version {node.efa_installer_version!r} is not a version like 1.41.0")
-    if not _SHA256_RE.match(node.efa_installer_sha256 or ""):
-        raise ValueError("efa_installer_sha256 must be 64 lowercase hex characters")
 
 
 # --------------------------------------------------------------------------- NodeConfig
@@ -315,8 +309,6 @@ def bootstrap_env(node: NodeBootstrap) -> "dict[str, str]":
         "GPU_CLOUD_EFA_COUNT": str(node.efa_count),
         "GPU_CLOUD_KMOD_WAIT_S": str(node.kmod_wait_s),
         "GPU_CLOUD_FM_WAIT_S": str(node.fabric_manager_wait_s),
-        "GPU_CLOUD_EFA_INSTALLER_VERSION": node.efa_installer_version,
-        "GPU_CLOUD_EFA_INSTALLER_SHA256": node.efa_installer_sha256,
         "GPU_CLOUD_VERIFY_BUDGET_S": str(node.verify_budget_s),
         "GPU_CLOUD_VERIFY_KILL_GRACE_S": str(node.verify_kill_grace_s),
         "GPU_CLOUD_MIG": "true" if node.mig else "false",
