@@ -76,16 +76,18 @@ try:
         allowed_account_ids=list(settings.allowed_account_ids) or None,
         default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
     reads = pulumi.InvokeOptions(provider=aws_provider)
+    pool_names = [pool.name for pool in spec.pools]   # errors name the pool beside its index
     account = read_account(spec, reads)
     layout = resolve_layout(spec, account)   # zones, offerings, reservations, subnet room
     preflight_warnings = preflight.check_account(spec, account)   # vCPU quotas, interface endpoint zones
     over_budget = budget_issues(spec, account.reservations)      # reservations at the size EC2 bills (spec/cost.py)
     if over_budget:
-        raise ConfigError(over_budget)
+        raise ConfigError(over_budget, pool_names=pool_names)
     if spec.storage.lustre is not None:   # the file system's zone: where the training pools are
         zone_problems = lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa)
         if zone_problems:
-            raise ConfigError([ConfigIssue(key_path(NAMESPACE, parts), message) for parts, message in zone_problems])
+            raise ConfigError([ConfigIssue(key_path(NAMESPACE, parts), message) for parts, message in zone_problems],
+                              pool_names=pool_names)
     deployer_arn = read_deployer(reads)
     # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
     teams_with_deployer = [team for team, access in spec.tenancy.teams if deployer_arn in access.role_arns]

@@ -76,7 +76,7 @@ def check_user_data_fits(spec: StackSpec) -> None:
         except ValueError as error:
             issues.append(ConfigIssue(key_path(NAMESPACE, ("nodePools", i)), str(error)))
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(issues, pool_names=[pool.name for pool in spec.pools])
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,7 @@ def plan(args) -> int:
     try:
         run = run_program(config, stack=args.stack)
     except RunError as error:   # the program's own clean config error (checks that need the provider)
-        print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
+        print(f"config error in {args.stack_file or f'stack {args.stack}'}: {error}", file=sys.stderr)
         return EXIT_CONFIG
     # The preview views, for the pack and for the document (so that --policy-check can judge any of them later).
     views = {view: preview_facts(view, config, run) for view in PREVIEW_VIEWS} if not args.no_policy or \

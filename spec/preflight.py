@@ -188,5 +188,5 @@ def check_account(spec, account) -> List[str]:
     endpoint_problems, endpoint_warnings = endpoint_issues(spec.network.zones, account.names_by_id, spec.region,
                                                            account.endpoint_zones)
     if issues or endpoint_problems:
-        raise ConfigError(issues + endpoint_problems)
+        raise ConfigError(issues + endpoint_problems, pool_names=[pool.name for pool in spec.pools])
     return warnings + endpoint_warnings

@@ -580,6 +580,10 @@ def _type_fix(e: Mapping[str, Any], key: str) -> Optional[str]:
     else:
         shown, what = repr(value), "a string"
     said = f"{shown} is {what} where {wanted} belongs"
+    if kind == "string_type" and isinstance(value, float):
+        # YAML has already dropped what the number lost: the digits must come from the file, not from here.
+        return (f"{said}: quote it ({key}: \"{shown}\"), as the file writes it: unquoted, YAML reads a number and "
+                "drops its trailing zeros (1.30 arrives as 1.3)")
     if kind == "string_type":
         return f"{said}: quote it ({key}: \"{shown}\")"
     if not isinstance(value, str):

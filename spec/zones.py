@@ -177,7 +177,7 @@ def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
     if not issues:
         issues.extend(_capacity_issues(spec, pool_zones))
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(issues, pool_names=[pool.name for pool in spec.pools])
     return ZoneLayout(zones=tuple(zones), names={z: account.names_by_id[z] for z in zones},
                       pool_zones=pool_zones, warnings=tuple(warnings))
 

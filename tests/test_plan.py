@@ -242,6 +242,24 @@ def test_unexpected_failure_is_one_line_exit_3(monkeypatch, capsys):
     assert capsys.readouterr().err == "plan failed: RuntimeError: something unforeseen\n"
 
 
+def test_a_config_error_found_while_the_program_runs_names_the_stack_file_given(monkeypatch, capsys, tmp_path):
+    from pulumi import RunError
+
+    from plan import __main__ as cli, engine
+
+    def refused(*args, **kwargs):
+        raise RunError("gpu-cloud:network.zones[0]: use1-az9 is not a zone of us-east-1")
+
+    monkeypatch.setattr(engine, "run_program", refused)
+    stack_file = tmp_path / "mine.yaml"
+    stack_file.write_text((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    assert cli.main(["dev", "--stack-file", str(stack_file), "--no-policy"]) == 2
+    assert capsys.readouterr().err.endswith(f"config error in {stack_file}: gpu-cloud:network.zones[0]: use1-az9 is "
+                                            "not a zone of us-east-1\n")
+    assert cli.main(["dev", "--no-policy"]) == 2
+    assert "config error in stack dev: " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "there is no such file; write one with `make plan JSON={path}` or `python -m plan STACK --json {path}`"),
     ("{", "it is not JSON ("),

@@ -184,7 +184,7 @@ def test_short_a_quota_below_desired_stops_the_up_naming_key_and_code():
     mock.quotas["L-3819A6DF"] = 47.0            # dev launches one g6.12xlarge (48 vCPUs)
     with pytest.raises(pulumi.RunError) as raised:
         run_stack("dev", account=mock)
-    assert "gpu-cloud:nodePools[0].desiredNodes: the vCPU quota L-3819A6DF" in str(raised.value)
+    assert "gpu-cloud:nodePools[0].desiredNodes (pool dev-gpu-spot): the vCPU quota L-3819A6DF" in str(raised.value)
 
 
 def test_short_below_max_plans_with_a_warning():

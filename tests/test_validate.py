@@ -100,6 +100,10 @@ MISTAKES = [
      "'1' is a string where a whole number belongs: remove the quotes (minNodes: 1)"),
     ("version given as a number", setter(["cluster", "kubernetesVersion"], 1.35), "gpu-cloud:cluster.kubernetesVersion",
      "1.35 is a number where a string belongs: quote it (kubernetesVersion: \"1.35\")"),
+    # 1.30 reaches the program as 1.3: the hint must not offer "1.3" as the fix without saying so.
+    ("version given as a number that lost a zero", setter(["cluster", "kubernetesVersion"], 1.30),
+     "gpu-cloud:cluster.kubernetesVersion", "quote it (kubernetesVersion: \"1.3\"), as the file writes it: unquoted, "
+     "YAML reads a number and drops its trailing zeros (1.30 arrives as 1.3)"),
     ("more nodes than one pool may have", lambda c: pool(1)(c).update(maxNodes=65), "gpu-cloud:nodePools[1].maxNodes",
      "less than or equal to 64"),
     ("deployer path missing", deleter(["cluster", "deployerAccess"]), "gpu-cloud:cluster.deployerAccess", "required"),

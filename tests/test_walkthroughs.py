@@ -116,3 +116,59 @@ def test_the_checks_that_enumerate_stacks_pass_with_the_added_stack(walked):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and f"{STACK}" in result.stdout
     _expect_lines(found[i + 1].text, result.stdout, found[i + 1])
+
+
+# docs/how-to.md "Add a region", done on a copy for ap-south-1 (the page's own example of a refused region): the
+# catalog, the zones and the prices, then a stack there. What the page says to write, written as a user would.
+REGION, REGION_STACK, REGION_ZONES = "ap-south-1", "dev-mumbai", ["aps1-az1", "aps1-az2"]
+
+
+def _write_stack(copy: Path) -> None:
+    """Step 5: the stack, from dev: the region, its zones, no transit gateway (dev's hub is in us-east-1), deployed
+    from the reader's address."""
+    config = yaml.safe_load((copy / "stacks" / "Pulumi.dev.yaml").read_text(encoding="utf-8"))["config"]
+    config["aws:region"] = REGION
+    network = config["gpu-cloud:network"]
+    network["zones"] = REGION_ZONES
+    network.pop("transitGateway", None)
+    cluster = config["gpu-cloud:cluster"]
+    cluster.pop("privateAccessCidrs", None)
+    cluster.update(deployerAccess="public", publicAccessCidrs=[f"{READER['MY_IP']}/32"])
+    (copy / "stacks" / f"Pulumi.{REGION_STACK}.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False),
+                                                                encoding="utf-8")
+
+
+def _add_region(copy: Path) -> None:
+    """Steps 1 to 3: the catalog, the zones and the prices."""
+    catalog = copy / "spec" / "catalog.yaml"
+    text = catalog.read_text(encoding="utf-8")
+    # The type dev's pool uses gets the region, without a sourced price.
+    head, rest = text.split("\n  g6.12xlarge:\n", 1)
+    rest = rest.replace("      us-east-1: ", f"      {REGION}: {{onDemandUsd: null}}\n      us-east-1: ", 1)
+    catalog.write_text(head + "\n  g6.12xlarge:\n" + rest, encoding="utf-8")
+    zones = copy / "spec" / "zones.yaml"
+    zones.write_text(zones.read_text(encoding="utf-8").replace(
+        "\nregions:\n", f"\nregions:\n  {REGION}: {{zoneIdPrefix: aps1, eksUnsupportedZoneIds: [],\n"
+                        f"    gpuZoneIds: [{', '.join(REGION_ZONES)}]}}\n", 1), encoding="utf-8")
+    # A prices entry with nothing sourced yet: every fixed cost is a listed gap.
+    prices = copy / "spec" / "prices.yaml"
+    prices.write_text(prices.read_text(encoding="utf-8").replace("\nregions:\n", f"\nregions:\n  {REGION}: {{}}\n", 1),
+                      encoding="utf-8")
+
+
+def _plan(copy: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "plan", REGION_STACK], cwd=copy, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_add_a_region_steps_give_a_stack_that_plans_with_its_gaps_listed(tmp_path):
+    copy = _checkout_copy(tmp_path)
+    _write_stack(copy)
+    refused = _plan(copy)
+    assert refused.returncode == 2 and "'ap-south-1' has no GPU instance types in the catalog" in refused.stderr
+    _add_region(copy)
+    result = _plan(copy)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"gpu-cloud plan: stack {REGION_STACK} (project gpu-cloud, region {REGION})" in result.stdout
+    assert re.search(r"^  total \(incomplete: \d+ items? unpriced\)", result.stdout, re.M), result.stdout[-2000:]
+    assert "Policy (pack gpu-cloud v1.0.0), as an update shows it: no violations" in result.stdout

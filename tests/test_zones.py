@@ -96,13 +96,13 @@ def test_a_pin_by_name_resolves_per_account_and_must_be_declared():
     pools[0]["availabilityZone"] = "us-east-1c"          # use1-az3 in the mock account: not declared
     mock, _ = account({"gpu-cloud:nodePools": pools})
     message = config_error(overrides={"gpu-cloud:nodePools": pools}, mock=mock)
-    assert "gpu-cloud:nodePools[0].availabilityZone: us-east-1c is not one of network.zones" in message
+    assert "gpu-cloud:nodePools[0].availabilityZone (pool train-h100): us-east-1c is not one of network.zones" in message
 
 
 def test_a_pinned_pools_type_must_be_offered_in_its_zone():
     mock, _ = account()
     mock.offerings["use1-az1"] = mock.offerings["use1-az1"] - {"p5.48xlarge"}
-    assert "gpu-cloud:nodePools[0].instanceTypes: p5.48xlarge is not offered in use1-az1 (us-east-1a)" in config_error(mock=mock)
+    assert "gpu-cloud:nodePools[0].instanceTypes (pool train-h100): p5.48xlarge is not offered in use1-az1 (us-east-1a)" in config_error(mock=mock)
 
 
 def test_a_multi_zone_pool_launches_only_where_its_type_is_offered_and_says_so():
@@ -120,7 +120,7 @@ def test_a_pool_no_declared_zone_offers_is_refused():
     mock, _ = account()
     for zone in mock.offerings:
         mock.offerings[zone] = mock.offerings[zone] - {"g6e.12xlarge"}
-    assert "gpu-cloud:nodePools[3].instanceTypes: g6e.12xlarge: no zone of network.zones offers it" in config_error(mock=mock)
+    assert "gpu-cloud:nodePools[3].instanceTypes (pool infer-l40s): g6e.12xlarge: no zone of network.zones offers it" in config_error(mock=mock)
 
 
 # ----------------------------------------------------------------------------- reservations as they are
@@ -129,12 +129,12 @@ RESERVATION = "cr-0a1b2c3d4e5f60718"
 
 
 @pytest.mark.parametrize("change,expected", [
-    ({"AvailabilityZoneId": "use1-az2"}, "gpu-cloud:nodePools[0].availabilityZone: the pool's zone is use1-az1, but "
+    ({"AvailabilityZoneId": "use1-az2"}, "gpu-cloud:nodePools[0].availabilityZone (pool train-h100): the pool's zone is use1-az1, but "
                                          "cr-0a1b2c3d4e5f60718 is in use1-az2 (us-east-1b)"),
-    ({"InstanceType": "p5e.48xlarge"}, "gpu-cloud:nodePools[0].instanceTypes: cr-0a1b2c3d4e5f60718 reserves p5e.48xlarge"),
-    ({"InstanceCount": 3}, "gpu-cloud:nodePools[0].maxNodes: 4 is more than the 3 instances cr-0a1b2c3d4e5f60718 holds"),
+    ({"InstanceType": "p5e.48xlarge"}, "gpu-cloud:nodePools[0].instanceTypes (pool train-h100): cr-0a1b2c3d4e5f60718 reserves p5e.48xlarge"),
+    ({"InstanceCount": 3}, "gpu-cloud:nodePools[0].maxNodes (pool train-h100): 4 is more than the 3 instances cr-0a1b2c3d4e5f60718 holds"),
     ({"PlacementGroupArn": "arn:aws:ec2:us-east-1:123456789012:placement-group/p5-spine"},
-     "gpu-cloud:nodePools[0].placementGroup: cr-0a1b2c3d4e5f60718 was made in placement group p5-spine: set "
+     "gpu-cloud:nodePools[0].placementGroup (pool train-h100): cr-0a1b2c3d4e5f60718 was made in placement group p5-spine: set "
      "placementGroup: p5-spine"),
 ])
 def test_a_reservation_that_is_not_what_its_pool_says_is_refused(change, expected):
@@ -147,7 +147,7 @@ def test_a_reservation_the_account_does_not_have_is_refused():
     mock, _ = account()
     del mock.reservations[RESERVATION]
     message = config_error(mock=mock)
-    assert ("gpu-cloud:nodePools[0].capacityReservationId: cr-0a1b2c3d4e5f60718 could not be read in this account "
+    assert ("gpu-cloud:nodePools[0].capacityReservationId (pool train-h100): cr-0a1b2c3d4e5f60718 could not be read in this account "
             "and region:") in message
     assert "InvalidCapacityReservationId.NotFound" in message
 
