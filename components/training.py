@@ -58,8 +58,8 @@ class TrainingQueueArgs:
         checks = tuple(check(pool) for pool in acceptance.nvlink_check_pools(pools, catalog))
         across = tuple(acceptance.across_node_cronjob_manifest(
             pool, catalog, namespace=TRAINING_NAMESPACE, queue_name=kueue.LOCAL_QUEUE, schedule=across_node_schedule,
-            system_node_labels=SYSTEM_NODE_LABELS, judge_configmap=acceptance.JUDGE_CONFIGMAP,
-            service_account=acceptance.SERVICE_ACCOUNT, scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)
+            judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT,
+            scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)
             for pool in acceptance.across_node_check_pools(pools, catalog))
         return cls(flavors=kueue.flavors(pools, catalog), operators=operators,
                    training_namespace=training_namespace, nvlink_checks=checks, across_node_checks=across)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from spec import pod_security
 from spec.catalog import NcclScope
@@ -26,7 +26,6 @@ from spec.jobset import IGNORE_DISRUPTIONS
 from spec.mpijob import (GENERATE_NAME_MAX, LAUNCHER_MEMORY_LIMIT, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT, SHM_VOLUME,
                          bounded_name, check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector,
                          tolerations)
-from spec.pods import system_tolerations
 from spec.pools import GPU_RESOURCE, queue_flavor
 
 # nccl-tests image, maintained by AWS (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/
@@ -54,6 +53,13 @@ JUDGE_RBAC_RULES = ({"apiGroups": [""], "resources": ["events"], "verbs": ["crea
 # What the scheduled across-node check's account needs: its pool's unfinished runs, and starting one.
 SCHEDULER_RBAC_RULES = ({"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["list", "create"]},)
 SUBMIT_DEADLINE_S = 300     # listing and creating take seconds; a Job still running after this is stuck
+# The starter runs on the pool it tests; should every node there be full, its pending pod must not make
+# cluster-autoscaler add a GPU node for it. The autoscaler ignores an unschedulable pod younger than this annotation
+# (kubernetes/autoscaler cluster-autoscaler-1.35.2 cluster-autoscaler/core/static_autoscaler.go:985-1014,
+# utils/annotations/annotations.go:24; the same in 1.32.7, core/static_autoscaler.go:76, 933-962): twice the Job's
+# deadline, so the Job fails (and its pod goes) before the autoscaler would ever count it.
+SCALE_UP_DELAY_ANNOTATION = "cluster-autoscaler.kubernetes.io/pod-scale-up-delay"
+STARTER_SCALE_UP_DELAY_S = 2 * SUBMIT_DEADLINE_S
 
 ALL_REDUCE_PERF = "/opt/nccl-tests/build/all_reduce_perf"
 
@@ -260,10 +266,21 @@ def across_node_check_pools(pools, catalog) -> tuple:
 
 
 def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: str, schedule: str,
-                                 system_node_labels: Mapping[str, str], image: str = NCCL_TESTS_IMAGE,
-                                 judge_configmap: str, service_account: str, scheduler_account: str) -> dict:
+                                 image: str = NCCL_TESTS_IMAGE, judge_configmap: str, service_account: str,
+                                 scheduler_account: str) -> dict:
     """The across-node test on `schedule`, as a CronJob whose Job creates `mpijob_manifest`'s MPIJob (a CronJob can
-    only create Jobs) unless the pool's last run has not finished (jobs/nccl_submit.py)."""
+    only create Jobs) unless the pool's last run has not finished (jobs/nccl_submit.py).
+
+    The starter runs on a node of the pool it tests, as the MPIJob's workers do (their nodeSelector and tolerations),
+    not on the system nodes: it lives in a team namespace, where the tenant admission policy refuses the system
+    taint's toleration (spec/tenancy.host_isolation_validations). The pool keeps two or more nodes
+    (across_node_check_pools), and a 10m/32Mi pod fits beside whatever runs there (a worker asks 16 CPUs and 64 GiB
+    of a node). It asks no GPU, so Kueue (quotaCheckStrategy IgnoreUndeclared, spec/kueue.py) admits its Job with
+    no flavor and injects no node selector that could contradict the pool's (kubernetes-sigs/kueue v0.19.2
+    pkg/scheduler/flavorassigner/flavorassigner.go:802-812 skips a resource the ClusterQueue does not declare,
+    :836-851 return the assignment with no flavor and no failure, whose mode is Fit at :386-389 and which
+    resolveNoFitReason leaves alone at :943-946; pkg/podset/podset.go:78-91 adds only the assigned flavors' node
+    labels and tolerations, and :126-131 merges them into the pod's own)."""
     mpijob = mpijob_manifest(pool, catalog, namespace=namespace, queue_name=queue_name, image=image,
                              judge_configmap=judge_configmap, service_account=service_account)
     labels = _labels(pool, "across-nodes-start")
@@ -290,9 +307,10 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
                 # One retry (a lost node, an API server that did not answer); a retry after a create that went
                 # through finds that run unfinished and skips.
                 "spec": {"backoffLimit": 1, "activeDeadlineSeconds": SUBMIT_DEADLINE_S, "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"restartPolicy": "Never", "nodeSelector": dict(system_node_labels),
-                             "tolerations": system_tolerations(),      # the system nodes' taint (spec/pods.py)
+                    "metadata": {"labels": labels,
+                                 "annotations": {SCALE_UP_DELAY_ANNOTATION: f"{STARTER_SCALE_UP_DELAY_S}s"}},
+                    "spec": {"restartPolicy": "Never", "nodeSelector": node_selector(pool),
+                             "tolerations": tolerations(pool),      # as the MPIJob's workers: see the docstring
                              "serviceAccountName": scheduler_account, "containers": [start],
                              "volumes": [{"name": "judge",
                                           "configMap": {"name": judge_configmap, "defaultMode": 0o444}}]}}}},

@@ -42,13 +42,13 @@ SYSTEM_NODES_MAX = 4
 SYSTEM_NODE_INTERFACES, SYSTEM_NODE_ADDRESSES_PER_INTERFACE = 4, 15
 
 # The system node group's label (every pod that must run there selects it) and its taint. The taint keeps team pods
-# (which tolerate only their pools' taints) off the nodes that run CoreDNS and the webhooks of the load balancer
-# controller and Kueue, which fail closed. CriticalAddonsOnly is the key the add-ons already know: the EKS CoreDNS
+# off the nodes that run CoreDNS and the webhooks of the load balancer controller and Kueue, which fail closed; the
+# tenants' admission policy refuses a team pod that tolerates it (spec/tenancy.py host_isolation_validations). CriticalAddonsOnly is the key the add-ons already know: the EKS CoreDNS
 # add-on's schema defaults its tolerations to `CriticalAddonsOnly Exists` (describe-addon-configuration coredns, as
 # recorded in cloudbees/terraform-aws-cloudbees-ci-eks-addon blueprints/03-windows-builds/README.md), so do the
 # EBS CSI controller (aws-ebs-csi-driver v1.60.0 charts/aws-ebs-csi-driver/values.yaml line 313) and the FSx CSI
 # controller (aws-fsx-csi-driver chart 1.17.0 values.yaml line 101). Every other pod placed there tolerates it
-# explicitly: SYSTEM_TOLERATIONS.
+# explicitly: system_tolerations().
 SYSTEM_NODE_ROLE_LABEL = "gpu-cloud.io/node-role"
 SYSTEM_NODE_LABELS = {SYSTEM_NODE_ROLE_LABEL: "system"}
 SYSTEM_NODE_TAINT = Taint("CriticalAddonsOnly", "true", "NoSchedule")

@@ -36,6 +36,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from spec.catalog import load_catalog
 from spec.model import IAM_ROLE_ARN
+from spec.pods import SYSTEM_NODE_TAINT
 from spec.pools import GPU_RESOURCE, offered_gpu_resources
 
 TRAINING_NAMESPACE = "training"
@@ -75,12 +76,25 @@ HOST_ISOLATION_POLICY = "gpu-cloud-tenant-host-isolation"
 ALLOWED_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
                         "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT", "IPC_LOCK")
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# The same policy keeps team pods off the system nodes (spec/pods.py SYSTEM_NODE_TAINT): their taint alone would not,
+# as a pod may write the toleration itself. A toleration with the taint's key is refused whatever its operator, value
+# or effect, and so is one with an empty key and operator Exists, which tolerates every taint (the scheduler's rule,
+# spec/pods.tolerates; the API server refuses an empty key with any other operator). Refusing them whatever their
+# effect keeps the rule true if the taint's effect ever changes. Nothing the program puts in a team namespace
+# tolerates either: the across-node NCCL starter runs on the pool it tests (spec/acceptance.py).
+SYSTEM_TOLERATION_MESSAGE = (f"spec.tolerations may not tolerate the system nodes' taint {SYSTEM_NODE_TAINT.key} "
+                             "(by its key, or by an empty key with operator Exists) in team namespaces: the system "
+                             "nodes run the cluster's add-ons")
 
 
 def host_isolation_validations() -> List[Tuple[str, str]]:
     """(CEL expression true for an acceptable Pod, message) pairs of the host isolation policy."""
     rules = [(f"!has(object.spec.{field}) || !object.spec.{field}", f"spec.{field} is not allowed in team namespaces")
              for field in ("hostNetwork", "hostPID", "hostIPC")]
+    rules.append(("!has(object.spec.tolerations) || object.spec.tolerations.all(t, "
+                  f"(!has(t.key) || t.key != '{SYSTEM_NODE_TAINT.key}') && "
+                  "((has(t.key) && t.key != '') || !has(t.operator) || t.operator != 'Exists'))",
+                  SYSTEM_TOLERATION_MESSAGE))
     rules.append(("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
                   "hostPath volumes are not allowed in team namespaces"))
     allowed = ", ".join(f"'{cap}'" for cap in ALLOWED_CAPABILITIES)

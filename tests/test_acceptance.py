@@ -15,6 +15,7 @@ from spec import acceptance
 from spec.amis import load_amis
 from spec.catalog import load_catalog
 from spec.model import NodePool
+from spec.pods import SYSTEM_NODE_TAINT, tolerates
 from spec.pools import node_taints
 from spec.validate import ResolvedPool
 from tests.conftest import ROOT, require_tool, validate_kubernetes
@@ -472,13 +473,9 @@ def test_cronjob_is_a_valid_kubernetes_object(name):
 
 
 # --- the across-node test on a schedule ---------------------------------------------------------------------------
-SYSTEM_LABELS = {"gpu-cloud.io/node-role": "system"}
-
-
 def across_cronjob(p, **kwargs):
     return acceptance.across_node_cronjob_manifest(p, CATALOG, **{
-        **KWARGS, "schedule": "0 6 * * 0", "system_node_labels": SYSTEM_LABELS, "scheduler_account": "nccl-scheduler",
-        **kwargs})
+        **KWARGS, "schedule": "0 6 * * 0", "scheduler_account": "nccl-scheduler", **kwargs})
 
 
 @pytest.mark.parametrize("p,scheduled", [
@@ -506,15 +503,29 @@ def test_the_across_node_cronjob_starts_the_mpijob_python_m_jobs_prints():
     assert "kueue.x-k8s.io/queue-name" not in job["metadata"]["labels"]
     assert job["spec"]["backoffLimit"] == 1 and job["spec"]["activeDeadlineSeconds"] == acceptance.SUBMIT_DEADLINE_S
     pod = job["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == SYSTEM_LABELS and pod["serviceAccountName"] == "nccl-scheduler"
-    # On the system nodes, past their taint only: never on a GPU node (no GPU taint tolerated).
-    assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["serviceAccountName"] == "nccl-scheduler"
+    # On a node of the pool it tests, as the MPIJob's workers: never on the system nodes, whose taint a pod in a team
+    # namespace may not tolerate (spec/tenancy.py).
+    assert pod["nodeSelector"] == {"gpu-cloud.io/pool": "train"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        {"key": "example.com/batch", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert not tolerates(pod["tolerations"], SYSTEM_NODE_TAINT)
+    assert "affinity" not in pod
+    # Never a GPU node for it: cluster-autoscaler ignores its pod for 600 s, past the Job's 300 s deadline.
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/pod-scale-up-delay": "600s"}
+    assert acceptance.SUBMIT_DEADLINE_S == 300
     [start] = pod["containers"]
+    # Small: it fits beside a worker (16 CPUs, 64 GiB) on a node the pool keeps; no GPU, so Kueue gives it no flavor.
+    assert start["resources"] == {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
     assert start["image"] == acceptance.JUDGE_IMAGE
     assert start["command"] == ["python3", "/opt/judge/nccl_submit.py"]
     assert {"name": "judge", "configMap": {"name": "nccl-judge", "defaultMode": 0o444}} in pod["volumes"]
     mpijob = json.loads(env_of(start)["MPIJOB"])
     assert mpijob == acceptance.mpijob_manifest(p, CATALOG, **KWARGS)
+    workers = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert (pod["nodeSelector"], pod["tolerations"]) == (workers["nodeSelector"], workers["tolerations"])
     assert mpijob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training-queue"
     security = start["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"] and security["capabilities"] == {"drop": ["ALL"]}

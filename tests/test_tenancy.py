@@ -394,6 +394,95 @@ def test_each_way_onto_the_host_is_refused(change, refused):
     assert message.startswith(refused)
 
 
+SYSTEM_REFUSAL = "spec.tolerations may not tolerate the system nodes' taint CriticalAddonsOnly"
+
+
+@pytest.mark.parametrize("toleration, refused", [
+    ({"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}, True),     # spec.pods.system_tolerations
+    ({"key": "CriticalAddonsOnly", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, True),
+    ({"key": "CriticalAddonsOnly", "value": "true"}, True),                   # operator Equal by default, every effect
+    ({"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"}, True),   # any effect: refused anyway
+    ({"operator": "Exists"}, True),                                           # every taint
+    ({"key": "", "operator": "Exists"}, True),
+    ({"operator": "Exists", "effect": "NoSchedule"}, True),
+    ({"operator": "Exists", "effect": "NoExecute"}, True),
+    ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, False),   # a pool's
+    ({"key": "nvidia.com/gpu", "operator": "Exists"}, False),
+    ({"key": "gpu-cloud.io/interruptible", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, False),
+    ({"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",        # the API server's
+      "tolerationSeconds": 300}, False),                                                          # default ones
+    ({"key": "criticaladdonsonly", "operator": "Exists"}, False),             # taint keys are case-sensitive
+], ids=["system-exists", "system-equal", "system-default-operator", "system-noexecute", "empty-key", "empty-key-string",
+        "empty-key-noschedule", "empty-key-noexecute", "gpu", "gpu-exists", "interruptible", "not-ready", "other-case"])
+def test_a_toleration_of_the_system_nodes_taint_is_refused(toleration, refused):
+    from spec.pods import SYSTEM_NODE_TAINT, tolerates
+
+    harmless = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    pod = {"containers": [{"name": "c"}], "tolerations": [harmless, toleration]}
+    found = _refusals(pod)
+    assert [m for m in found if m.startswith(SYSTEM_REFUSAL)] == found
+    assert bool(found) == refused
+    if refused:
+        assert found[0].endswith("the system nodes run the cluster's add-ons")
+    # Whatever lets a pod onto the system nodes, as the scheduler decides, is refused (the rule is stricter on effects).
+    assert not tolerates([toleration], SYSTEM_NODE_TAINT) or refused
+    assert _refusals({"containers": [{"name": "c"}]}) == _refusals({"containers": [{"name": "c"}], "tolerations": []}) == []
+
+
+def _team_pod_specs(run):
+    """(where, pod spec) of every pod template the program registers in a team namespace, and of the MPIJobs its
+    across-node starters create."""
+    from tests.test_pod_security import mpijob_pods
+
+    for resource in run.resources:
+        template = _pod_template(resource)
+        if template is None or resource.inputs["metadata"].get("namespace") not in tenancy.TEAM_NAMESPACES:
+            continue
+        yield f"{run.stack}/{resource.name}", template
+        for container in template["containers"]:
+            for env in container.get("env") or []:
+                if env["name"] == "MPIJOB":
+                    for role, spec in mpijob_pods("nccl-efa", json.loads(env["value"])):
+                        yield f"{run.stack}/{resource.name} MPIJOB {role}", spec
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
+def test_the_programs_own_team_pods_stay_off_the_system_nodes(stack_runs, stack):
+    """Triton, the NCCL CronJobs (the across-node starter included) and the MPIJobs the starter creates pass every
+    host isolation rule, the system toleration's among them, and none selects the system nodes."""
+    run = stack_runs[stack]
+    found = list(_team_pod_specs(run))
+    assert found or stack == "dev"      # dev runs no Triton and no NCCL checks
+    # Nothing else starts pods there: no chart is installed into a team namespace, no other kind of workload.
+    assert not [r.name for r in run.of_type("kubernetes:helm.sh/v3:Release")
+                if r.inputs["namespace"] in tenancy.TEAM_NAMESPACES]
+    workloads = ("Deployment", "Job", "CronJob", "DaemonSet", "StatefulSet", "Pod", "ReplicaSet")
+    assert not [r.name for r in run.resources if r.type.startswith("kubernetes:") and r.type.endswith(workloads)
+                and _pod_template(r) is None and (r.inputs.get("metadata") or {}).get("namespace")
+                in tenancy.TEAM_NAMESPACES]
+    for where, pod in found:
+        assert _refusals(pod) == [], where
+        assert not (pod.get("nodeSelector") or {}).items() >= SYSTEM_NODE_LABELS.items(), where
+    names = {where.split("/", 1)[1] for where, _ in found}
+    if stack == "prod-us-east-1":
+        assert {"inference-deployment", "training-nccl-efa-start-train-h100",
+                "training-nccl-efa-start-train-h100 MPIJOB nccl-efa-worker",
+                "training-nccl-efa-start-train-h100 MPIJOB nccl-efa-launcher"} <= names, sorted(names)
+        assert any(name.startswith("training-nccl-nvlink-") for name in names)
+
+
+def test_the_job_templates_pass_host_isolation():
+    """What `python -m jobs` renders for every pool of every stack (the single-node Job, the MPI and PyTorch templates,
+    the NCCL acceptance MPIJob), all of it for the training namespace."""
+    from tests.test_pod_security import template_pod_specs
+
+    found = list(template_pod_specs())
+    assert {workload for _, workload, _ in found} == {
+        "single-node-job", "nccl-efa-launcher", "nccl-efa-worker", "training-mpijob-launcher",
+        "training-mpijob-worker", "pytorch-jobset"}
+    assert [(where, workload) for where, workload, pod in found if _refusals(pod)] == []
+
+
 def test_the_api_server_refuses_team_services_with_external_ips(run):
     policy = run.one(POLICY, "tenancy-no-external-ips")
     binding = run.one(POLICY_BINDING, "tenancy-no-external-ips")

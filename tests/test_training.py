@@ -8,7 +8,6 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.cluster import SYSTEM_NODE_LABELS
 from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
 from spec import acceptance, charts, kueue
 from spec.model import NodePool
@@ -199,13 +198,18 @@ def test_a_schedule_runs_the_check_only_on_pools_that_keep_nodes(scheduled):
 
 
 def test_the_across_node_check_runs_on_its_schedule_on_the_pool_that_keeps_two_nodes(run):
+    from spec.pods import SYSTEM_NODE_TAINT, tolerates
     [check] = _checks(run, "across-nodes-start")
     assert check.inputs["metadata"]["name"] == "nccl-efa-start-standing-h100"
     assert check.inputs["spec"]["schedule"] == "0 6 * * 0"
     assert check.inputs["spec"] == acceptance.across_node_cronjob_manifest(
         STANDING, catalog, namespace="training", queue_name=kueue.LOCAL_QUEUE, schedule="0 6 * * 0",
-        system_node_labels=SYSTEM_NODE_LABELS, judge_configmap=acceptance.JUDGE_CONFIGMAP,
-        service_account=acceptance.SERVICE_ACCOUNT, scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)["spec"]
+        judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT,
+        scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)["spec"]
+    # The starter runs on the pool it tests, not on the system nodes (a team namespace may not tolerate their taint).
+    starter = check.inputs["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert starter["nodeSelector"] == {"gpu-cloud.io/pool": "standing-h100"}
+    assert not tolerates(starter["tolerations"], SYSTEM_NODE_TAINT) and starter["tolerations"]
     assert [c.inputs["spec"]["schedule"] for c in _checks(run_component(_build(across_schedule="15 1 * * 3")),
                                                           "across-nodes-start")] == ["15 1 * * 3"]
 
