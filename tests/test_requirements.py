@@ -1,0 +1,164 @@
+"""The requirements ledger (spec/requirements.yaml): the page is its rendering, its figures are the code's, every test
+and path it names exists, and its status rules hold."""
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+import yaml
+from pydantic import Field, ValidationError
+
+from spec import requirements as ledger
+from spec.gpu_operator import operator_values
+from spec.pods import SYSTEM_NODE_LABELS
+from spec.pools import GPU_TAINT, Taint
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = ledger.load_requirements()
+
+
+def _page_problem(text: str) -> Optional[str]:
+    if text != ledger.render(ROWS):
+        return (f"{ledger.PAGE_PATH.relative_to(ROOT)} is not the rendering of spec/requirements.yaml: "
+                f"run `{ledger.WRITE_COMMAND}`")
+    return None
+
+
+def _hold_mismatches() -> List[str]:
+    return [f"{row.id}: {hold.ref} is {ledger.plain(ledger.resolve(hold.ref))!r}, the row says {hold.value!r}"
+            for row in ROWS for hold in row.holds if ledger.plain(ledger.resolve(hold.ref)) != ledger.plain(hold.value)]
+
+
+@lru_cache(maxsize=None)
+def _test_functions(path: str) -> frozenset:
+    tree = ast.parse((ROOT / path).read_text())
+    return frozenset(node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def test_the_page_is_the_rendering_of_the_data():
+    assert _page_problem(ledger.PAGE_PATH.read_text()) is None, _page_problem(ledger.PAGE_PATH.read_text())
+
+
+def test_a_page_edited_by_hand_fails():
+    page = ledger.PAGE_PATH.read_text()
+    edited = page.replace("above 85 °C", "above 80 °C", 1)
+    assert edited != page
+    assert ledger.WRITE_COMMAND in _page_problem(edited)
+
+
+def test_every_figure_the_ledger_holds_is_the_codes():
+    assert _hold_mismatches() == []
+
+
+@pytest.mark.parametrize("module, name, moved, row", [
+    ("spec.scratch", "HOT_TIER_READ_IOPS", 400_000, "hot-tier-500k-iops"),
+    ("spec.alert_rules", "QUEUE_DEEP_PENDING", 50, "queue-depth-node-size"),
+    ("spec.drain", "SPOT_CHECKPOINT_BUDGET_S", 60, "spot-with-recovery"),
+])
+def test_a_figure_moved_in_the_code_without_its_row_fails(monkeypatch, module, name, moved, row):
+    monkeypatch.setattr(f"{module}.{name}", moved)
+    (mismatch,) = _hold_mismatches()
+    assert mismatch.startswith(f"{row}: {module}:{name} is {moved!r}")
+
+
+def test_a_moved_alert_default_fails_its_row(monkeypatch):
+    from spec import model
+
+    class Cooler(model.Alerts):
+        gpu_temp_c: int = Field(alias="gpuTempC", default=80)
+    monkeypatch.setattr(model, "Alerts", Cooler)
+    assert [m.split(":", 1)[0] for m in _hold_mismatches()] == ["gpu-temperature-85c"]
+
+
+def test_every_row_that_is_a_figure_of_the_code_holds_one():
+    # Rows whose figure is a setting the program holds; the others (a rule, or a figure AWS or the operator owns)
+    # are listed here so that a new row has to choose.
+    without = {"driver-checked-by-nvidia-smi", "exporter-port-9400", "iommu-dma", "aes-256-gcm-training-data",
+               "keep-drivers-current"}
+    assert {r.id for r in ROWS if not r.holds} == without
+
+
+def test_every_named_test_exists():
+    missing = [f"{row.id}: {test}" for row in ROWS for test in row.test
+               if test.split("::")[1] not in _test_functions(test.split("::")[0])]
+    assert missing == []
+
+
+def test_every_where_path_exists():
+    assert [f"{row.id}: {path}" for row in ROWS for path in row.where if not (ROOT / path).exists()] == []
+
+
+def test_the_summary_counts_each_status():
+    assert ledger.summary(ROWS) == (f"{len(ROWS)} requirements: {sum(r.status == 'met' for r in ROWS)} met, "
+                                    f"{sum(r.status == 'departed' for r in ROWS)} departed, "
+                                    f"{sum(r.status == 'not-applicable' for r in ROWS)} not applicable")
+    assert f"{ledger.summary(ROWS)}." in ledger.PAGE_PATH.read_text()
+
+
+def test_each_design_bullet_has_its_rows():
+    ids = {r.id for r in ROWS}
+    assert len(ids) == len(ROWS) == 31
+    assert {"driver-branch-535", "exporter-port-9400", "gpu-temperature-85c", "dns-round-robin-failover",
+            "iommu-dma", "singularity-for-hpc", "two-node-pilot"} <= ids
+
+
+GOOD = {"id": "x", "requirement": "A figure.", "status": "met", "where": ["spec/model.py"],
+        "test": ["tests/test_requirements.py::test_every_named_test_exists"]}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"status": "done"}, "status"),
+    ({"status": "departed"}, "needs `why`"),
+    ({"status": "not-applicable", "why": "  "}, "needs `why`"),
+    ({"test": []}, "needs `test`"),
+    ({"test": ["tests/test_requirements.py"]}, "not tests/test_x.py::test_name"),
+    ({"test": ["spec/model.py::test_x"]}, "not tests/test_x.py::test_name"),
+    ({"where": []}, "where"),
+    ({"id": "Not An Id"}, "id"),
+    ({"holds": [{"ref": "no colon", "value": 1}]}, "ref"),
+    ({"figure": 3}, "figure"),
+])
+def test_a_bad_row_is_refused(tmp_path, change, words):
+    path = tmp_path / "requirements.yaml"
+    path.write_text(yaml.safe_dump({"requirements": [{**GOOD, **change}]}))
+    with pytest.raises(ValidationError, match=words):
+        ledger.load_requirements(path)
+
+
+def test_a_good_row_loads_and_an_id_listed_twice_is_refused(tmp_path):
+    path = tmp_path / "requirements.yaml"
+    path.write_text(yaml.safe_dump({"requirements": [GOOD]}))
+    assert [r.id for r in ledger.load_requirements(path)] == ["x"]
+    path.write_text(yaml.safe_dump({"requirements": [GOOD, GOOD]}))
+    with pytest.raises(ValueError, match="ids listed twice: x"):
+        ledger.load_requirements(path)
+
+
+@pytest.mark.parametrize("ref", ["spec.scratch:__import__('os')", "spec.scratch:HOT_TIER_READ_IOPS + 1",
+                                 "spec.requirements:stack_setting(key='aws:region')"])
+def test_a_ref_that_is_more_than_a_lookup_is_refused(ref):
+    with pytest.raises(ValueError, match="only names, attributes"):
+        ledger.resolve(ref)
+
+
+def test_the_dcgm_exporter_keeps_the_operators_port():
+    # The operator serves the exporter on 9400 (NVIDIA/gpu-operator v26.7.0 assets/state-dcgm-exporter/
+    # 0400_service.yaml lines 15-16, 0800_daemonset.yaml lines 43-44: DCGM_EXPORTER_LISTEN ":9400"); the chart's values
+    # have no port key (values.yaml dcgmExporter.service: internalTrafficPolicy only). Nothing gpu-cloud sets moves it.
+    dcgm = operator_values((Taint(*GPU_TAINT),), SYSTEM_NODE_LABELS)["dcgmExporter"]
+
+    def keys(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield str(k)
+                yield from keys(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from keys(v)
+                if isinstance(v, dict) and "name" in v:
+                    yield str(v["name"])
+    assert not [k for k in keys(dcgm) if "port" in k.lower() or "listen" in k.lower() or k == "service"]
+    assert "9400" in (ROOT / "docs" / "monitoring.md").read_text()
