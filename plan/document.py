@@ -12,7 +12,7 @@ from plan.engine import ACCOUNT_ID, ProgramRun
 from plan.views import VIEW_NAMES, ViewFacts, computed_outputs
 from spec import lustre as lustre_rules
 from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, preflight,
-                  replication, scratch, triton)
+                  replication, requirements, scratch, triton)
 from spec.pools import efa_devices, offered_gpu_resources
 from spec.validate import StackSpec
 from spec.zones import reservations_from_table
@@ -346,6 +346,7 @@ def render_text(document: Mapping[str, Any]) -> str:
     if document.get("warnings"):
         lines += ["Warnings:"] + [f"  - {w}" for w in document["warnings"]] + [""]
     lines += _policy_lines(document["policy"])
+    lines += ["", f"Design ledger: {requirements.summary(requirements.load_requirements())} (docs/requirements.md)"]
     return "\n".join(lines)
 
 

@@ -116,7 +116,7 @@ UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe", "elasticlo
 UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
 REPLICATED_PURPOSES = ("checkpoints", "models")     # spec/buckets.py REPLICATED: what a primary prod stack copies
-DR_PEER_REFERENCE = "dr-peer"                       # __main__.py: the primary's StackReference to its DR peer
+DR_PEER_REFERENCE = "dr-peer"                       # layers.foundation: the primary's StackReference to its DR peer
 
 
 @lru_cache(maxsize=1)

@@ -501,7 +501,7 @@ def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalo
                   reservations=None) -> List[ConfigIssue]:
     """The GPU pools at maxNodes, priced as the plan's cost section prices them (spec/cost.py), against the budget.
     A pool without a price is a gap the plan reports, not a reason to refuse the stack. Without `reservations`
-    (config alone) a reservation counts maxNodes instances; __main__.py checks again with the account's answer."""
+    (config alone) a reservation counts maxNodes instances; layers.prepare checks again with the account's answer."""
     rows = [p for p in cost.pool_costs(pools, catalog, region, reservations=reservations) if not p.gap]
     total = round(sum(p.hourly_at_max for p in rows), 4)
     # In cents, as the message shows them: a budget written as the exact cost must pass, and "$131.07 above the

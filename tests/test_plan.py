@@ -41,6 +41,16 @@ def test_make_plan_shows_capacity_and_cost_tables(documents):
     assert re.search(r"\n  train-h100 +p5\.48xlarge +H100 +8 +51 +reserved +4/4/4 +32 +32", text)
 
 
+def test_the_report_ends_with_the_design_ledgers_counts(documents):
+    from spec.requirements import load_requirements, summary
+
+    rows = load_requirements()
+    line = f"Design ledger: {summary(rows)} (docs/requirements.md)"
+    assert summary(rows).startswith(f"{len(rows)} requirements: ")
+    for stack, (text, _) in documents.items():
+        assert text.rstrip("\n").splitlines()[-1] == line, stack
+
+
 def test_plan_shows_each_zones_subnets_pools_and_address_demand(documents):
     text, document = documents["prod-us-east-1"]
     zones = {z["zoneId"]: z for z in document["outputs"]["zones"]}

@@ -1,0 +1,343 @@
+"""The stack's layers, each one function that registers its components (`__main__.py` calls them in order).
+
+`prepare` reads the stack config once, validates it and checks it against the account, registering nothing but the
+stack's AWS provider. Then, in order:
+- `foundation`: network, EKS cluster, buckets (replicated to the DR peer from a primary);
+- `compute`: spot/scale-in draining, one GPU node pool per `nodePools` entry, cluster-autoscaler;
+- `observability`: Prometheus, alert rules, Alertmanager, Grafana. Before the platform: the GPU operator and the
+  repair controller need its CRDs and its Prometheus;
+- `platform`: GPU node repair, GPU operator, the controllers team objects depend on, team tenancy, the training
+  jobs' data access, FSx for Lustre, the training queue;
+- `serving`: Triton behind an NLB and this stack's half of the two regions' DNS record;
+- `outputs`: the stack outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Dict, List, Optional
+
+import pulumi
+import pulumi_aws as aws
+
+from components.account import read_account, read_deployer
+from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
+from components.buckets import SecureBucket, stack_buckets
+from components.cluster import ClusterArgs, EksCluster
+from components.data_access import DataAccess, DataAccessArgs, JobBucket
+from components.failover import Failover, FailoverArgs
+from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.inference import Inference, InferenceArgs, ModelRepository
+from components.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
+from components.lustre import Lustre, LustreArgs
+from components.monitoring import MonitoringArgs, MonitoringStack
+from components.network import Network, NetworkArgs
+from components.node_drain import NodeDrain, NodeDrainArgs
+from components.node_repair import NodeRepair, NodeRepairArgs
+from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
+from components.replication import ReplicatedBucket, Replication, ReplicationArgs
+from components.tenancy import Tenancy, TenancyArgs
+from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
+from plan.stackfile import peer_cidr
+from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller
+from spec import kueue as kueue_rules, lustre as lustre_rules, pools as pool_rules, preflight, replication, tenancy
+from spec import triton as triton_rules
+from spec.deployer import AWS_PROVIDER_KEYS, AwsSettings, aws_settings
+from spec.errors import ConfigError, ConfigIssue, key_path
+from spec.model import SECRET_KEYS, SECTIONS
+from spec.validate import NAMESPACE, StackSpec, budget_issues, load_stack_spec, stack_warnings
+from spec.zones import AccountZones, ZoneLayout, reservation_table, resolve_layout, zone_table
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What every layer reads: the validated spec, the account's answers, and the stack's AWS provider."""
+    spec: StackSpec
+    settings: AwsSettings
+    webhook_url: Optional[str]
+    aws_provider: aws.Provider
+    account: AccountZones
+    layout: ZoneLayout
+    deployer_arn: str
+    account_id: str
+    partition: str
+
+    @property
+    def with_aws(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(providers={"aws": self.aws_provider})
+
+
+@dataclass(frozen=True)
+class Foundation:
+    network: Network
+    cluster: EksCluster
+    buckets: Dict[str, SecureBucket]     # by purpose (spec.buckets.PURPOSES)
+    with_cluster: pulumi.ResourceOptions
+
+
+@dataclass(frozen=True)
+class Platform:
+    teams: Tenancy
+    lb: Optional[LoadBalancerController]
+
+
+def _project_config() -> dict:
+    """Each declared `gpu-cloud:` key that the stack sets, through the public Config API (objects parsed). Secret
+    keys are read raw only to check their form (spec.validate.secret_issues); the program uses them as secrets."""
+    config = pulumi.Config(NAMESPACE)
+    values = {key: config.get(key) if key == "environment" else config.get_object(key) for key in SECTIONS}
+    values.update({key: pulumi.runtime.get_config(f"{NAMESPACE}:{key}") for key in SECRET_KEYS})
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _aws_config() -> dict:
+    """The stack's `aws:` settings gpu-cloud passes to its AWS provider."""
+    config = pulumi.Config("aws")
+    values = {key: config.get_object(key) if key in ("assumeRoles", "allowedAccountIds") else config.get(key)
+              for key in AWS_PROVIDER_KEYS}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def prepare() -> Stack:
+    """Read and validate the stack, then check it against the account; every mistake is one RunError listing them."""
+    try:
+        keys = _project_config()
+        settings = aws_settings(_aws_config())
+        spec = load_stack_spec(keys, stack=pulumi.get_stack(), region=settings.region,
+                               project=pulumi.get_project(), peer_cidr=peer_cidr(keys))
+        check_user_data_fits(spec)
+        # One AWS provider for everything, reads included: it is the stack's `aws:` identity (an explicit provider
+        # does not read `aws:` config itself), so ARNs name the right account and the deployer is who runs it.
+        aws_provider = aws.Provider(
+            "aws", region=spec.region, profile=settings.profile,
+            assume_roles=[aws.ProviderAssumeRoleArgs(**settings.assume_role)] if settings.assume_role else None,
+            allowed_account_ids=list(settings.allowed_account_ids) or None,
+            default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
+        reads = pulumi.InvokeOptions(provider=aws_provider)
+        pool_names = [pool.name for pool in spec.pools]   # errors name the pool beside its index
+        account = read_account(spec, reads)
+        layout = resolve_layout(spec, account)   # zones, offerings, reservations, subnet room
+        preflight_warnings = preflight.check_account(spec, account)   # vCPU quotas, interface endpoint zones
+        over_budget = budget_issues(spec, account.reservations)      # reservations at the size EC2 bills
+        if over_budget:
+            raise ConfigError(over_budget, pool_names=pool_names)
+        if spec.storage.lustre is not None:   # the file system's zone: where the training pools are
+            zone_problems = lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa)
+            if zone_problems:
+                raise ConfigError([ConfigIssue(key_path(NAMESPACE, parts), message)
+                                   for parts, message in zone_problems], pool_names=pool_names)
+        deployer_arn = read_deployer(reads)
+        # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
+        teams_with_deployer = [team for team, access in spec.tenancy.teams if deployer_arn in access.role_arns]
+        if teams_with_deployer:
+            raise ConfigError([ConfigIssue(f"{NAMESPACE}:tenancy.teams.{team}.roleArns", f"{deployer_arn} runs "
+                                           "Pulumi and so has a cluster-admin access entry; give the team another role")
+                               for team in teams_with_deployer])
+    except ConfigError as error:
+        raise pulumi.RunError(str(error)) from None
+    for warning in stack_warnings(spec, date.today()) + list(layout.warnings) + preflight_warnings:
+        pulumi.log.warn(warning)
+    return Stack(spec=spec, settings=settings, webhook_url=keys.get("alertWebhookUrl") or None,
+                 aws_provider=aws_provider, account=account, layout=layout, deployer_arn=deployer_arn,
+                 account_id=aws.get_caller_identity(opts=reads).account_id,
+                 partition=aws.get_partition(opts=reads).partition)
+
+
+def foundation(stack: Stack) -> Foundation:
+    """Network, EKS cluster and buckets; a DR primary replicates checkpoints and models to its peer."""
+    spec, layout, retention = stack.spec, stack.layout, stack.spec.log_retention_days
+    tgw = spec.network.transit_gateway
+    network = Network("network", NetworkArgs(
+        cidr=spec.network.cidr, zones=layout.zones, nat_gateways=spec.network.nat_gateways,
+        cluster_name=spec.cluster_name, flow_log_retention_days=retention, transit_gateway_id=tgw.id if tgw else None,
+        transit_routes=tgw.routes if tgw else ()), opts=stack.with_aws)
+    cluster = EksCluster("cluster", ClusterArgs(
+        name=spec.cluster_name, kubernetes_version=spec.cluster.kubernetes_version,
+        subnet_ids=list(network.private_subnet_ids.values()), public_access_cidrs=spec.cluster.public_access_cidrs,
+        admin_role_arns=spec.cluster.admin_role_arns, log_retention_days=retention, deployer_arn=stack.deployer_arn,
+        private_access_cidrs=spec.cluster.private_access_cidrs,
+        private_access_security_group_ids=spec.cluster.private_access_security_group_ids,
+        token_args=tuple(stack.settings.token_args()), deployer_network=network.transit_routes), opts=stack.with_aws)
+    buckets = stack_buckets(project=spec.project, stack=spec.stack, account_id=stack.account_id,
+                            partition=stack.partition, region=spec.region, log_retention_days=retention,
+                            force_destroy=spec.environment == "dev", opts=stack.with_aws)
+    # A primary replicates checkpoints and models into its DR peer's buckets, which the peer stack exports.
+    if spec.dr.role == "primary":
+        peer = pulumi.StackReference("dr-peer", stack_name=spec.dr.peer_stack)
+        peer_buckets = {purpose: peer.get_output("buckets").apply(
+            lambda exports, purpose=purpose: replication.peer_bucket(exports, spec.dr.peer_stack, purpose))
+            for purpose in bucket_rules.REPLICATED}
+        Replication("replication", ReplicationArgs(buckets=[
+            ReplicatedBucket(purpose=purpose, bucket_id=buckets[purpose].bucket.id,
+                             bucket_arn=buckets[purpose].bucket_arn, key_arn=buckets[purpose].key_arn,
+                             versioning=buckets[purpose].versioning, target_bucket_arn=peer_buckets[purpose]["arn"],
+                             target_key_arn=peer_buckets[purpose]["keyArn"])
+            for purpose in bucket_rules.REPLICATED]), opts=stack.with_aws)
+    with_cluster = pulumi.ResourceOptions(providers={"aws": stack.aws_provider, "kubernetes": cluster.kube_provider})
+    return Foundation(network=network, cluster=cluster, buckets=buckets, with_cluster=with_cluster)
+
+
+def compute(stack: Stack, base: Foundation) -> List[GpuNodePool]:
+    """The drain handler, then one GPU node pool per `nodePools` entry, then cluster-autoscaler over them."""
+    spec, cluster, name = stack.spec, base.cluster, stack.spec.cluster_name
+    # Before the pools, so that deleting a pool (or the stack) still has the drain handler for its last nodes.
+    asg_names = tuple(pool_rules.asg_name(name, pool.name) for pool in spec.pools)
+    asg_arn_patterns = tuple(pool_rules.asg_arn_pattern(stack.partition, spec.region, stack.account_id, asg)
+                             for asg in asg_names)
+    node_drain = NodeDrain("node-drain", NodeDrainArgs(
+        cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names, asg_arn_patterns=asg_arn_patterns),
+        opts=base.with_cluster)
+    ami_id = read_ami_id(spec.node_image, pulumi.InvokeOptions(provider=stack.aws_provider))
+    connection = ClusterConnection(
+        name=cluster.cluster_name, endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
+        service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id)
+    artifacts = base.buckets["artifacts"]
+    node_pools = [GpuNodePool(pool.name, NodePoolArgs(
+        pool=pool, cluster_name=name, cluster=connection, region=spec.region, account_id=stack.account_id,
+        partition=stack.partition, vpc_id=base.network.vpc_id, subnet_ids=base.network.private_subnet_ids,
+        zones=stack.layout.pool_zones[pool.name], image=spec.node_image, ami_id=ami_id,
+        nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
+        artifact_bucket=artifacts.bucket_name, artifact_key_arn=artifacts.key_arn,
+        lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None),
+        instance_tags=spec.resource_tags, depends_on=[cluster.addons["vpc-cni"], node_drain]), opts=stack.with_aws)
+        for pool in spec.pools]
+    priorities: Dict[int, list] = {}
+    for pool, component in zip(spec.pools, node_pools):
+        priorities.setdefault(pool_rules.autoscaler_priority(pool), []).append(component.asg_name)
+    ClusterAutoscaler("autoscaler", AutoscalerArgs(
+        cluster_name=cluster.cluster_name, cluster_name_plain=name, region=spec.region,
+        kubernetes_version=spec.cluster.kubernetes_version,
+        priorities={weight: tuple(names) for weight, names in priorities.items()},
+        max_node_provision_time=boot.max_node_provision_time(spec.node_image.source),
+        asg_arn_patterns=asg_arn_patterns,
+        nodegroup_arns=autoscaling.nodegroup_arn_pattern(stack.partition, spec.region, stack.account_id, name)),
+        opts=base.with_cluster)
+    return node_pools
+
+
+def observability(stack: Stack, base: Foundation) -> MonitoringStack:
+    """Prometheus (scraping the DCGM exporter, node-exporter with the verifier's textfile, the termination handler),
+    the GPU alert rules, Alertmanager to the stack's webhook, and Grafana with gpu-cloud's dashboards."""
+    spec, triton = stack.spec, stack.spec.inference.triton
+    return MonitoringStack("monitoring", MonitoringArgs(
+        settings=spec.monitoring, dashboards=dashboards.dashboards(), node_exporter_args=alert_rules.NODE_EXPORTER_ARGS,
+        rule_groups=alert_rules.rule_groups(spec.monitoring.alerts, spec.pools, spec.catalog,
+                                            triton.target_queue_ms if triton.enabled else None),
+        webhook_url=pulumi.Output.secret(stack.webhook_url) if stack.webhook_url else None,
+        depends_on=[base.cluster.addons["aws-ebs-csi-driver"]]), opts=base.with_cluster)
+
+
+def platform(stack: Stack, base: Foundation, monitoring: MonitoringStack) -> Platform:
+    """GPU node repair, the GPU operator, the controllers team objects carry finalizers of, team tenancy, the
+    training jobs' bucket access, FSx for Lustre and the training queue."""
+    spec, cluster, buckets, opts = stack.spec, base.cluster, base.buckets, base.with_cluster
+    artifacts, triton = buckets["artifacts"], spec.inference.triton
+    # Sick GPU nodes rebooted or replaced through their groups, within each pool's budget; a pool whose launches
+    # keep failing the gate braked. After monitoring: it asks Prometheus what the nodes' checkers say.
+    NodeRepair("node-repair", NodeRepairArgs(
+        cluster_name=cluster.cluster_name, cluster_name_plain=spec.cluster_name, region=spec.region,
+        partition=stack.partition, account_id=stack.account_id, pools=spec.pools, dry_run=spec.repair.dry_run,
+        max_per_pool_per_hour=spec.repair.max_per_pool_per_hour, reports_bucket=artifacts.bucket_name,
+        reports_bucket_arn=artifacts.bucket_arn, reports_key_arn=artifacts.key_arn, monitoring=monitoring.release),
+        opts=opts)
+    # After monitoring: the operator makes the DCGM exporter's ServiceMonitor only once that CRD exists.
+    GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools, after=[monitoring.release]), opts=opts)
+    # Kueue (and the MPI Operator) where the stack queues training, the load balancer controller where it serves:
+    # before the team namespaces, whose objects carry their finalizers.
+    queued = kueue_rules.flavors(spec.pools, spec.catalog)   # none without a training or general pool
+    operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source=spec.node_image.source),
+                                  opts=opts) if queued else None
+    lb = LoadBalancerController("lb-controller", LoadBalancerControllerArgs(
+        cluster_name=cluster.cluster_name, cluster_name_plain=spec.cluster_name, region=spec.region,
+        partition=stack.partition, account_id=stack.account_id, vpc_id=base.network.vpc_id, scheme=triton.scheme),
+        opts=opts) if triton.enabled else None
+    teams = Tenancy("tenancy", TenancyArgs(
+        cluster_name=cluster.cluster_name, vpc_cidr=spec.network.cidr, gpu_quotas=tenancy.gpu_quotas(spec.pools),
+        cpu_memory_quotas=tenancy.cpu_memory_quotas(spec.pools),
+        container_defaults=tenancy.team_container_defaults(spec.pools),
+        team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
+        admin_principal_arns=(*spec.cluster.admin_role_arns, stack.deployer_arn),
+        controllers=tuple(c.release for c in (operators, lb) if c is not None)), opts=opts)
+    training_namespace = teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name
+    # The `trainer` service account's Pod Identity role: the data buckets, models read-only.
+    DataAccess("training-data", DataAccessArgs(
+        cluster_name=cluster.cluster_name, namespace=training_namespace, namespace_name=tenancy.TRAINING_NAMESPACE,
+        region=spec.region, buckets=[JobBucket(arn=buckets[purpose].bucket_arn, key_arn=buckets[purpose].key_arn,
+                                               writable=purpose not in bucket_rules.JOB_READ_ONLY)
+                                     for purpose in bucket_rules.JOB_DATA]), opts=opts)
+    if spec.storage.lustre is not None:
+        _lustre(stack, base, training_namespace)
+    if operators is not None:   # the flavors per pool and the queues, once Kueue answers
+        TrainingQueue("training", TrainingQueueArgs.for_pools(
+            spec.pools, spec.catalog, operators=operators, nvlink_schedule=spec.training.nvlink_check_schedule,
+            across_node_schedule=spec.training.across_node_check_schedule, training_namespace=training_namespace),
+            opts=opts)
+    return Platform(teams=teams, lb=lb)
+
+
+def _lustre(stack: Stack, base: Foundation, training_namespace: pulumi.Output) -> None:
+    """FSx for Lustre in the training pools' zone, its S3 association, the CSI driver, and a claim in the training
+    namespace."""
+    spec, lustre = stack.spec, stack.spec.storage.lustre
+    zone = lustre_rules.lustre_zone(spec.pools, stack.layout.pool_zones, stack.layout.zones)
+    fsx = Lustre("lustre", LustreArgs(
+        cluster_name=spec.cluster_name, environment=spec.environment, capacity_gib=lustre.capacity_gib,
+        throughput_per_tib=lustre.throughput_per_tib, efa=lustre.efa, import_path=lustre.import_path,
+        datasets_bucket=base.buckets[bucket_rules.DATASETS].bucket_name, vpc_id=base.network.vpc_id,
+        subnet_id=base.network.private_subnet_ids[zone.zone_id],
+        client_security_group_ids=[base.cluster.cluster_security_group_id], region=spec.region,
+        account_id=stack.account_id, partition=stack.partition, log_retention_days=spec.log_retention_days,
+        namespace=training_namespace), opts=base.with_cluster)
+    pulumi.export("lustre", {"fileSystemId": fsx.file_system_id, "dnsName": fsx.dns_name, "mountName": fsx.mount_name,
+                             "pvcName": fsx.pvc_name, "zoneId": zone.zone_id})
+
+
+def serving(stack: Stack, base: Foundation, team_platform: Platform, monitoring: MonitoringStack) -> None:
+    """Triton on its pool, from the stack's models bucket unless the stack names another repository, and this
+    stack's half of the two regions' record for dr.domain, with a health check on Triton's readiness."""
+    spec, triton = stack.spec, stack.spec.inference.triton
+    if not triton.enabled:
+        return
+    models = base.buckets[bucket_rules.MODELS]
+    repository = (ModelRepository(uri=triton.model_repository, key_arn=None,
+                                  bucket_arn=triton_rules.repository_bucket_arn(triton.model_repository,
+                                                                                stack.partition))
+                  if triton.model_repository else
+                  ModelRepository(uri=pulumi.Output.concat("s3://", models.bucket_name, "/", triton_rules.NAME),
+                                  bucket_arn=models.bucket_arn, key_arn=models.key_arn, own_prefix=triton_rules.NAME))
+    inference = Inference("inference", InferenceArgs(
+        cluster_name=base.cluster.cluster_name, region=spec.region,
+        namespace=team_platform.teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
+        namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
+        catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
+        monitoring=monitoring, lb_controller=team_platform.lb.release), opts=base.with_cluster)
+    pulumi.export("inferenceEndpoint", inference.endpoint)
+    if inference.publisher is not None:
+        pulumi.export("modelPublisherRoleArn", inference.publisher.arn)
+    if spec.dr.role in ("primary", "secondary"):
+        dns = Failover("inference-dns", FailoverArgs(
+            domain=spec.dr.domain, hosted_zone_id=spec.dr.hosted_zone_id, stack=spec.stack, region=spec.region,
+            policy=failover.record_policy(spec.dr.role, spec.dr.routing, spec.region), scheme=triton.scheme,
+            endpoint=inference.endpoint, load_balancer_tags=lb_controller.controller_load_balancer_tags(
+                spec.cluster_name, tenancy.INFERENCE_NAMESPACE, triton_rules.NAME)), opts=stack.with_aws)
+        pulumi.export("inferenceDns", {"fqdn": dns.record.fqdn, "routing": spec.dr.routing})
+
+
+def outputs(stack: Stack, base: Foundation, node_pools: List[GpuNodePool]) -> None:
+    """The stack outputs operators and the DR peer read."""
+    spec, cluster, buckets = stack.spec, base.cluster, base.buckets
+    pulumi.export("region", spec.region)
+    pulumi.export("clusterName", cluster.cluster_name)
+    pulumi.export("clusterEndpoint", cluster.endpoint)
+    # For operators: `pulumi stack output kubeconfig > kubeconfig.json`. It holds no credential (it runs
+    # `aws eks get-token` as the caller), so it is exported in the clear.
+    pulumi.export("kubeconfig", pulumi.Output.unsecret(cluster.kubeconfig))
+    pulumi.export("vpcId", base.network.vpc_id)
+    pulumi.export("zones", zone_table(spec, stack.layout))
+    # Each reservation and capacity block as the account reports it: the size and term the cost section bills.
+    pulumi.export("reservations", reservation_table(stack.account.reservations))
+    pulumi.export("nodePools", {p.asg_name: p.asg.arn for p in node_pools})
+    pulumi.export("artifactBucket", buckets["artifacts"].bucket_name)
+    # What a DR primary reads from this stack (and what jobs and Triton use): every bucket with its key.
+    pulumi.export("buckets", {purpose: {"name": b.bucket_name, "arn": b.bucket_arn, "keyArn": b.key_arn}
+                              for purpose, b in buckets.items()})
