@@ -50,7 +50,7 @@ CHART_SOURCES = {
         "aws/aws-node-termination-handler", "v1.25.1", "config/helm/aws-node-termination-handler"),
     ("cluster-autoscaler", "9.59.0"): ("kubernetes/autoscaler", "cluster-autoscaler-chart-9.59.0",
                                        "cluster-autoscaler/charts/cluster-autoscaler"),
-    # Chart.yaml keeps a placeholder version in git; release CI stamps the tag's (spec/charts.yaml).
+    # Chart.yaml in git carries a development version; release CI writes the tag's (spec/charts.yaml).
     ("gpu-operator", "v26.7.0"): ("NVIDIA/gpu-operator", "v26.7.0", "deployments/gpu-operator"),
     ("node-feature-discovery", "0.19.0"): ("kubernetes-sigs/node-feature-discovery", "v0.19.0",
                                            "deployment/helm/node-feature-discovery"),
@@ -95,6 +95,14 @@ def _source(repo: str, tag: str, path: str, mirror: Path) -> Tuple[Dict[str, str
 def kueue_fields(mirror: Path) -> Dict[str, Any]:
     where, text = _source(*KUEUE, mirror)
     return {**where, "fields": sorted(upstream_records.go_json_fields(text))}
+
+
+def gpu_config_fields(mirror: Path) -> Dict[str, Any]:
+    files = []
+    for repo, tag, path in upstream_records.GO_CONFIG_SOURCES:
+        where, text = _source(repo, tag, path, mirror)
+        files.append({**where, "fields": sorted(upstream_records.go_field_names(text))})
+    return {"files": files}
 
 
 def fsx_csi_values(mirror: Path) -> Dict[str, Any]:
@@ -165,6 +173,7 @@ def crd_schemas(mirror: Path) -> Dict[str, Any]:
 
 
 MAKERS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
+          upstream_records.GO_CONFIG_FIELDS: gpu_config_fields,
            "al2023-units.json": al2023_units, crds.RECORD: crd_schemas}
 
 

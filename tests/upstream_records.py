@@ -9,6 +9,7 @@ Records, each with its sources' repository, tag, path and blob:
 - crd-schemas.json: each CRD version's openAPIV3Schema without descriptions, pruned to the fields the tests'
   objects use (an object that uses another field fails until the record is made again, from the source);
 - kueue-configuration-fields.json: the JSON field names Kueue's config API declares;
+- gpu-config-fields.json: the JSON field names of the device plugin's and mig-parted's config APIs (GO_CONFIG_SOURCES);
 - fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line;
 - chart-values/<chart>-<version>.yaml: each pinned chart's own values.yaml without its prose (`without_prose`: every
   key, value and commented-out key on its own line, the authors' comments left out), for the charts spec/charts.yaml
@@ -100,6 +101,32 @@ def without_prose(text: str, keep: Tuple[int, ...] = ()) -> str:
     if yaml.safe_load(result) != source:
         raise ValueError("leaving the prose out changed the values")
     return result
+
+
+# Go config APIs the GPU operator's operands read, whose JSON field names the tests hold the program's configs to:
+# the device plugin's config v1 at the operator's plugin tag, mig-parted's config v1 at the MIG manager's tag.
+GO_CONFIG_SOURCES = (
+    ("NVIDIA/k8s-device-plugin", "v0.20.0", "api/config/v1/config.go"),
+    ("NVIDIA/k8s-device-plugin", "v0.20.0", "api/config/v1/sharing.go"),
+    ("NVIDIA/k8s-device-plugin", "v0.20.0", "api/config/v1/replicas.go"),
+    ("NVIDIA/k8s-device-plugin", "v0.20.0", "api/config/v1/flags.go"),
+    ("NVIDIA/mig-parted", "v0.15.0", "api/spec/v1/spec.go"),
+)
+GO_CONFIG_FIELDS = "gpu-config-fields.json"
+
+
+def go_field_names(source: str) -> Set[str]:
+    """The JSON names a Go file's struct tags declare, hyphenated ones included (`json:"mig-configs"`)."""
+    return set(re.findall(r'json:"([A-Za-z-]+)[,"]', source))
+
+
+def recorded_go_fields(repo: str, tag: str, path: str) -> Set[str]:
+    """The JSON field names `path` declared at `tag`, from the record (scripts/upstream_records.py --check holds it
+    against the source)."""
+    for entry in record(GO_CONFIG_FIELDS)["files"]:
+        if (entry["repo"], entry["tag"], entry["path"]) == (repo, tag, path):
+            return set(entry["fields"])
+    raise KeyError(f"{repo} {tag}:{path} is not in {GO_CONFIG_FIELDS}: add it to GO_CONFIG_SOURCES; {RERECORD}")
 
 
 def git_blob_id(data: bytes) -> str:
