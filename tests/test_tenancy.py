@@ -334,29 +334,40 @@ POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 POLICY_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 
 
-def test_the_api_server_refuses_team_pods_that_reach_their_host(run):
-    assert len(run.of_type(POLICY)) == len(run.of_type(POLICY_BINDING)) == 2     # host isolation, external IPs
-    policy = run.one(POLICY, "tenancy-host-isolation")
-    binding = run.one(POLICY_BINDING, "tenancy-host-isolation")
+def _assert_tenant_policy(run, resource_name: str, policy_name: str, resources: List[str], validations) -> None:
+    """A Deny-bound ValidatingAdmissionPolicy over core `resources` in every team namespace, with `validations`."""
+    policy = run.one(POLICY, resource_name)
+    binding = run.one(POLICY_BINDING, resource_name)
     spec = policy.inputs["spec"]
+    assert policy.inputs["metadata"]["name"] == policy_name
     assert spec["failurePolicy"] == "Fail"
     assert spec["matchConstraints"]["namespaceSelector"] == {
         "matchExpressions": [{"key": "gpu-cloud.io/tenant", "operator": "Exists"}]}
     assert spec["matchConstraints"]["resourceRules"] == [{
-        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-        "resources": ["pods", "pods/ephemeralcontainers"]}]
-    assert [(v["expression"], v["message"]) for v in spec["validations"]] == tenancy.host_isolation_validations()
-    assert binding.inputs["spec"] == {"policyName": "gpu-cloud-tenant-host-isolation", "validationActions": ["Deny"]}
+        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}]
+    assert [(v["expression"], v["message"]) for v in spec["validations"]] == validations
+    assert binding.inputs["spec"] == {"policyName": policy_name, "validationActions": ["Deny"]}
     assert policy.urn in binding.dependencies
 
 
-def _refusals(pod_spec) -> List[str]:
-    """The messages of the host isolation rules a Pod with `pod_spec` breaks, evaluated with a CEL interpreter."""
+def test_the_api_server_refuses_team_pods_that_reach_their_host(run):
+    assert len(run.of_type(POLICY)) == len(run.of_type(POLICY_BINDING)) == 2     # host isolation, external IPs
+    _assert_tenant_policy(run, "tenancy-host-isolation", "gpu-cloud-tenant-host-isolation",
+                          ["pods", "pods/ephemeralcontainers"], tenancy.host_isolation_validations())
+
+
+def _cel_refusals(kind: str, spec, validations) -> List[str]:
+    """The messages of `validations` an object of `kind` with `spec` breaks, evaluated with a CEL interpreter."""
     import celpy
     env = celpy.Environment()
-    pod = celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
-    return [message for expression, message in tenancy.host_isolation_validations()
-            if not env.program(env.compile(expression)).evaluate({"object": pod})]
+    obj = celpy.json_to_cel({"apiVersion": "v1", "kind": kind, "spec": spec})
+    return [message for expression, message in validations
+            if not env.program(env.compile(expression)).evaluate({"object": obj})]
+
+
+def _refusals(pod_spec) -> List[str]:
+    """The messages of the host isolation rules a Pod with `pod_spec` breaks."""
+    return _cel_refusals("Pod", pod_spec, tenancy.host_isolation_validations())
 
 
 def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
@@ -484,26 +495,12 @@ def test_the_job_templates_pass_host_isolation():
 
 
 def test_the_api_server_refuses_team_services_with_external_ips(run):
-    policy = run.one(POLICY, "tenancy-no-external-ips")
-    binding = run.one(POLICY_BINDING, "tenancy-no-external-ips")
-    spec = policy.inputs["spec"]
-    assert policy.inputs["metadata"]["name"] == tenancy.SERVICE_EXTERNAL_IPS_POLICY
-    assert spec["failurePolicy"] == "Fail"
-    assert spec["matchConstraints"]["namespaceSelector"] == {
-        "matchExpressions": [{"key": "gpu-cloud.io/tenant", "operator": "Exists"}]}
-    assert spec["matchConstraints"]["resourceRules"] == [{
-        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]}]
-    assert [(v["expression"], v["message"]) for v in spec["validations"]] == tenancy.service_validations()
-    assert binding.inputs["spec"] == {"policyName": "gpu-cloud-tenant-no-external-ips", "validationActions": ["Deny"]}
-    assert policy.urn in binding.dependencies
+    _assert_tenant_policy(run, "tenancy-no-external-ips", tenancy.SERVICE_EXTERNAL_IPS_POLICY, ["services"],
+                          tenancy.service_validations())
 
 
 def _service_refusals(service_spec) -> List[str]:
-    import celpy
-    env = celpy.Environment()
-    service = celpy.json_to_cel({"apiVersion": "v1", "kind": "Service", "spec": service_spec})
-    return [message for expression, message in tenancy.service_validations()
-            if not env.program(env.compile(expression)).evaluate({"object": service})]
+    return _cel_refusals("Service", service_spec, tenancy.service_validations())
 
 
 @pytest.mark.parametrize("service_spec, refused", [
