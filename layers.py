@@ -21,32 +21,38 @@ import pulumi
 import pulumi_aws as aws
 
 from components.account import read_account, read_deployer
-from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
-from components.buckets import SecureBucket, stack_buckets
 from components.cluster import ClusterArgs, EksCluster
-from components.data_access import DataAccess, DataAccessArgs, JobBucket
-from components.failover import Failover, FailoverArgs
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.inference import Inference, InferenceArgs, ModelRepository
-from components.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
-from components.lustre import Lustre, LustreArgs
 from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
-from components.node_drain import NodeDrain, NodeDrainArgs
-from components.node_repair import NodeRepair, NodeRepairArgs
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
-from components.replication import ReplicatedBucket, Replication, ReplicationArgs
-from components.tenancy import Tenancy, TenancyArgs
-from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
+from components.nodes.autoscaler import AutoscalerArgs, ClusterAutoscaler
+from components.nodes.node_drain import NodeDrain, NodeDrainArgs
+from components.nodes.node_repair import NodeRepair, NodeRepairArgs
+from components.nodes.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
+from components.platform.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.platform.tenancy import Tenancy, TenancyArgs
+from components.platform.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
+from components.serving.failover import Failover, FailoverArgs
+from components.serving.inference import Inference, InferenceArgs, ModelRepository
+from components.serving.lb_controller import LoadBalancerController, LoadBalancerControllerArgs
+from components.storage.buckets import SecureBucket, stack_buckets
+from components.storage.data_access import DataAccess, DataAccessArgs, JobBucket
+from components.storage.lustre import Lustre, LustreArgs
+from components.storage.replication import ReplicatedBucket, Replication, ReplicationArgs
+from decisions.config import preflight
+from decisions.config.deployer import AWS_PROVIDER_KEYS, AwsSettings, aws_settings
+from decisions.config.errors import ConfigError, ConfigIssue, key_path
+from decisions.config.model import SECRET_KEYS, SECTIONS
+from decisions.config.validate import NAMESPACE, StackSpec, budget_issues, load_stack_spec, stack_warnings
+from decisions.network.zones import AccountZones, ZoneLayout, reservation_table, resolve_layout, zone_table
+from decisions.nodes import autoscaling, boot
+from decisions.nodes import pools as pool_rules
+from decisions.observability import alert_rules, dashboards
+from decisions.platform import kueue as kueue_rules, tenancy
+from decisions.serving import failover, lb_controller
+from decisions.serving import triton as triton_rules
+from decisions.storage import buckets as bucket_rules
+from decisions.storage import lustre as lustre_rules, replication
 from plan.stackfile import peer_cidr
-from spec import alert_rules, autoscaling, boot, buckets as bucket_rules, dashboards, failover, lb_controller
-from spec import kueue as kueue_rules, lustre as lustre_rules, pools as pool_rules, preflight, replication, tenancy
-from spec import triton as triton_rules
-from spec.deployer import AWS_PROVIDER_KEYS, AwsSettings, aws_settings
-from spec.errors import ConfigError, ConfigIssue, key_path
-from spec.model import SECRET_KEYS, SECTIONS
-from spec.validate import NAMESPACE, StackSpec, budget_issues, load_stack_spec, stack_warnings
-from spec.zones import AccountZones, ZoneLayout, reservation_table, resolve_layout, zone_table
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,7 @@ class Stack:
 class Foundation:
     network: Network
     cluster: EksCluster
-    buckets: Dict[str, SecureBucket]     # by purpose (spec.buckets.PURPOSES)
+    buckets: Dict[str, SecureBucket]     # by purpose (decisions.storage.buckets.PURPOSES)
     with_cluster: pulumi.ResourceOptions
 
 
@@ -83,7 +89,8 @@ class Platform:
 
 def _project_config() -> dict:
     """Each declared `gpu-cloud:` key that the stack sets, through the public Config API (objects parsed). Secret
-    keys are read raw only to check their form (spec.validate.secret_issues); the program uses them as secrets."""
+    keys are read raw only to check their form (decisions.config.validate.secret_issues); the program uses them as
+    secrets."""
     config = pulumi.Config(NAMESPACE)
     values = {key: config.get(key) if key == "environment" else config.get_object(key) for key in SECTIONS}
     values.update({key: pulumi.runtime.get_config(f"{NAMESPACE}:{key}") for key in SECRET_KEYS})

@@ -25,9 +25,9 @@ import pulumi
 from pulumi import _types
 from pulumi.resource import Resource
 
+from decisions.config.validate import NAMESPACE, load_stack_spec
 from plan.engine import run_program
 from plan.stackfile import load_stack_config, project_keys
-from spec.validate import NAMESPACE, load_stack_spec
 
 STACKS = ("prod-us-east-1", "prod-eu-west-1", "dev")
 SCALE = (1, 2, 4, 8, 16, 64)

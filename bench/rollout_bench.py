@@ -1,7 +1,7 @@
 """Model an AMI rollout (a rolling instance refresh) of every pool of every shipped stack: how long it takes with
-the warmup the ASGs had (the launch hook's timeout), with the one they have now (spec/boot.node_ready_seconds),
-and the floor: the time the nodes themselves need, batch after batch, with no idle wait. Prints a Markdown table;
-results are kept in bench/RESULTS.md.
+the warmup the ASGs had (the launch hook's timeout), with the one they have now
+(decisions/nodes/boot.node_ready_seconds), and the floor: the time the nodes themselves need, batch after batch, with no
+idle wait. Prints a Markdown table; results are kept in bench/RESULTS.md.
 
 How EC2 Auto Scaling paces a rolling refresh (read 2026-12-04; "the guide" is its user guide as kept in
 awsdocs/amazon-ec2-auto-scaling-user-guide doc_source/asg-instance-refresh.md):
@@ -12,15 +12,15 @@ awsdocs/amazon-ec2-auto-scaling-user-guide doc_source/asg-instance-refresh.md):
   (the guide); MaxHealthyPercentage (100 to 200) the most that may be in service or pending, so rounded down here;
   the range between them is how many instances it replaces at once (APIReference/API_InstanceMaintenancePolicy.html),
   and never fewer than one: a minimum of 100 % "limits the rate of replacement to one instance at a time" (the
-  guide). Reserved and capacity-block pools keep a maximum of 100 % with a minimum of (n-1)/n (spec/pools.py
+  guide). Reserved and capacity-block pools keep a maximum of 100 % with a minimum of (n-1)/n (decisions/nodes/pools.py
   refresh_preferences): one node at a time, as a reservation has no spare room.
 
-One step: a node boots to the gate's CONTINUE (spec/boot.worst_case for the pool's shape, EC2 start included),
-then registers and advertises its GPUs (spec/boot.node_ready_seconds) inside the warmup, which starts at the same
-moment. So a step takes CONTINUE + max(warmup, ready), and the floor's step CONTINUE + ready. Every figure is the
-worst case the hook and the warmup are sized for. Nodes: the pool's desiredNodes (what the group runs when a deploy
-starts the refresh; cluster-autoscaler may have moved it since), or maxNodes with --nodes max. Left out, the same in
-every column: draining the node a step replaces (the termination hook, up to spec/drain.py
+One step: a node boots to the gate's CONTINUE (decisions/nodes/boot.worst_case for the pool's shape, EC2 start
+included), then registers and advertises its GPUs (decisions/nodes/boot.node_ready_seconds) inside the warmup, which
+starts at the same moment. So a step takes CONTINUE + max(warmup, ready), and the floor's step CONTINUE + ready. Every
+figure is the worst case the hook and the warmup are sized for. Nodes: the pool's desiredNodes (what the group runs when
+a deploy starts the refresh; cluster-autoscaler may have moved it since), or maxNodes with --nodes max. Left out, the
+same in every column: draining the node a step replaces (the termination hook, up to decisions/nodes/drain.py
 LIFECYCLE_DRAIN_TIMEOUT_S, bounded by its pods' grace).
 
     .venv/bin/python -m bench.rollout_bench [--nodes desired|max] [--driver-source ami|install]
@@ -31,10 +31,10 @@ import argparse
 from dataclasses import dataclass
 from typing import List, Optional
 
+from decisions.nodes import boot
+from decisions.nodes import pools as pool_rules
+from decisions.storage import lustre as lustre_rules
 from plan.stackfile import known_stacks, load_stack
-from spec import boot
-from spec import lustre as lustre_rules
-from spec import pools as pool_rules
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def stack_rollouts(stack: str, nodes: str = "desired", driver_source: Optional[s
     for pool in spec.pools:
         count = pool.spec.desired_nodes if nodes == "desired" else pool.spec.max_nodes
         refresh = pool_rules.refresh_preferences(pool)
-        # The same shape components/nodepool.py renders into the pool's user-data.
+        # The same shape components/nodes/nodepool.py renders into the pool's user-data.
         steps = boot.worst_case(source, nvswitch=spec.catalog.gpu_model(pool.primary_type.name).nvswitch,
                                 efa=pool.efa, lustre=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None))
         rows.append(PoolRollout(

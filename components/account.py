@@ -1,11 +1,11 @@
 """What the AWS account reports before anything is registered: the stack's zones, their instance offerings,
 the pools' capacity reservations, the transit gateway, and who is running Pulumi. Provider reads (invokes)
-through the stack's own AWS provider, no resources; spec/ checks the stack against the answers.
+through the stack's own AWS provider, no resources; decisions/ checks the stack against the answers.
 
 The identity running Pulumi needs ec2:DescribeAvailabilityZones, ec2:DescribeInstanceTypeOfferings,
 ec2:DescribeCapacityReservations, ec2:DescribeTransitGateways, iam:GetRole (the session context) and, for
 On-Demand Capacity Reservations (read through Cloud Control), cloudformation:GetResource; for the preflight
-(spec/preflight.py), servicequotas:GetServiceQuota and ec2:DescribeVpcEndpointServices.
+(decisions/config/preflight.py), servicequotas:GetServiceQuota and ec2:DescribeVpcEndpointServices.
 """
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ import pulumi
 import pulumi_aws as aws
 
 from components.network import INTERFACE_ENDPOINTS
-from spec.deployer import deployer_principal
-from spec.preflight import QUOTA_SERVICE, quota_demand
-from spec.errors import ConfigError, ConfigIssue
-from spec.zones import AccountZones, Reservation
+from decisions.config.deployer import deployer_principal
+from decisions.config.errors import ConfigError, ConfigIssue
+from decisions.config.preflight import QUOTA_SERVICE, quota_demand
+from decisions.network.zones import AccountZones, Reservation
 
 ODCR_TYPE = "AWS::EC2::CapacityReservation"
 
 
 def read_account(spec, opts: pulumi.InvokeOptions) -> AccountZones:
     """Available zones (ID -> name), which of the pools' types each declared zone offers, and each pool's
-    reservation (spec: a spec.validate.StackSpec). Raises ConfigError if the transit gateway is not there."""
+    reservation (spec: a decisions.config.validate.StackSpec). Raises ConfigError if the transit gateway is not
+    there."""
     available = aws.get_availability_zones(state="available", opts=opts)
     types = sorted({t.name for pool in spec.pools for t in pool.types})
     offered = aws.ec2.get_instance_type_offerings(location_type="availability-zone-id", filters=[
@@ -71,13 +72,13 @@ def _reservation(reservation_id: str, capacity: str, opts: pulumi.InvokeOptions)
     try:
         if capacity == "capacity-block":
             block = aws.ec2.get_capacity_block_reservation(id=reservation_id, opts=opts)
-            # start_date/end_date: the block's term (RFC 3339), which its upfront price covers (spec/cost.py)
+            # start_date/end_date: the block's term (RFC 3339), which its upfront price covers (decisions/cost/cost.py)
             return Reservation(reservation_id, block.availability_zone_id, block.instance_type, block.instance_count,
                                _group_name(block.placement_group_arn), start_date=block.start_date,
                                end_date=block.end_date)
         found = json.loads(aws.cloudcontrol.get_resource(type_name=ODCR_TYPE, identifier=reservation_id,
                                                          opts=opts).properties)
-        # InstanceCount: the size EC2 bills whether instances run or not (spec/cost.py prices the pool at it);
+        # InstanceCount: the size EC2 bills whether instances run or not (decisions/cost/cost.py prices the pool at it);
         # EndDate only when the reservation was given one (EndDateType limited).
         return Reservation(reservation_id, found["AvailabilityZoneId"], found["InstanceType"],
                            int(found["InstanceCount"]), _group_name(found.get("PlacementGroupArn")),

@@ -3,7 +3,7 @@
 Contents: a customer-managed KMS key (secrets envelope encryption and the control-plane log group),
 the cluster with a private endpoint (public only towards configured CIDRs), all five control-plane
 log types, API-only authentication with one cluster-admin access entry per admin role, the pinned
-managed add-ons (spec/addons.yaml), a small on-demand system node group so GPU nodes run GPU work
+managed add-ons (decisions/catalog/addons.yaml), a small on-demand system node group so GPU nodes run GPU work
 only, and a Kubernetes provider that authenticates with `aws eks get-token`.
 
 Decisions, with the reason each was taken:
@@ -21,7 +21,7 @@ Decisions, with the reason each was taken:
   primary ENA interface plus an efa-only one, so pod IPs come from the primary interface, which has
   room for far more pods than a GPU node runs. WARM_IP_TARGET/MINIMUM_IP_TARGET replace the default
   "one whole warm ENI" so each large GPU node does not hold ~50 idle subnet addresses. The
-  EFA-relevant requirement is the version floor (>= 1.18.5, enforced by spec/addons.py). The CNI
+  EFA-relevant requirement is the version floor (>= 1.18.5, enforced by decisions/catalog/addons.py). The CNI
   gets its own Pod Identity role; the node role has no AmazonEKS_CNI_Policy.
 - Log group encryption: the same KMS key. Its policy lets CloudWatch Logs use it only for this
   cluster's log group (encryption-context condition); the account root keeps full control so IAM
@@ -41,17 +41,17 @@ import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
 from components.iam import POD_IDENTITY_TRUST_POLICY, policy_document
-from spec.addons import addon_configuration, addon_versions
-from spec.logs import CLOUDWATCH_RETENTION_DAYS
-from spec.model import IAM_ROLE_ARN
-from spec.catalog import load_catalog
-from spec.pods import NODEGROUP_TAINT_EFFECTS, SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, \
+from decisions.catalog.addons import addon_configuration, addon_versions
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import IAM_ROLE_ARN
+from decisions.nodes.pods import NODEGROUP_TAINT_EFFECTS, SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, \
     SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
+from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of the secrets key can be cancelled
-# SYSTEM_NODE_ROLE_LABEL, SYSTEM_NODE_LABELS and SYSTEM_NODE_TAINT live in spec/pods.py (imported above, and from
-# here by the components that place pods on the system nodes).
+# SYSTEM_NODE_ROLE_LABEL, SYSTEM_NODE_LABELS and SYSTEM_NODE_TAINT live in decisions/nodes/pods.py (imported above, and
+# from here by the components that place pods on the system nodes).
 SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
 DEPLOYER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]{1,512}$")
 # Instance families with GPUs or other accelerators (p*, g*, gr*, inf*, trn*, dl*).
@@ -69,7 +69,8 @@ class ClusterArgs:
     public_access_cidrs: Tuple[str, ...]         # empty -> private endpoint only
     admin_role_arns: Tuple[str, ...]
     log_retention_days: int
-    deployer_arn: str                            # the IAM principal running Pulumi (spec.deployer.deployer_principal)
+    # the IAM principal running Pulumi (decisions.config.deployer.deployer_principal)
+    deployer_arn: str
     private_access_cidrs: Tuple[str, ...] = ()   # networks allowed to the private endpoint on 443
     private_access_security_group_ids: Tuple[str, ...] = ()
     token_args: Tuple[str, ...] = ()             # `aws eks get-token` arguments: the deployer's profile and role
@@ -111,7 +112,7 @@ def validate_cluster_args(args: ClusterArgs) -> None:
         problems.append("admin_role_arns lists a role twice")
     if args.log_retention_days not in CLOUDWATCH_RETENTION_DAYS:
         problems.append(f"log retention {args.log_retention_days} days is not a CloudWatch Logs value "
-                        "(spec.logs.cloudwatch_retention_days rounds up to one)")
+                        "(decisions.observability.logs.cloudwatch_retention_days rounds up to one)")
     if not args.system_instance_types:
         problems.append("system_instance_types is empty")
     accelerated = [t for t in args.system_instance_types if is_accelerated_instance_type(t)]
@@ -374,7 +375,7 @@ class EksCluster(pulumi.ComponentResource):
                                         ignore_changes=["scalingConfig.desiredSize"]))
 
         # Deployments: they become ACTIVE only once nodes run them, so they wait for the node group,
-        # and they stay on the system nodes, tolerating its taint (spec/addons.py addon_configuration).
+        # and they stay on the system nodes, tolerating its taint (decisions/catalog/addons.py addon_configuration).
         coredns = addon("coredns", config=addon_configuration("coredns"), preserve=True,
                         depends_on=[self.system_node_group])
         ebs_csi = addon("aws-ebs-csi-driver", config=addon_configuration("aws-ebs-csi-driver"),

@@ -1,4 +1,4 @@
-"""Helm releases from the pinned charts in spec/charts.yaml: one way to install a chart."""
+"""Helm releases from the pinned charts in decisions/catalog/charts.yaml: one way to install a chart."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import pulumi
 from pulumi_kubernetes.helm.v3 import Release, ReleaseArgs, RepositoryOptsArgs
 
-from spec.charts import ChartPin
+from decisions.catalog.charts import ChartPin
 
 
 def pinned_release(resource_name: str, pin: ChartPin, *, release_name: str, namespace: str,

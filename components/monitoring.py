@@ -1,8 +1,8 @@
 """Monitoring: kube-prometheus-stack (Prometheus on encrypted gp3, Alertmanager with the stack's webhook, Grafana,
 node-exporter reading the node verifier's textfile, kube-state-metrics), the GPU alert rules and the dashboards.
 
-Values come from spec/monitoring.py, rules from spec/alert_rules.py, dashboards from spec/dashboards.py; this file
-only turns them into resources.
+Values come from decisions/observability/monitoring.py, rules from decisions/observability/alert_rules.py, dashboards
+from decisions/observability/dashboards.py; this file only turns them into resources.
 """
 from __future__ import annotations
 
@@ -16,15 +16,20 @@ from pulumi_kubernetes.helm.v3 import Release
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
-from spec import charts, dashboards, drain, gpu_operator, kueue, monitoring
-from spec.model import Monitoring
+from decisions.catalog import charts
+from decisions.config.model import Monitoring
+from decisions.nodes import drain
+from decisions.observability import dashboards, monitoring
+from decisions.platform import gpu_operator, kueue
 
 
 @dataclass(frozen=True)
 class MonitoringArgs:
     settings: Monitoring                            # the stack's `monitoring` section
-    rule_groups: Sequence[Mapping[str, Any]]        # PrometheusRule spec.groups (spec/alert_rules.py)
-    dashboards: Mapping[str, Mapping[str, Any]]     # file name -> Grafana dashboard model (spec/dashboards.py)
+    # PrometheusRule spec.groups (decisions/observability/alert_rules.py)
+    rule_groups: Sequence[Mapping[str, Any]]
+    # file name -> Grafana dashboard model (decisions/observability/dashboards.py)
+    dashboards: Mapping[str, Mapping[str, Any]]
     node_exporter_args: Sequence[str]               # what the rules need of node-exporter (alert_rules.NODE_EXPORTER_ARGS)
     webhook_url: Optional[pulumi.Input[str]] = None  # secret; None: alerts stay in Alertmanager
     depends_on: Sequence[pulumi.Resource] = ()      # the EBS CSI driver: the volumes' provisioner
@@ -84,15 +89,15 @@ class MonitoringStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
 
         # The termination handler's metrics (spot interruptions and drains): its chart's own ServiceMonitor would
-        # need this stack's CRD before the handler is installed (spec/drain.py), so the monitor is made here.
+        # need this stack's CRD before the handler is installed (decisions/nodes/drain.py), so the monitor is made here.
         self.drain_monitor = service_monitor(
             f"{name}-node-drain", "node-drain", drain.NAMESPACE,
             monitoring.service_monitor_spec(drain.NAMESPACE, drain.NTH_SERVICE_SELECTOR, drain.NTH_METRICS_PORT_NAME),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
         # The GPU validator's verdicts and Kueue's queues: their own ServiceMonitors lack the labels this Prometheus
-        # selects and cannot be given them (spec/gpu_operator.py, spec/kueue.py). These sit in this namespace, which
-        # exists before either exporter's, and reach into theirs. Where the stack has no Kueue (no training or
-        # general pool), Kueue's finds nothing to scrape.
+        # selects and cannot be given them (decisions/platform/gpu_operator.py, decisions/platform/kueue.py). These sit
+        # in this namespace, which exists before either exporter's, and reach into theirs. Where the stack has no Kueue
+        # (no training or general pool), Kueue's finds nothing to scrape.
         self.gpu_node_status_monitor = service_monitor(
             f"{name}-gpu-node-status", "gpu-node-status", in_namespace,
             monitoring.service_monitor_spec(gpu_operator.NAMESPACE, gpu_operator.NODE_STATUS_EXPORTER_SELECTOR,
@@ -118,8 +123,8 @@ class MonitoringStack(pulumi.ComponentResource):
 
 def service_monitor(resource_name: str, name: str, namespace: pulumi.Input[str], spec: Mapping[str, Any],
                     opts: pulumi.ResourceOptions) -> kubernetes.apiextensions.CustomResource:
-    """A ServiceMonitor the stack's Prometheus selects (its labels: spec/monitoring.py SELECTOR_LABELS). Created
-    after the monitoring release, which installs the CRD (opts says so)."""
+    """A ServiceMonitor the stack's Prometheus selects (its labels: decisions/observability/monitoring.py
+    SELECTOR_LABELS). Created after the monitoring release, which installs the CRD (opts says so)."""
     return kubernetes.apiextensions.CustomResource(
         resource_name, api_version="monitoring.coreos.com/v1", kind="ServiceMonitor",
         metadata=kubernetes.meta.v1.ObjectMetaArgs(name=name, namespace=namespace,

@@ -1,6 +1,6 @@
 """The cluster VPC: subnets per zone, NAT, VPC endpoints for what nodes call, and flow logs.
 
-Nodes live in private subnets (sized for VPC CNI pod addresses by `spec.network_plan`); public
+Nodes live in private subnets (sized for VPC CNI pod addresses by `decisions.network.network_plan`); public
 subnets hold only NAT gateways and internet-facing load balancers. Interface endpoints keep what the
 cluster's own software calls (image pulls, the CNI, Pod Identity, the autoscaler, the drain queue, Session
 Manager) inside the VPC; the S3 gateway endpoint carries ECR layers and the node gate's bundles.
@@ -15,8 +15,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import pulumi
 import pulumi_aws as aws
 
-from spec.logs import CLOUDWATCH_RETENTION_DAYS, flow_log_group_name, log_group_arn
-from spec.network_plan import plan_subnets
+from decisions.network.network_plan import plan_subnets
+from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS, flow_log_group_name, log_group_arn
 
 NAT_MODES = ("one-per-az", "single")
 
@@ -43,7 +43,8 @@ _ROLE_TAGS = {ROLE_PRIVATE: "kubernetes.io/role/internal-elb", ROLE_PUBLIC: "kub
 @dataclass(frozen=True)
 class NetworkArgs:
     cidr: str
-    zones: Tuple[str, ...]       # zone IDs in subnet order (spec/network_plan.py); resource names carry them
+    # zone IDs in subnet order (decisions/network/network_plan.py); resource names carry them
+    zones: Tuple[str, ...]
     nat_gateways: str            # "one-per-az" | "single"
     cluster_name: str            # EKS cluster name, for kubernetes.io/cluster/<name> subnet tags
     flow_log_retention_days: int

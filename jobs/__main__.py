@@ -15,18 +15,19 @@ JOB OPTIONS: [--env KEY=VALUE]... [--volume CLAIM:/PATH[:ro]]... [--checkpoint-u
 [--max-restarts N (job, pytorch-job)]. STACK may also be given as --stack STACK, as `python -m plan` accepts it too.
 
 job: PROGRAM on one node of any pool of the training queue (spot and dev's included): the whole node, or --gpus N
-(one share on time-sliced and MPS pools), as a batch/v1 Job that comes back after a disruption (spec/single_job.py).
+(one share on time-sliced and MPS pools), as a batch/v1 Job that comes back after a disruption
+(decisions/platform/single_job.py).
 mpijob: the training-job template (an MPIJob over EFA on whole nodes of an EFA pool, in the training queue).
 pytorch-job: `torchrun SCRIPT` on whole nodes of an EFA pool as a JobSet in the training queue, which comes back
-after a node is lost (spec/jobset.py).
+after a node is lost (decisions/platform/jobset.py).
 Each of the three mounts /scratch, /dev/shm, /data (where the stack has storage.lustre) and every --volume, sets
-CHECKPOINT_DIR (and CHECKPOINT_URI with --checkpoint-uri) and every --env (spec/job_options.py); the YAML's opening
-comment lists what is mounted.
+CHECKPOINT_DIR (and CHECKPOINT_URI with --checkpoint-uri) and every --env (decisions/platform/job_options.py); the
+YAML's opening comment lists what is mounted.
 nccl-acceptance: nccl-tests all_reduce_perf over two nodes of an EFA pool, judged against the instance type's
 bus-bandwidth minimum; the verdict is an Event on the launcher pod and the MPIJob's own status.
-triton-config: a model's config.pbtxt with dynamic batching (spec/triton.model_config_pbtxt), for the models bucket
-(docs/inference.md). Here because this is the command that renders what a user hands to the running platform, with
-no cloud account; it reads no stack.
+triton-config: a model's config.pbtxt with dynamic batching (decisions/serving/triton.model_config_pbtxt), for the
+models bucket (docs/inference.md). Here because this is the command that renders what a user hands to the running
+platform, with no cloud account; it reads no stack.
 
 Reads only the stack file (no cloud account). Exit codes: 0 rendered, 2 a config or usage error (one line).
 """
@@ -39,7 +40,8 @@ from typing import List, Optional
 
 import yaml
 
-from spec import job_options, jobset, single_job, triton
+from decisions.platform import job_options, jobset, single_job
+from decisions.serving import triton
 
 EXIT_OK, EXIT_USAGE = 0, 2
 
@@ -152,10 +154,11 @@ _ReadableDumper.add_representer(str, lambda dumper, text: dumper.represent_scala
 
 
 def render(args) -> dict:
+    from decisions.config.errors import ConfigError
+    from decisions.platform import acceptance, kueue, mpijob
+    from decisions.platform.tenancy import TRAINING_NAMESPACE
+    from decisions.storage import lustre
     from plan.stackfile import StackFileError, load_stack
-    from spec import acceptance, kueue, lustre, mpijob
-    from spec.errors import ConfigError
-    from spec.tenancy import TRAINING_NAMESPACE
 
     try:
         _, spec = load_stack(args.stack, args.stack_file)
@@ -206,7 +209,7 @@ def _multi_node_pool(args, spec, pool) -> None:
     mode = pool.spec.gpu_sharing.mode
     if pool.efa and mode == "none":
         return
-    from spec import kueue
+    from decisions.platform import kueue
 
     fit = [p.spec.name for p in spec.pools if p.efa and p.spec.gpu_sharing.mode == "none"
            and kueue.flavors([p], spec.catalog)]
@@ -239,7 +242,7 @@ def opening_comment(args, manifest: dict) -> str:
     the NCCL acceptance test, which runs no program of the user's)."""
     if args.command == "nccl-acceptance":
         return ""
-    from spec import lustre
+    from decisions.storage import lustre
 
     pod, container, env = _program_container(manifest)
     what = f"python -m jobs {args.command}: {manifest['kind']} {args.name} on pool {args.pool} of stack {args.stack}"
@@ -274,7 +277,7 @@ def _integers(option: str, text: str) -> List[int]:
 
 
 def triton_config(args) -> str:
-    """config.pbtxt of `args` (the triton-config subcommand), through spec/triton.model_config_pbtxt."""
+    """config.pbtxt of `args` (the triton-config subcommand), through decisions/serving/triton.model_config_pbtxt."""
     return triton.model_config_pbtxt(
         args.model, backend=args.backend, max_batch_size=args.max_batch_size,
         preferred_batch_sizes=_integers("--preferred-batch-sizes", args.preferred_batch_sizes),

@@ -2,7 +2,7 @@
 """Wait until Kueue's admission webhooks answer through the API server: exit 0 then, 1 at the deadline.
 
 Runs as the Job `kueue-webhook-ready`, which the stack's ResourceFlavors and ClusterQueue wait for
-(components/training.py). Kueue's pod reports Ready once its webhook server listens (kueue v0.19.2
+(components/platform/training.py). Kueue's pod reports Ready once its webhook server listens (kueue v0.19.2
 cmd/kueue/main.go, setupProbeEndpoints), yet the API server can still fail to call the webhook for a while after
 (kubernetes-sigs/kueue issue 13036, open: 502s for 10 to 30 s after the Deployment is Ready), and pulumi-kubernetes
 does not retry a create that a webhook refused. So this asks the API server to create a ResourceFlavor with

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Judge an nccl-tests all_reduce_perf run against a bus-bandwidth minimum and publish the verdict.
 
-Runs in the `judge` container beside the NCCL launcher (spec/acceptance.py renders both). Standard library only:
-the judge image is a plain python image. It waits for the launcher's marker file (the launcher's exit code),
+Runs in the `judge` container beside the NCCL launcher (decisions/platform/acceptance.py renders both). Standard library
+only: the judge image is a plain python image. It waits for the launcher's marker file (the launcher's exit code),
 parses the output, prints one machine-readable summary line, posts a core/v1 Event on its own pod and exits
 0 (pass) or 1 (fail). A failed Event post is printed and never changes the verdict.
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Start one scheduled NCCL across-node acceptance run: create its MPIJob, unless the pool's last run is unfinished.
 
-Runs as the Job of the CronJob `nccl-efa-start-<pool>` (spec/acceptance.py renders it; a CronJob can only create
-Jobs, and the test is an MPIJob). The MPIJob is the one `python -m jobs nccl-acceptance` prints, passed in MPIJOB as
-JSON; its `generateName` gives every run its own name, and its judge gives the verdict (an Event, the MPIJob's
+Runs as the Job of the CronJob `nccl-efa-start-<pool>` (decisions/platform/acceptance.py renders it; a CronJob can only
+create Jobs, and the test is an MPIJob). The MPIJob is the one `python -m jobs nccl-acceptance` prints, passed in MPIJOB
+as JSON; its `generateName` gives every run its own name, and its judge gives the verdict (an Event, the MPIJob's
 status, the NcclAcceptanceFailed alert). This script only starts it.
 
 A run still queued or running for the pool (an MPIJob with the same labels and neither a Succeeded nor a Failed

@@ -20,7 +20,7 @@ loop's last success is gpu_cloud_repair_last_success_timestamp_seconds, and GpuR
 stops. A failed tick changes nothing; the next one starts from the state ConfigMap.
 
 Standard library only (plain python image); AWS calls through aws_api.py beside it. CONFIG (default
-/etc/gpu-node-repair/config.json) is spec/repair.py's controller_config.
+/etc/gpu-node-repair/config.json) is decisions/nodes/repair.py's controller_config.
 """
 from __future__ import annotations
 

@@ -137,15 +137,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 def plan(args) -> int:
     from pulumi import RunError
 
+    from decisions.config.errors import ConfigError
     from plan.diff import (capacity_and_cost, changes_section, diff_documents, render_capacity_and_cost,
                            render_changes)
     from plan.document import build_document, render_text
     from plan.engine import run_program
     from plan.policy_runner import PolicyConfigError, load_config, run_pack
-    from plan.stackfile import StackFileError, load_stack
     from plan.preview import preview_facts
+    from plan.stackfile import StackFileError, load_stack
     from plan.views import PREVIEW_VIEWS, VIEWS
-    from spec.errors import ConfigError
 
     # Read OLD.json first, so an unusable one fails before the plan prints anything.
     old_document = read_document(args.against) if args.against else None
@@ -231,12 +231,13 @@ def _verdict(policy, quiet: bool = False) -> int:
 
 
 def dr_pair(primary: str, secondary: str) -> int:
-    """Check two stacks as a DR pair (spec/dr_pair.py), each validated as a plan validates it, and print the pair and
-    its recovery time; a pair that does not hold exits 2 with every reason, by stack and key path."""
+    """Check two stacks as a DR pair (decisions/serving/dr_pair.py), each validated as a plan validates it, and print
+    the pair and its recovery time; a pair that does not hold exits 2 with every reason, by stack and key path."""
+    from decisions.config.errors import ConfigError, key_path
+    from decisions.config.validate import NAMESPACE
+    from decisions.serving import dr_pair as rules
+    from decisions.storage import replication
     from plan.stackfile import StackFileError, load_stack
-    from spec import dr_pair as rules, replication
-    from spec.errors import ConfigError, key_path
-    from spec.validate import NAMESPACE
 
     specs = {}
     for stack in (primary, secondary):

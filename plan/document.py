@@ -8,14 +8,21 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
+from decisions import requirements
+from decisions.catalog import charts
+from decisions.config import preflight
+from decisions.config.validate import StackSpec
+from decisions.cost import cost
+from decisions.network.zones import reservations_from_table
+from decisions.nodes import pods, scratch
+from decisions.nodes.pools import efa_devices, offered_gpu_resources
+from decisions.observability import alert_rules, dashboards, monitoring
+from decisions.platform import acceptance, kueue
+from decisions.serving import triton
+from decisions.storage import lustre as lustre_rules
+from decisions.storage import buckets, replication
 from plan.engine import ACCOUNT_ID, ProgramRun
 from plan.views import VIEW_NAMES, ViewFacts, computed_outputs
-from spec import lustre as lustre_rules
-from spec import (acceptance, alert_rules, buckets, charts, cost, dashboards, kueue, monitoring, pods, preflight,
-                  replication, requirements, scratch, triton)
-from spec.pools import efa_devices, offered_gpu_resources
-from spec.validate import StackSpec
-from spec.zones import reservations_from_table
 
 DOCUMENT_VERSION = 1
 REQUIRED_FIELDS = {"version": int, "project": str, "stack": str, "region": str, "resources": list,
@@ -50,8 +57,8 @@ KMS_KEY_TYPE = "aws:kms/key:Key"
 
 
 def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
-    """The whole bill (spec/cost.py): GPU pools and fixed costs, hourly and monthly, at desired and at max, with
-    committed spend apart from pay-as-you-go and what has no price listed as a gap; reservations at the size the
+    """The whole bill (decisions/cost/cost.py): GPU pools and fixed costs, hourly and monthly, at desired and at max,
+    with committed spend apart from pay-as-you-go and what has no price listed as a gap; reservations at the size the
     program read (`run`'s `reservations` output), capacity blocks paid upfront outside the run rate, what a
     commitment would save, and what is charged by use with its unit price."""
     read = run.outputs.get("reservations") if run is not None else None
@@ -73,7 +80,7 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         "gaps": estimate.gaps,
         "pricesAsOf": spec.catalog.prices_as_of,
         "source": f"{spec.catalog.price_source}; fixed costs, spot and commitment discounts, capacity blocks and "
-                  "usage rates: spec/prices.yaml (each item names its source and date)",
+                  "usage rates: decisions/cost/prices.yaml (each item names its source and date)",
         "scope": "GPU pools and fixed costs (control plane, system nodes, root volumes, NAT, endpoints, transit "
                  "gateway, FSx, load balancer); capacity blocks paid upfront and charges by use listed apart",
         "notEstimated": list(cost.NOT_ESTIMATED),
@@ -104,7 +111,8 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
                        for u in estimate.usage],
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
         "budgetCovers": "GPU pools at maxNodes",
-        # what the budget check sums (spec/validate.py): every priced pool at max, a capacity block while it runs
+        # what the budget check sums (decisions/config/validate.py): every priced pool at max, a capacity block while it
+        # runs
         "budgetHourlyAtMax": cost.per_hour(sum(p.hourly_at_max for p in estimate.pools if not p.gap)),
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
@@ -216,8 +224,9 @@ def inference_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
 
 
 def preflight_section(spec: StackSpec) -> Dict[str, Any]:
-    """What the first `pulumi up` reads or counts before creating anything (spec/preflight.py): the vCPU quotas the
-    pools draw on, the zones every interface endpoint service must be offered in, and each pool's ASG tag count."""
+    """What the first `pulumi up` reads or counts before creating anything (decisions/config/preflight.py): the vCPU
+    quotas the pools draw on, the zones every interface endpoint service must be offered in, and each pool's ASG tag
+    count."""
     from components.network import INTERFACE_ENDPOINTS
 
     return {
@@ -254,7 +263,8 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
                   for pool in spec.pools],
         "trainingQueue": {
             "clusterQueue": kueue.CLUSTER_QUEUE, "localQueues": list(kueue.LOCAL_QUEUES),
-            # The flavors and queue wait for Kueue's webhooks to answer, not only for its pods (spec/kueue.py).
+            # The flavors and queue wait for Kueue's webhooks to answer, not only for its pods
+            # (decisions/platform/kueue.py).
             "webhookWait": {"job": f"{kueue.NAMESPACE}/{kueue.WEBHOOK_PROBE}", "probeSeconds": kueue.WEBHOOK_PROBE_DEADLINE_S,
                             "timeoutSeconds": kueue.WEBHOOK_PROBE_TIMEOUT_S},
             # One per pool, named as the pool; a job is admitted only where it tolerates every taint listed.
@@ -571,7 +581,8 @@ def _commitment_lines(options) -> List[str]:
         for t in o["terms"]:
             if t["gap"] and o["family"] not in missing.setdefault(t["commitment"], []):
                 missing[t["commitment"]].append(o["family"])
-    lines += [f"  no sourced {key} discount for {', '.join(families)} (spec/prices.yaml): no figure, never a guess"
+    lines += [f"  no sourced {key} discount for {', '.join(families)} (decisions/cost/prices.yaml): "
+              "no figure, never a guess"
               for key, families in missing.items()]
     return lines
 
@@ -582,7 +593,7 @@ def _usage_lines(usage) -> List[str]:
     body = [[u["item"], u["unit"], "no price" if u["unitUsd"] is None else f"${u['unitUsd']:g}",
              "-" if u["monthly"] is None else _usd(u["monthly"]), u["asOf"] or u["gap"]] for u in usage]
     lines = ["", "Charged by use (not in the totals; a month at the stack's quantity where it fixes one; sources in "
-                 "spec/prices.yaml and the plan document):"]
+                 "decisions/cost/prices.yaml and the plan document):"]
     return lines + _table(["item", "per", "unit price", "a month", "rate as of"], body)
 
 

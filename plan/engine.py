@@ -75,12 +75,13 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
     them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises.
     Each EC2 vCPU quota the pools draw on is exactly what they need at maxNodes (AWS's default is 0: the plan's
     preflight section says what to request), and every interface endpoint service is offered in every zone."""
-    from spec.catalog import load_catalog
-    from spec.zones import load_zone_facts
+    from decisions.catalog.catalog import load_catalog
+    from decisions.network.zones import load_zone_facts
 
     facts = load_zone_facts().regions.get(region)
     prefix = facts.zone_id_prefix if facts else region.replace("-", "")[:5]
-    # The region's GPU zone IDs where spec/zones.yaml records them (ap-northeast-1 has no apne1-az3 among them).
+    # The region's GPU zone IDs where decisions/network/zones.yaml records them (ap-northeast-1 has no apne1-az3 among
+    # them).
     ids = facts.gpu_zone_ids if facts and facts.gpu_zone_ids else tuple(
         f"{prefix}-az{i + 1}" for i in range(len(REGION_ZONES.get(region, "abc"))))
     zones = {zone_id: f"{region}{letter}" for zone_id, letter in zip(ids, "abcdef")}
@@ -112,10 +113,10 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
 
 
 def _quotas_needed(stack_config: Mapping[str, Any]) -> Dict[str, float]:
-    """The vCPUs each EC2 quota must hold for the stack's pools at maxNodes (spec/preflight.py), read from the raw
-    config; a pool the program will refuse anyway counts for nothing."""
-    from spec.catalog import load_catalog
-    from spec.preflight import quota_for
+    """The vCPUs each EC2 quota must hold for the stack's pools at maxNodes (decisions/config/preflight.py), read from
+    the raw config; a pool the program will refuse anyway counts for nothing."""
+    from decisions.catalog.catalog import load_catalog
+    from decisions.config.preflight import quota_for
 
     types, needed = load_catalog().instance_types, {}
     for pool in stack_config.get("gpu-cloud:nodePools") or []:
@@ -491,9 +492,9 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
     The peer is not run: its region comes from its stack file, its names from the program's naming
     rules, its ids in the same formats the mocks use. An unknown peer stack exports nothing.
     """
+    from decisions.config.validate import cluster_name
+    from decisions.storage.buckets import LOGS, PURPOSES, bucket_name
     from plan.stackfile import StackFileError, load_stack_config
-    from spec.buckets import LOGS, PURPOSES, bucket_name
-    from spec.validate import cluster_name
 
     project, stack = reference.split("/")[-2:]
     try:
@@ -504,9 +505,9 @@ def peer_stack_outputs(reference: str) -> Dict[str, Any]:
 
     def bucket(purpose: str) -> Dict[str, Optional[str]]:
         name = bucket_name(project, stack, ACCOUNT_ID, purpose)
-        if purpose == LOGS:      # SSE-S3: the log bucket has no key (spec/buckets.py LOG_BUCKET_SSE)
+        if purpose == LOGS:      # SSE-S3: the log bucket has no key (decisions/storage/buckets.py LOG_BUCKET_SSE)
             return {"name": name, "arn": f"arn:aws:s3:::{name}", "keyArn": None}
-        # the key id the mocks give the peer's own key (components/buckets.py names it `<purpose>-key`)
+        # the key id the mocks give the peer's own key (components/storage/buckets.py names it `<purpose>-key`)
         key_id = str(uuid.UUID(_hex(f"aws:kms/key:Key::{purpose}-key", 32)))
         return {"name": name, "arn": f"arn:aws:s3:::{name}", "keyArn": f"arn:aws:kms:{region}:{ACCOUNT_ID}:key/{key_id}"}
 

@@ -147,11 +147,12 @@ def known_stacks() -> list:
 
 
 def project_keys(config: Dict[str, Any], namespace: str = "gpu-cloud") -> Dict[str, Any]:
-    """The `<namespace>:` keys of a stack config, without their namespace (what spec.validate takes)."""
+    """The `<namespace>:` keys of a stack config, without their namespace (what decisions.config.validate takes)."""
     return {key.split(":", 1)[1]: value for key, value in config.items() if key.startswith(f"{namespace}:")}
 
 
-# Namespaces a stack file may use: the project's, the AWS provider's (spec/deployer.py) and the engine's own.
+# Namespaces a stack file may use: the project's, the AWS provider's (decisions/config/deployer.py) and the engine's
+# own.
 READ_NAMESPACES = ("aws", "pulumi")
 # A project config declaration is a schema when it uses these keys; any other value is a plain default.
 SCHEMA_KEYS = {"type", "description", "items", "default", "value", "secret"}
@@ -250,11 +251,11 @@ def peer_cidr(keys: Dict[str, Any]) -> Optional[str]:
 
 def load_stack(stack: str, path: Optional[Path] = None):
     """A stack's config and its validated spec, with no cloud account (what the plan and `python -m jobs` read).
-    Raises StackFileError or spec.errors.ConfigError."""
-    from spec.deployer import aws_settings
-    from spec.validate import NAMESPACE, load_stack_spec
+    Raises StackFileError or decisions.config.errors.ConfigError."""
+    from decisions.config.deployer import aws_settings
+    from decisions.config.validate import NAMESPACE, load_stack_spec
 
-    from spec.errors import ConfigError
+    from decisions.config.errors import ConfigError
 
     config = load_stack_config(stack, path)
     keys = project_keys(config, NAMESPACE)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))   # the engine starts the pack in policy/; the policies import spec/ from the root
+sys.path.insert(0, str(ROOT))   # the engine starts the pack in policy/; the policies import decisions/ from the root
 
 from pulumi_policy import PolicyPack  # noqa: E402
 

@@ -2,9 +2,9 @@
 policy/__main__.py) and, the very same validate functions, by the offline plan (plan/policy_runner.py).
 
 Each policy is written against what the program really registers (see the plan document of any stack):
-launch templates and Auto Scaling groups per GPU pool (components/nodepool.py), SecureBucket children
-(components/buckets.py), the DR replication (components/replication.py), the interruption queue and the
-termination handler (components/node_drain.py), and the Kubernetes objects the program renders itself.
+launch templates and Auto Scaling groups per GPU pool (components/nodes/nodepool.py), SecureBucket children
+(components/storage/buckets.py), the DR replication (components/storage/replication.py), the interruption queue and the
+termination handler (components/nodes/node_drain.py), and the Kubernetes objects the program renders itself.
 
 Cross-resource facts come from what the engine gives a stack policy: dependencies (an Auto Scaling group depends on
 its launch template, a launch template on its placement group and security groups, a rule on its group), property
@@ -35,12 +35,12 @@ from pulumi_policy import (EnforcementLevel, PolicyConfigSchema, PolicyResource,
 from pulumi_policy.proxy import UnknownValueError
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:   # the engine runs the pack from policy/: the decisions live in spec/
+if str(ROOT) not in sys.path:   # the engine runs the pack from policy/; decisions/ is at the root
     sys.path.insert(0, str(ROOT))
 
-from spec import cost  # noqa: E402
-from spec.catalog import Catalog, load_catalog  # noqa: E402
-from spec.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
+from decisions.catalog.catalog import Catalog, load_catalog  # noqa: E402
+from decisions.cost import cost  # noqa: E402
+from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
 
 PACK_NAME = "gpu-cloud"
 PACK_ENFORCEMENT = EnforcementLevel.MANDATORY    # the issue: mandatory unless marked advisory (by config)
@@ -67,7 +67,8 @@ BUCKET_LOGGING = ("aws:s3/bucketLogging:BucketLogging", "aws:s3/bucketLoggingV2:
 BUCKET_REPLICATION = "aws:s3/bucketReplicationConfig:BucketReplicationConfig"
 KMS_KEY = "aws:kms/key:Key"
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
-PROD_LOG_RETENTION_DAYS = 365     # spec/logs.py PROD_MIN_RETENTION_DAYS: audit trails are kept a year
+# decisions/observability/logs.py PROD_MIN_RETENTION_DAYS: audit trails are kept a year
+PROD_LOG_RETENTION_DAYS = 365
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 IAM_ROLE = "aws:iam/role:Role"
 IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
@@ -115,7 +116,8 @@ UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe", "elasticlo
 # ec2:GetSecurityGroupsForVpc are not among them: they take a coip-pool and a vpc resource).
 UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
-REPLICATED_PURPOSES = ("checkpoints", "models")     # spec/buckets.py REPLICATED: what a primary prod stack copies
+# decisions/storage/buckets.py REPLICATED: what a primary prod stack copies
+REPLICATED_PURPOSES = ("checkpoints", "models")
 DR_PEER_REFERENCE = "dr-peer"                       # layers.foundation: the primary's StackReference to its DR peer
 
 
@@ -258,7 +260,7 @@ def launch_template_no_public_ip(args: ResourceValidationArgs, report: ReportVio
 
 
 def efa_interface_layout(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    """An EFA launch template's interfaces are the catalog's layout (spec/efa.py) for its instance type."""
+    """An EFA launch template's interfaces are the catalog's layout (decisions/nodes/efa.py) for its instance type."""
     if args.resource_type != LAUNCH_TEMPLATE:
         return
     nics = items(get(args.props, "networkInterfaces"))
@@ -270,7 +272,8 @@ def efa_interface_layout(args: ResourceValidationArgs, report: ReportViolation) 
         return
     listed = catalog().instance_types.get(itype)
     if listed is None or not listed.supports_efa:
-        report(f"launch template {args.name} has EFA interfaces but {itype} has no EFA entry in spec/catalog.yaml: "
+        report(f"launch template {args.name} has EFA interfaces but {itype} has no EFA entry in "
+               "decisions/catalog/catalog.yaml: "
                "add the type's EFA cards to the catalog or drop the EFA interfaces")
         return
     found = sorted((int(number(get(n, "networkCardIndex")) or 0), int(number(get(n, "deviceIndex")) or 0),
@@ -283,7 +286,7 @@ def efa_interface_layout(args: ResourceValidationArgs, report: ReportViolation) 
         report(f"launch template {args.name}: {len(found)} interfaces ({sum(t != ENA for *_, t in found)} EFA) do "
                f"not match {itype}'s catalog layout of {len(expected)} ({listed.efa.cards} EFA cards: primary ENA at "
                "card 0 device 0, efa-only at card 0 device 1 and at device 0 of every other card): build the "
-               "interfaces from spec/efa.py interface_layout")
+               "interfaces from decisions/nodes/efa.py interface_layout")
 
 
 # --- resource policies: EKS, network, KMS, FSx, IAM -------------------------------------------------------------
@@ -717,7 +720,7 @@ def spot_interruption_handling(args: StackValidationArgs, report: ReportViolatio
         if not queues or not handlers:
             report(f"spot pool {pool.name} has no interruption handling: two-minute spot notices need the "
                    "interruption queue (SQS, fed by EventBridge) and aws-node-termination-handler in queue mode "
-                   "(components/node_drain.py)", pool.asg.urn)
+                   "(components/nodes/node_drain.py)", pool.asg.urn)
             continue
         for handler in handlers:
             values = get(handler.props, "values", default={})
@@ -872,7 +875,7 @@ def s3_replication(args: StackValidationArgs, report: ReportViolation) -> None:
             continue
         if not any(get(rule, "status") == "Enabled" for c in configs for rule in items(get(c.props, "rules"))):
             report(f"bucket {bucket.name} of a primary prod stack does not replicate to the DR peer: add a "
-                   "BucketReplicationConfig with an enabled rule (components/replication.py)", bucket.urn)
+                   "BucketReplicationConfig with an enabled rule (components/storage/replication.py)", bucket.urn)
 
 
 # --- stack policies: the whole stack --------------------------------------------------------------------------
@@ -933,7 +936,7 @@ def stateful_resources_protected(args: StackValidationArgs, report: ReportViolat
 
 
 def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation) -> None:
-    """GPU pools at maxSize, priced as the plan prices them (spec/cost.py), against maxHourlyUsd."""
+    """GPU pools at maxSize, priced as the plan prices them (decisions/cost/cost.py), against maxHourlyUsd."""
     budget = args.get_config().get("maxHourlyUsd")
     if budget is None:
         args.not_applicable("no maxHourlyUsd configured")
@@ -950,7 +953,7 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
         maximum = int(number(get(pool.asg.props, "maxSize")) or 0)
         if not types:
             report(f"pool {pool.name}: {', '.join(pool.instance_types) or 'no type'} has no price in "
-                   "spec/catalog.yaml, so the budget cannot be checked", pool.asg.urn)
+                   "decisions/catalog/catalog.yaml, so the budget cannot be checked", pool.asg.urn)
             continue
         priced.append(SimpleNamespace(
             spec=SimpleNamespace(name=pool.name, capacity=pool.capacity, max_nodes=maximum,
@@ -959,10 +962,11 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
             types=[listed[t] for t in types]))
     rows = cost.pool_costs(priced, catalog(), region)
     # A pool without a price (a type with no on-demand price in the region, such as p5e.48xlarge) is a gap, as the
-    # stack's own budget check has it (spec/validate.py _check_budget): the budget covers the priced pools, and the
-    # plan and `pulumi up` warn about the gap with how to price it (spec/validate.py unpriced_pool_warnings). Not a
-    # violation: CrossGuard gives a policy's every violation the policy's one enforcement level (pulumi_policy
-    # 1.21.0 policy.py: ReportViolation takes a message and a URN only), so a gap reported here would refuse the stack.
+    # stack's own budget check has it (decisions/config/validate.py _check_budget): the budget covers the priced pools,
+    # and the plan and `pulumi up` warn about the gap with how to price it (decisions/config/validate.py
+    # unpriced_pool_warnings). Not a violation: CrossGuard gives a policy's every violation the policy's one enforcement
+    # level (pulumi_policy 1.21.0 policy.py: ReportViolation takes a message and a URN only), so a gap reported here
+    # would refuse the stack.
     total = round(sum(r.hourly_at_max for r in rows if not r.gap), 4)    # as the plan sums them
     if total > float(budget):
         detail = ", ".join(f"{r.pool} ${r.hourly_at_max:,.2f}" for r in rows if not r.gap)

@@ -1,13 +1,13 @@
 """Record what each public source of the dashboards' metric names states, so the tests can hold
-spec/dashboards/metrics.yaml against it on any machine.
+decisions/observability/dashboards/metrics.yaml against it on any machine.
 
     .venv/bin/python scripts/metric_sources.py [--clones DIR] [--check]
 
 For each source in metrics.yaml (except gpu-cloud's own verifier), reads the file at its recorded commit from a
 local clone (DIR/<owner>+<name>/repo; default /work/.mirror), checks that the commit is the tag's and the file the
 recorded blob, parses the metric names and types it states, and writes them with the blob to
-spec/dashboards/source_names.yaml. With --check it writes nothing and exits 1 when that file is not what the
-sources state. Needs git and the clones; not run by the tests, which test the parser on samples.
+decisions/observability/dashboards/source_names.yaml. With --check it writes nothing and exits 1 when that file is not
+what the sources state. Needs git and the clones; not run by the tests, which test the parser on samples.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from typing import Any, Dict, Mapping
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = ROOT / "spec/dashboards/metrics.yaml"
-SNAPSHOT = ROOT / "spec/dashboards/source_names.yaml"
+TABLE = ROOT / "decisions/observability/dashboards/metrics.yaml"
+SNAPSHOT = ROOT / "decisions/observability/dashboards/source_names.yaml"
 OWN = "gpu-cloud"            # the verifier's names are held against userdata/gpu_verify.py directly
 HEADER = ("# Metric names and types as each public source in metrics.yaml states them, with the file's git blob id.\n"
           "# Written by scripts/metric_sources.py from clones of the sources; do not edit by hand.\n")

@@ -1,11 +1,11 @@
-"""Refresh the GPU on-demand prices of spec/catalog.yaml from the AWS Price List Query API, and read the Savings
-Plans discounts spec/prices.yaml's commitmentDiscount lacks from the Savings Plans API.
+"""Refresh the GPU on-demand prices of decisions/catalog/catalog.yaml from the AWS Price List Query API, and read the
+Savings Plans discounts decisions/cost/prices.yaml's commitmentDiscount lacks from the Savings Plans API.
 
 For users with AWS credentials (pricing:GetProducts; savingsplans:DescribeSavingsPlansOfferingRates); never run by
 the tests, which check the parsing on saved responses. Usage: python scripts/refresh_prices.py [--write]
 [--savings-plans]. Without --write it prints what would change. --savings-plans prints the commitmentDiscount entries
-(fraction below on-demand per family, 1 and 3 years, no upfront) to paste into spec/prices.yaml, with their source
-and date; it writes nothing.
+(fraction below on-demand per family, 1 and 3 years, no upfront) to paste into decisions/cost/prices.yaml, with their
+source and date; it writes nothing.
 
 The API (AWS Price List Query API, GetProducts; endpoint in us-east-1) answers {"FormatVersion": "aws_v1",
 "PriceList": [<one JSON string per product>], "NextToken": ...}. Each product string holds "product" (with
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOG_PATH = ROOT / "spec" / "catalog.yaml"
+CATALOG_PATH = ROOT / "decisions" / "catalog" / "catalog.yaml"
 
 # One product per type and region: Linux, shared tenancy, no pre-installed software, the price of running
 # instances (capacitystatus Used, not an unused reservation's).
@@ -88,7 +88,7 @@ def update_catalog(text: str, prices: Mapping[Tuple[str, str], float], as_of: st
 # "No Upfront", "durationSeconds": 31536000, "currency": "USD", ...}, "rate": "<USD>", "unit": "Hrs", "usageType":
 # "[<region prefix>-]BoxUsage:<type>", "operation": "RunInstances", "properties": [{"name": "region", "value": ...},
 # {"name": "instanceType", ...}, {"name": "productDescription", ...}, {"name": "tenancy", ...}]}], "nextToken": ...}.
-# spec/prices.yaml's "savings-plan" is a Compute Savings Plan; its terms and payments, as the API names them:
+# decisions/cost/prices.yaml's "savings-plan" is a Compute Savings Plan; its terms and payments, as the API names them:
 PLAN_TYPE = "Compute"
 TERMS = {"1y": 365 * 24 * 3600, "3y": 3 * 365 * 24 * 3600}
 PAYMENTS = {"no-upfront": "No Upfront", "partial-upfront": "Partial Upfront", "all-upfront": "All Upfront"}
@@ -144,7 +144,7 @@ def family_discounts(rates: Mapping[str, Mapping[str, float]], on_demand: Mappin
 
 def commitment_yaml(discounts: Mapping[str, Mapping[str, float]], region: str, as_of: str,
                     payment: str = "no-upfront") -> List[str]:
-    """The commitmentDiscount lines of one region, for spec/prices.yaml, each with its source and date."""
+    """The commitmentDiscount lines of one region, for decisions/cost/prices.yaml, each with its source and date."""
     lines = ["    commitmentDiscount:"]
     for family in sorted(discounts):
         lines.append(f"      {family}:")
@@ -185,7 +185,7 @@ def spot_discount(history: Iterable[Mapping], instance_type: str, on_demand: flo
 
 
 def spot_yaml(discounts: Mapping[str, float], region: str, days: int, as_of: str) -> List[str]:
-    """The spotDiscount lines of one region, for spec/prices.yaml, each with its source and date."""
+    """The spotDiscount lines of one region, for decisions/cost/prices.yaml, each with its source and date."""
     lines = ["    spotDiscount:"]
     for family in sorted(discounts):
         lines += [f"      {family}:", f"        fraction: {discounts[family]}",
@@ -210,11 +210,12 @@ def fetch(client, instance_type: str, region: str) -> Optional[float]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="write the new prices into spec/catalog.yaml")
+    parser.add_argument("--write", action="store_true", help="write the new prices into decisions/catalog/catalog.yaml")
     parser.add_argument("--savings-plans", action="store_true",
-                        help="print spec/prices.yaml commitmentDiscount entries from the Savings Plans API")
+                        help="print decisions/cost/prices.yaml commitmentDiscount entries from the Savings Plans API")
     parser.add_argument("--spot-days", type=int, metavar="DAYS",
-                        help="print spec/prices.yaml spotDiscount entries from the last DAYS of spot price history")
+                        help="print decisions/cost/prices.yaml spotDiscount entries from the last DAYS "
+                             "of spot price history")
     args = parser.parse_args(argv)
     import boto3
     if args.savings_plans:

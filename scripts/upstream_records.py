@@ -35,22 +35,23 @@ KUEUE = ("kubernetes-sigs/kueue", "v0.19.2", "apis/config/v1beta2/configuration_
 FSX_CSI = ("kubernetes-sigs/aws-fsx-csi-driver", "helm-chart-aws-fsx-csi-driver-1.17.0",
            "charts/aws-fsx-csi-driver/values.yaml")
 # The AMI's boot units the gate's own unit hooks into (tests/test_bootstrap.py boots a sandbox with them), at the
-# default AMI release (spec/amis.yaml).
+# default AMI release (decisions/nodes/amis.yaml).
 AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
     "nodeadm-config.service": "templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-config.service",
     "nodeadm-run.service": "templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service",
     "kubelet.service": "templates/al2023/runtime/rootfs/etc/systemd/system/kubelet.service",
     "nvidia-kmod-load.service": "templates/al2023/runtime/gpu/nvidia-kmod-load.service"})
-# The pinned charts' own values.yaml (spec/charts.yaml, and the subcharts spec/monitoring.py and spec/gpu_operator.py
-# set values in), which tests/chart_values.py holds every Helm value against: (chart, version) -> (repository, the
-# release tag or commit that version was packaged from, the chart's directory). Recorded verbatim, one file each, so
-# that a value's file:line holds in the record as in the source.
+# The pinned charts' own values.yaml (decisions/catalog/charts.yaml, and the subcharts
+# decisions/observability/monitoring.py and decisions/platform/gpu_operator.py set values in), which
+# tests/chart_values.py holds every Helm value against: (chart, version) -> (repository, the release tag or commit that
+# version was packaged from, the chart's directory). Recorded verbatim, one file each, so that a value's file:line holds
+# in the record as in the source.
 CHART_SOURCES = {
     ("aws-node-termination-handler", "0.27.1"): (
         "aws/aws-node-termination-handler", "v1.25.1", "config/helm/aws-node-termination-handler"),
     ("cluster-autoscaler", "9.59.0"): ("kubernetes/autoscaler", "cluster-autoscaler-chart-9.59.0",
                                        "cluster-autoscaler/charts/cluster-autoscaler"),
-    # Chart.yaml in git carries a development version; release CI writes the tag's (spec/charts.yaml).
+    # Chart.yaml in git carries a development version; release CI writes the tag's (decisions/catalog/charts.yaml).
     ("gpu-operator", "v26.7.0"): ("NVIDIA/gpu-operator", "v26.7.0", "deployments/gpu-operator"),
     ("node-feature-discovery", "0.19.0"): ("kubernetes-sigs/node-feature-discovery", "v0.19.0",
                                            "deployment/helm/node-feature-discovery"),

@@ -12,8 +12,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple
 import pytest
 import yaml
 
-from spec import charts
-from spec.charts import ChartPin
+from decisions.catalog import charts
+from decisions.catalog.charts import ChartPin
 from tests import upstream_records
 
 VALUES_DIR = upstream_records.CHART_VALUES_DIR

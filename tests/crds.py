@@ -32,7 +32,7 @@ SOURCES = {
     "kubeflow.org": ("kubeflow/mpi-operator", "v0.8.0", lambda plural: "deploy/v2beta1/mpi-operator.yaml"),
     "kueue.x-k8s.io": ("kubernetes-sigs/kueue", "v0.19.2",
                        lambda plural: f"charts/kueue/templates/crd/kueue.x-k8s.io_{plural}.yaml"),
-    # The CRD its release manifest (spec/charts.yaml) is built from (Makefile `artifacts`: config/default).
+    # The CRD its release manifest (decisions/catalog/charts.yaml) is built from (Makefile `artifacts`: config/default).
     "jobset.x-k8s.io": ("kubernetes-sigs/jobset", "v0.12.0",
                         lambda plural: f"config/components/crd/bases/jobset.x-k8s.io_{plural}.yaml"),
     # prometheus-operator's CRDs as kube-prometheus-stack 88.5.3 installs them (its crds subchart).

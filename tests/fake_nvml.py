@@ -226,7 +226,7 @@ HEALTHY_NODES = {
     "g4dn.12xlarge": g4dn_12xlarge,
 }
 
-# What the catalog (spec/catalog.yaml) hands the verifier for each type.
+# What the catalog (decisions/catalog/catalog.yaml) hands the verifier for each type.
 EXPECTS: Dict[str, Dict[str, Any]] = {
     "p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuModel": "H100", "gpuCount": 8,
                     "gpuMemoryMiB": 81920, "nvlinkLinksPerGpu": 18, "nvswitch": True,

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes.amis import load_amis
+from decisions.nodes.pods import SYSTEM_NODE_TAINT, tolerates
+from decisions.nodes.pools import node_taints
+from decisions.platform import acceptance
 from jobs import nccl_judge as judge
-from spec import acceptance
-from spec.amis import load_amis
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pods import SYSTEM_NODE_TAINT, tolerates
-from spec.pools import node_taints
-from spec.validate import ResolvedPool
 from tests.conftest import ROOT, require_tool, validate_kubernetes
 from tests.crds import crd_schema, validate_against_crd
 from tests.loopback import LoopbackServer, QuietHandler
@@ -505,7 +505,7 @@ def test_the_across_node_cronjob_starts_the_mpijob_python_m_jobs_prints():
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "nccl-scheduler"
     # On a node of the pool it tests, as the MPIJob's workers: never on the system nodes, whose taint a pod in a team
-    # namespace may not tolerate (spec/tenancy.py).
+    # namespace may not tolerate (decisions/platform/tenancy.py).
     assert pod["nodeSelector"] == {"gpu-cloud.io/pool": "train"}
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},

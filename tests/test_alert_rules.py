@@ -1,16 +1,17 @@
-"""The GPU alert rules (spec/alert_rules.py): valid for promtool on every shipped stack, and each alert proven with
-`promtool test rules` to fire on series that should trigger it and to stay silent on series that should not."""
+"""The GPU alert rules (decisions/observability/alert_rules.py): valid for promtool on every shipped stack, and each
+alert proven with `promtool test rules` to fire on series that should trigger it and to stay silent on series that
+should not."""
 import re
 import subprocess
 
 import pytest
 import yaml
 
+from decisions.catalog.catalog import load_catalog
+from decisions.nodes.efa import ip_bandwidth_gbps
+from decisions.nodes.pools import node_labels
+from decisions.observability import alert_rules as ar, dashboards, dcgm, monitoring
 from plan.stackfile import load_stack
-from spec import alert_rules as ar, dashboards, dcgm, monitoring
-from spec.catalog import load_catalog
-from spec.efa import ip_bandwidth_gbps
-from spec.pools import node_labels
 from tests.conftest import STACKS, require_tool
 
 NODE, OTHER = "ip-10-64-0-10.ec2.internal", "ip-10-64-0-11.ec2.internal"
@@ -392,7 +393,7 @@ def test_a_gpu_node_not_ready_for_5_minutes_pages_and_system_nodes_do_not(spec, 
 
 def pool_nodes(spec, counts, cordoned=(), not_ready=()):
     """kube-state-metrics series for `counts` nodes per pool, each offering what the pool's nodes offer."""
-    from spec.pools import offered_gpu_resources
+    from decisions.nodes.pools import offered_gpu_resources
     inputs = []
     for pool in spec.pools:
         for i in range(counts.get(pool.name, 0)):
@@ -540,7 +541,7 @@ def test_storage_latency_fires_above_the_threshold(spec, tmp_path, operation):
 # --- NCCL acceptance ---------------------------------------------------------------------------------------------------
 
 def test_nccl_jobs_are_the_ones_the_stack_runs(spec):
-    from spec import acceptance
+    from decisions.platform import acceptance
     jobs = {(pool, scope): pattern for pool, scope, pattern in ar.nccl_acceptance_jobs(spec.pools, spec.catalog)}
     assert set(jobs) == {("train-h100", "across-nodes"), ("train-h100", "within-node"),
                          ("finetune-a100-80gb-spot", "within-node"), ("finetune-a100-40gb-spot", "within-node")}
@@ -607,7 +608,7 @@ def test_a_queue_deep_past_100_for_30_minutes_warns(spec, tmp_path):
 
 
 def test_the_queue_alert_waits_as_long_as_kueues_longest_requeue_backoff(specs):
-    from spec import kueue
+    from decisions.platform import kueue
     for stack in STACKS:
         [rule] = [r for r in rules_of(groups_of(specs[stack])) if r["alert"] == "TrainingQueueDeep"]
         assert rule["for"] == f"{kueue.REQUEUE_BACKOFF_MAX_S // 60}m" == "30m"
@@ -716,7 +717,7 @@ def test_a_fault_the_runtime_checker_finds_pages_with_its_remediation_and_a_warn
 
 
 def test_every_alert_the_fault_table_names_is_a_rule_of_every_stack(specs):
-    from spec.faults import load_faults
+    from decisions.nodes.faults import load_faults
     named = set(load_faults().alerts) - {"NcclAcceptanceFailed"}     # only stacks with an NCCL pool have it
     for stack_spec in specs.values():
         assert named <= {r["alert"] for r in rules_of(groups_of(stack_spec)) if "alert" in r}

@@ -1,11 +1,12 @@
-"""spec/amis.py and spec/amis.yaml: which AMI release a stack boots, the driver it carries, and when to move on."""
+"""decisions/nodes/amis.py and decisions/nodes/amis.yaml: which AMI release a stack boots, the driver it carries, and
+when to move on."""
 from datetime import date
 
 import pytest
 import yaml
 
-from spec.amis import AMIS_PATH, AmiTable, NodeImage, image_warnings, load_amis, resolve_node_image
-from spec.model import GpuDriver
+from decisions.config.model import GpuDriver
+from decisions.nodes.amis import AMIS_PATH, AmiTable, NodeImage, image_warnings, load_amis, resolve_node_image
 
 TABLE = load_amis()
 

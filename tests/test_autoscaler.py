@@ -1,5 +1,5 @@
-"""components/autoscaler.py under the mock engine, and the pure decisions in spec/autoscaling.py and
-spec/charts.py.
+"""components/nodes/autoscaler.py under the mock engine, and the pure decisions in decisions/nodes/autoscaling.py and
+decisions/catalog/charts.py.
 
 What users rely on: the pinned chart runs an autoscaler whose minor equals the cluster's, for every
 supported Kubernetes version; it discovers this cluster's pools (and only those) by tag; it grows reserved
@@ -18,9 +18,10 @@ import pulumi_kubernetes as kubernetes
 import pytest
 import yaml
 
-from components.autoscaler import AutoscalerArgs, ClusterAutoscaler
-from spec import autoscaling, boot, charts, drain
-from spec.validate import supported_kubernetes_versions
+from components.nodes.autoscaler import AutoscalerArgs, ClusterAutoscaler
+from decisions.catalog import charts
+from decisions.config.validate import supported_kubernetes_versions
+from decisions.nodes import autoscaling, boot, drain
 from tests.conftest import run_component
 
 REGION = "us-east-1"
@@ -179,7 +180,7 @@ def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     assert children and all(r.name.startswith("autoscaler-") for r in children)
 
 
-# --- spec/autoscaling.py ----------------------------------------------------------------------------------
+# --- decisions/nodes/autoscaling.py ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("priorities", [{}, {0: ["^a$"]}, {-5: ["^a$"]}, {10: []}, {10: "^a$"}, {True: ["^a$"]}])
 def test_priority_config_rejects_what_the_expander_would_ignore(priorities):
@@ -210,7 +211,8 @@ def test_policy_needs_the_asgs_and_a_plain_cluster_name():
         autoscaling.autoscaler_policy_statements("a/b", ASG_ARNS, NODEGROUPS)
 
 
-# --- spec/charts.py ---------------------------------------------------------------------------------------
+# --- decisions/catalog/charts.py
+# ---------------------------------------------------------------------------------------
 
 def test_every_supported_kubernetes_version_has_an_image_pin():
     assert set(supported_kubernetes_versions()) <= set(charts.autoscaler_minors())
@@ -246,7 +248,7 @@ def test_chart_pins_point_at_the_official_repositories():
 
 
 def test_it_runs_on_the_system_nodes_past_their_taint_with_values_the_chart_has(run):
-    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
     from tests.chart_values import assert_values_confirmed
 
     values = _values(run)

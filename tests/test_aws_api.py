@@ -4,14 +4,14 @@
 - Its credentials come from a stand-in EKS Pod Identity agent, read the way botocore's container provider reads
   them (botocore 1.44.8 credentials.py ContainerProvider): the token file as the Authorization header, re-read.
 - Every call runs against moto in server mode on 127.0.0.1 with moto's authentication on: moto recomputes each
-  signature with botocore (moto/iam/access_control.py check_signature) and applies the IAM policy spec/repair.py
-  gives the controller, to an IAM user holding exactly that policy. moto authorizes Auto Scaling and EC2 actions
-  against "*" and evaluates no condition of an identity policy; AWS authorizes TerminateInstanceInAutoScalingGroup
-  and SuspendProcesses on the group (resource type autoScalingGroup) and RebootInstances on the instance, with
-  ec2:ResourceTag/<key> from the instance's tags (Service Authorization Reference, Amazon EC2 Auto Scaling and
-  Amazon EC2). The fixture gives moto exactly that: the group's or instance's ARN as the resource, and the
-  instance's tags as the condition keys its policy names (a tag the instance lacks is an empty value, which no
-  StringEquals matches, as in IAM).
+  signature with botocore (moto/iam/access_control.py check_signature) and applies the IAM policy
+  decisions/nodes/repair.py gives the controller, to an IAM user holding exactly that policy. moto authorizes Auto
+  Scaling and EC2 actions against "*" and evaluates no condition of an identity policy; AWS authorizes
+  TerminateInstanceInAutoScalingGroup and SuspendProcesses on the group (resource type autoScalingGroup) and
+  RebootInstances on the instance, with ec2:ResourceTag/<key> from the instance's tags (Service Authorization Reference,
+  Amazon EC2 Auto Scaling and Amazon EC2). The fixture gives moto exactly that: the group's or instance's ARN as the
+  resource, and the instance's tags as the condition keys its policy names (a tag the instance lacks is an empty value,
+  which no StringEquals matches, as in IAM).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from moto.ec2.responses import EC2Response
 from moto.iam import access_control
 from moto.server import ThreadedMotoServer
 
+from decisions.nodes import repair
 from jobs import aws_api
-from spec import repair
 from tests.loopback import LoopbackServer, QuietHandler
 
 REGION, ACCOUNT = "us-east-1", "123456789012"

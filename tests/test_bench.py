@@ -9,8 +9,8 @@ from bench.plan_bench import (fit_line, floor_run, large_stack, record_construct
                               same_inputs_run, typed_floor_run)
 from bench.rollout_bench import batch_size, rollout_seconds, stack_rollouts
 from conftest import stack_config
+from decisions.config.validate import NAMESPACE, load_stack_spec
 from plan.stackfile import project_keys
-from spec.validate import NAMESPACE, load_stack_spec
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""spec/boot.py: every pool shape's worst-case boot fits inside its launch hook, cluster-autoscaler waits longer,
-and a rollout waits only for what follows the gate."""
+"""decisions/nodes/boot.py: every pool shape's worst-case boot fits inside its launch hook, cluster-autoscaler waits
+longer, and a rollout waits only for what follows the gate."""
 import pytest
 
-from spec import boot
+from decisions.nodes import boot
 
 SHAPES = [(source, nvswitch, efa, lustre) for source in ("ami", "install") for nvswitch in (False, True)
           for efa in (False, True) for lustre in (False, True)]

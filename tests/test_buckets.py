@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from components.buckets import stack_buckets
-from spec import buckets
+from components.storage.buckets import stack_buckets
+from decisions.storage import buckets
 from tests.conftest import STACKS, run_component
 
 ACCOUNT = "123456789012"
@@ -169,7 +169,7 @@ def test_each_source_bucket_logs_exactly_where_the_log_bucket_admits_it(run):
 def test_log_delivery_needs_a_source_and_the_log_bucket_takes_no_key_grant():
     with pytest.raises(ValueError, match="no source bucket"):
         buckets.log_delivery_statements("aws", ACCOUNT, "logs", [])
-    from components.buckets import SecureBucket, SecureBucketArgs
+    from components.storage.buckets import SecureBucket, SecureBucketArgs
 
     def build():
         SecureBucket("logs", SecureBucketArgs(

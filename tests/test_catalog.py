@@ -1,7 +1,7 @@
 """The GPU catalog: data loads, matches its public sources entry by entry, and answers questions."""
 import pytest
 
-from spec.catalog import load_catalog
+from decisions.catalog.catalog import load_catalog
 
 CATALOG = load_catalog()
 
@@ -14,7 +14,7 @@ def test_catalog_covers_the_families_gpu_cloud_supports():
 
 
 # Every catalog type, entry by entry, from EC2 DescribeInstanceTypes as generated into aws/karpenter-provider-aws
-# pkg/providers/instancetype (2026-07/08), the source spec/catalog.yaml names.
+# pkg/providers/instancetype (2026-07/08), the source decisions/catalog/catalog.yaml names.
 HARDWARE = [
     # type,              GPU,         GPUs, GPU MiB, vCPU, GiB,  Gbps, cards, EFA cards, NVMe GB
     ("g4dn.12xlarge",    "T4",        4, 16384,  48,  192,   50,  1,  1,   900),
@@ -87,14 +87,14 @@ def test_mig_memory_slices_entry_by_entry_and_the_slices_a_layout_takes():
     ({"migProfiles": {"4g.40gb": 2}, "migMemorySlices": {"4g.40gb": 4}}, "4g.40gb: 2, but 1 fit"),
 ])
 def test_mig_counts_must_be_what_the_slices_allow(change, words):
-    from spec.catalog import GpuModel
+    from decisions.catalog.catalog import GpuModel
     data = CATALOG.gpus["H100"].model_dump(by_alias=True)
     with pytest.raises(ValueError, match=words):
         GpuModel.model_validate({**data, **change})
 
 
 # NVIDIA, "CUDA GPU Compute Capability" (developer.nvidia.com/cuda-gpus): the architecture of every catalog GPU. The DR
-# pair check refuses two architectures for one replicated model repository (spec/dr_pair.py).
+# pair check refuses two architectures for one replicated model repository (decisions/serving/dr_pair.py).
 ARCHITECTURES = {"T4": "turing", "A10G": "ampere", "A100 40GB": "ampere", "A100 80GB": "ampere", "L4": "ada",
                  "L40S": "ada", "H100": "hopper", "H200": "hopper", "B200": "blackwell"}
 
@@ -104,7 +104,7 @@ def test_every_gpu_has_its_architecture():
 
 
 def test_a_misspelt_architecture_is_refused():
-    from spec.catalog import GpuModel
+    from decisions.catalog.catalog import GpuModel
     data = CATALOG.gpus["A10G"].model_dump(by_alias=True)
     with pytest.raises(ValueError, match="'turing', 'ampere', 'ada', 'hopper' or 'blackwell'"):
         GpuModel.model_validate({**data, "architecture": "ampre"})
@@ -196,7 +196,7 @@ def test_a_type_without_a_published_figure_has_no_minimum(scope, field, table):
 
 @pytest.mark.parametrize("name", sorted(ACROSS_NODES))
 def test_across_node_figures_entry_by_entry(name):
-    from spec.catalog import across_nodes_ceiling_gbps
+    from decisions.catalog.catalog import across_nodes_ceiling_gbps
     figure = CATALOG.instance_types[name].nccl_bus_bandwidth_gbps.across_nodes
     published, size, measured_on, cites = ACROSS_NODES[name]
     assert (figure.published_gbps, figure.message_bytes, figure.measured_on) == (published, size, measured_on)
@@ -223,7 +223,7 @@ def test_within_node_minimums_entry_by_entry(name):
 
 @pytest.mark.parametrize("network_gbps, gpus, ceiling", [(400, 8, 93.75), (3200, 8, 750.0), (400, 4, 87.5)])
 def test_the_across_node_ceiling_is_the_network_times_the_bus_factor(network_gbps, gpus, ceiling):
-    from spec.catalog import across_nodes_ceiling_gbps
+    from decisions.catalog.catalog import across_nodes_ceiling_gbps
     assert across_nodes_ceiling_gbps(network_gbps, gpus) == ceiling
 
 
@@ -236,7 +236,7 @@ def _across(published=487.09, size=16 * GIB, **more):
 
 def test_a_figure_two_nodes_cannot_reach_is_refused_and_the_ceiling_itself_is_not():
     from pydantic import ValidationError
-    from spec.catalog import Catalog
+    from decisions.catalog.catalog import Catalog
     assert Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": _across(750), "withinNode": P5_WITHIN}))
     with pytest.raises(ValidationError, match="publishedGBps 751 GB/s is more than two nodes with 3200 Gbps can reach"):
         Catalog.model_validate(_catalog_with("p5.48xlarge", {"acrossNodes": _across(751), "withinNode": P5_WITHIN}))
@@ -244,7 +244,7 @@ def test_a_figure_two_nodes_cannot_reach_is_refused_and_the_ceiling_itself_is_no
 
 def _catalog_with(instance_type: str, nccl, **top) -> dict:
     import yaml
-    from spec.catalog import CATALOG_PATH
+    from decisions.catalog.catalog import CATALOG_PATH
     data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
     data["instanceTypes"][instance_type]["ncclBusBandwidthGBps"] = nccl
     return {**data, **top}
@@ -270,7 +270,7 @@ def _catalog_with(instance_type: str, nccl, **top) -> dict:
 ])
 def test_nccl_figures_are_validated_strictly(instance_type, nccl, message):
     from pydantic import ValidationError
-    from spec.catalog import Catalog
+    from decisions.catalog.catalog import Catalog
     with pytest.raises(ValidationError, match=message):
         Catalog.model_validate(_catalog_with(instance_type, nccl))
 
@@ -278,7 +278,7 @@ def test_nccl_figures_are_validated_strictly(instance_type, nccl, message):
 @pytest.mark.parametrize("fraction", [0, 1, 1.1])
 def test_the_fraction_is_a_share_below_the_whole(fraction):
     from pydantic import ValidationError
-    from spec.catalog import Catalog
+    from decisions.catalog.catalog import Catalog
     with pytest.raises(ValidationError, match="ncclAcrossNodesFraction"):
         Catalog.model_validate(_catalog_with("p5.48xlarge", {"withinNode": P5_WITHIN},
                                              ncclAcrossNodesFraction=fraction))
@@ -320,14 +320,14 @@ def test_instance_store_iops_entry_by_entry(name, volumes, read_iops, write_iops
 
 def _catalog_with_store(instance_type: str, store) -> dict:
     import yaml
-    from spec.catalog import CATALOG_PATH
+    from decisions.catalog.catalog import CATALOG_PATH
     data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
     data["instanceTypes"][instance_type]["instanceStore"] = store
     return data
 
 
 def test_a_type_without_instance_store_has_no_iops():
-    from spec.catalog import Catalog
+    from decisions.catalog.catalog import Catalog
     catalog = Catalog.model_validate(_catalog_with_store("g5.12xlarge", {"disks": 0, "diskGB": 0}))
     store = catalog.instance_types["g5.12xlarge"].instance_store
     assert (store.total_gb, store.read_iops, store.write_iops) == (0, None, None)
@@ -343,7 +343,7 @@ def test_a_type_without_instance_store_has_no_iops():
 ])
 def test_instance_store_is_validated_strictly(store, message):
     from pydantic import ValidationError
-    from spec.catalog import Catalog
+    from decisions.catalog.catalog import Catalog
     with pytest.raises(ValidationError, match=message):
         Catalog.model_validate(_catalog_with_store("g4dn.12xlarge", store))
 
@@ -409,13 +409,14 @@ def test_a_region_lists_exactly_the_types_the_snapshot_offers_there():
 
 
 def test_an_unknown_region_is_refused_with_how_to_add_one():
-    from spec.errors import ConfigError
+    from decisions.config.errors import ConfigError
     from tests.test_validate import load, valid_config
     with pytest.raises(ConfigError) as raised:
         load(valid_config(), region="ap-south-1")
     (issue,) = [i for i in raised.value.issues if i.path == "aws:region"]
     assert "known regions: ap-northeast-1, eu-central-1, eu-west-1, us-east-1, us-east-2, us-west-2" in issue.message
-    for words in ('docs/how-to.md "Add a region"', "spec/catalog.yaml", "spec/zones.yaml", "spec/prices.yaml"):
+    for words in ('docs/how-to.md "Add a region"', "decisions/catalog/catalog.yaml", "decisions/network/zones.yaml",
+                  "decisions/cost/prices.yaml"):
         assert words in issue.message
     how_to = (Path(__file__).resolve().parent.parent / "docs" / "how-to.md").read_text(encoding="utf-8")
     assert "**Add a region.**" in how_to

@@ -1,4 +1,4 @@
-"""components/cluster.py and spec/addons.py under the shared mocks (tests/conftest.py).
+"""components/cluster.py and decisions/catalog/addons.py under the shared mocks (tests/conftest.py).
 
 Each cluster is built once per module (a run takes a fraction of a second) and only read afterwards.
 """
@@ -16,11 +16,11 @@ from components.cluster import (
     ClusterArgs, EksCluster, is_accelerated_instance_type,
 )
 from components.iam import POD_IDENTITY_TRUST_POLICY
-from spec.addons import (
+from decisions.catalog.addons import (
     ADDON_NAMES, ADDONS_PATH, AddonPinError, addon_versions, load_addon_pins, parse_addon_version,
     supported_kubernetes_versions,
 )
-from spec.catalog import load_catalog
+from decisions.catalog.catalog import load_catalog
 from tests.conftest import run_component
 
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -276,8 +276,9 @@ def test_system_node_group_is_small_on_demand_and_gpu_free(private_run):
     assert group["taints"] == [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NO_SCHEDULE"}]
 
 
-# What `aws eks describe-addon-configuration` answers, transcribed as far as the program's values reach (spec/addons.py
-# names each source). additionalProperties false where the add-on's schema says so: a misspelt key is refused.
+# What `aws eks describe-addon-configuration` answers, transcribed as far as the program's values reach
+# (decisions/catalog/addons.py names each source). additionalProperties false where the add-on's schema says so: a
+# misspelt key is refused.
 _OBJECTS = {"type": "array", "items": {"type": "object"}}
 COREDNS_SCHEMA = {   # coredns v1.10.1-eksbuild.11 (cloudbees/terraform-aws-cloudbees-ci-eks-addon, windows blueprint)
     "type": "object", "additionalProperties": False,
@@ -292,7 +293,7 @@ EBS_CSI_SCHEMA = {   # kubernetes-sigs/aws-ebs-csi-driver v1.60.0 charts/aws-ebs
 @pytest.mark.parametrize("addon_name, schema", [("coredns", COREDNS_SCHEMA), ("aws-ebs-csi-driver", EBS_CSI_SCHEMA)])
 def test_addon_configuration_is_valid_for_its_schema_and_tolerates_the_system_taint(private_run, addon_name, schema):
     import jsonschema
-    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
 
     addon = next(a for a in private_run.of_type(ADDON) if a.inputs["addonName"] == addon_name)
     config = json.loads(addon.inputs["configurationValues"])
@@ -305,7 +306,7 @@ def test_addon_configuration_is_valid_for_its_schema_and_tolerates_the_system_ta
 
 
 def test_the_toleration_check_tells_a_matching_toleration_from_a_near_miss():
-    from spec.pods import SYSTEM_NODE_TAINT, system_tolerations, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_TAINT, system_tolerations, tolerates
 
     assert tolerates(system_tolerations(), SYSTEM_NODE_TAINT)
     assert tolerates([{"operator": "Exists"}], SYSTEM_NODE_TAINT)                            # every taint

@@ -1,4 +1,5 @@
-"""The whole bill (spec/cost.py): hand calculations from the catalog and spec/prices.yaml, entry by entry."""
+"""The whole bill (decisions/cost/cost.py): hand calculations from the catalog and decisions/cost/prices.yaml, entry by
+entry."""
 import inspect
 import re
 from datetime import date
@@ -7,11 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spec import cost, pods
-from spec.catalog import load_catalog
-from spec.errors import ConfigError
-from spec.validate import budget_issues, load_stack_spec
-from spec.zones import Reservation
+from decisions.catalog.catalog import load_catalog
+from decisions.config.errors import ConfigError
+from decisions.config.validate import budget_issues, load_stack_spec
+from decisions.cost import cost
+from decisions.network.zones import Reservation
+from decisions.nodes import pods
 from tests.test_validate import load, valid_config
 
 CATALOG = load_catalog()
@@ -105,7 +107,8 @@ def test_prod_us_east_1_matches_the_hand_calculation():
         assert (items[name].hourly_at_desired, items[name].hourly_at_max) == approx((desired, maximum), abs=1e-4), name
     # FSx at 500 MB/s/TiB has no sourced rate: a gap, left out of the totals, not a guess
     assert items["FSx for Lustre PERSISTENT_2"].gap and not e.complete
-    assert e.gaps == [f"{items['FSx for Lustre PERSISTENT_2'].item}: no sourced rate for this region in spec/prices.yaml"]
+    assert e.gaps == [f"{items['FSx for Lustre PERSISTENT_2'].item}: no sourced rate for this region in "
+                      "decisions/cost/prices.yaml"]
     pools_max = 4 * 55.04 + 3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 8 * 10.49264
     assert e.pools_hourly_at_max == approx(pools_max, abs=1e-3)
     assert e.hourly_at_max == approx(pools_max + sum(m for _, m in expected.values()), abs=1e-3)
@@ -319,10 +322,10 @@ def test_a_type_without_a_price_is_a_gap_not_a_budget_failure():
     spec = load(config)
     e = cost.estimate(spec, TODAY)
     assert e.pools[0].hourly_at_max is None and not e.complete
-    assert e.gaps[0] == "train: no capacity block rate for p5e.48xlarge in us-east-1 (spec/prices.yaml)"
+    assert e.gaps[0] == "train: no capacity block rate for p5e.48xlarge in us-east-1 (decisions/cost/prices.yaml)"
     config["nodePools"][0].update(capacity="reserved")
     (train, _) = cost.pool_costs(load(config).pools, CATALOG, "us-east-1")
-    assert train.gap == "no on-demand price for p5e.48xlarge in us-east-1 (spec/catalog.yaml)"
+    assert train.gap == "no on-demand price for p5e.48xlarge in us-east-1 (decisions/catalog/catalog.yaml)"
 
 
 def test_spot_uses_the_family_discount_with_its_source():
@@ -426,7 +429,8 @@ def test_every_rate_names_its_source_and_date():
 
 
 def test_what_cost_restates_matches_the_components_that_build_it():
-    from components import cluster, network, nodepool
+    from components import cluster, network
+    from components.nodes import nodepool
     assert cost.SYSTEM_NODES_DESIRED == inspect.signature(cluster.ClusterArgs).parameters["system_desired_nodes"].default
     assert cost.INTERFACE_ENDPOINT_SERVICES == len(network.INTERFACE_ENDPOINTS)
     assert cost.ROOT_VOLUME_GIB == nodepool.ROOT_VOLUME_GIB
@@ -452,7 +456,8 @@ def test_the_plan_answers_what_a_commitment_saves_with_figures(monkeypatch):
     lines = _commitment_lines(section["commitmentOptions"])
     assert any(line.split()[:4] == ["infer-l40s", "g6e.12xlarge", "2", "$15,319.25"]
                and "$10,723.48 (saves $4,595.78)" in line for line in lines)
-    assert "  no sourced savings-plan/1y/no-upfront discount for p5 (spec/prices.yaml): no figure, never a guess" in lines
+    assert ("  no sourced savings-plan/1y/no-upfront discount for p5 (decisions/cost/prices.yaml): "
+            "no figure, never a guess") in lines
 
 
 # --- Regions: prices.yaml's snapshot-derived rates, entry by entry, against the source rows -------------------------

@@ -1,5 +1,6 @@
-"""spec/dashboards.py: the Grafana dashboards are valid models, every PromQL expression parses (promtool), and
-every metric name they use is documented by its source (spec/dashboards/metrics.yaml, held entry by entry)."""
+"""decisions/observability/dashboards.py: the Grafana dashboards are valid models, every PromQL expression parses
+(promtool), and every metric name they use is documented by its source (decisions/observability/dashboards/metrics.yaml,
+held entry by entry)."""
 from __future__ import annotations
 
 import json
@@ -12,12 +13,12 @@ from typing import Dict, List, Set, Tuple
 import pytest
 import yaml
 
-from spec import dashboards as d, dcgm, monitoring
-from spec.catalog import load_catalog
-from spec.charts import KUBE_PROMETHEUS_STACK, chart
-from spec.model import NodePool
-from spec.pools import node_labels
-from spec.validate import ResolvedPool
+from decisions.catalog.catalog import load_catalog
+from decisions.catalog.charts import KUBE_PROMETHEUS_STACK, chart
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes.pools import node_labels
+from decisions.observability import dashboards as d, dcgm, monitoring
 from tests.chart_values import values_file
 from tests.conftest import require_tool
 from userdata import gpu_verify
@@ -109,7 +110,7 @@ def test_pool_and_node_variables_where_series_have_nodes():
         names = [v["name"] for v in MODELS[name]["templating"]["list"]]
         assert names == ["datasource", "pool", "node"], name
     assert [v["name"] for v in MODELS["spot-drains.json"]["templating"]["list"]] == ["datasource", "pool"]
-    # Kueue's series name no node: the queue and the flavor, which is the pool (spec/kueue.py).
+    # Kueue's series name no node: the queue and the flavor, which is the pool (decisions/platform/kueue.py).
     assert [v["name"] for v in MODELS["training-queue.json"]["templating"]["list"]] == [
         "datasource", "cluster_queue", "flavor"]
     triton = {v["name"]: v for v in MODELS["triton.json"]["templating"]["list"]}
@@ -162,7 +163,8 @@ def test_every_metric_used_is_documented_and_every_documented_metric_is_used():
         for name in d.metric_names(expr):
             used.setdefault(_family(name), []).append(where)
     undocumented = {name: where for name, where in used.items() if name not in documented}
-    assert not undocumented, f"metrics no source documents (spec/dashboards/metrics.yaml): {undocumented}"
+    assert not undocumented, ("metrics no source documents (decisions/observability/dashboards/metrics.yaml): "
+                              f"{undocumented}")
     assert set(documented) - set(used) == set(), "documented but unused: drop them from the table"
 
 
@@ -302,7 +304,8 @@ def test_extra_dcgm_counters_are_not_collected_by_default():
 
 
 def test_the_training_queue_dashboard_shows_what_the_alert_and_kueues_configuration_give():
-    from spec import alert_rules, kueue
+    from decisions.observability import alert_rules
+    from decisions.platform import kueue
     model = MODELS["training-queue.json"]
     [stat] = [p for p in model["panels"] if p["title"] == "Pending workloads" and p["type"] == "stat"]
     steps = stat["fieldConfig"]["defaults"]["thresholds"]["steps"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spec.buckets import JOB_DATA, JOB_READ_ONLY, bucket_name
+from decisions.storage.buckets import JOB_DATA, JOB_READ_ONLY, bucket_name
 from tests.conftest import STACKS
 
 ACCOUNT = "123456789012"

@@ -1,8 +1,8 @@
 """Who runs Pulumi: the stack's aws: settings, the principal that gets cluster admin, get-token's arguments."""
 import pytest
 
-from spec.deployer import AwsSettings, aws_settings, deployer_principal
-from spec.errors import ConfigError
+from decisions.config.deployer import AwsSettings, aws_settings, deployer_principal
+from decisions.config.errors import ConfigError
 
 
 def test_settings_pass_profile_role_and_allowed_accounts():

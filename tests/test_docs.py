@@ -170,7 +170,7 @@ def test_the_readme_is_a_five_minute_read_that_links_every_page():
 
 
 def test_the_readme_pool_example_is_a_valid_pool(tmp_path):
-    from spec.validate import load_stack_spec
+    from decisions.config.validate import load_stack_spec
     from tests.conftest import stack_config
 
     (example,) = [b for b in blocks(ROOT / "README.md") if b.language == "yaml"]

@@ -1,13 +1,13 @@
-"""Two stacks checked as a DR pair (spec/dr_pair.py): the shipped pair holds, each broken rule is named by stack and
-key, one stack's own DR keys are judged alone, and the recovery time adds up term by term."""
+"""Two stacks checked as a DR pair (decisions/serving/dr_pair.py): the shipped pair holds, each broken rule is named by
+stack and key, one stack's own DR keys are judged alone, and the recovery time adds up term by term."""
 import copy
 
 import pytest
 
+from decisions.config.errors import ConfigError, key_path
+from decisions.config.validate import load_stack_spec
+from decisions.serving import dr_pair
 from plan.stackfile import project_keys
-from spec import dr_pair
-from spec.errors import ConfigError, key_path
-from spec.validate import load_stack_spec
 from tests.conftest import dropping, setting, stack_config
 
 PRIMARY, SECONDARY = "prod-us-east-1", "prod-eu-west-1"
@@ -137,7 +137,8 @@ def test_internet_facing_load_balancers_take_clients_anywhere():
     assert [(stack, path) for stack, path, _ in found] == [(SECONDARY, "gpu-cloud:inference.triton.scheme")]
 
 
-# --- one stack's DR keys, judged alone (spec/validate.py) ------------------------------------------------------------
+# --- one stack's DR keys, judged alone (decisions/config/validate.py)
+# ------------------------------------------------------------
 def config_issues(stack, change, peer_cidr=None):
     with pytest.raises(ConfigError) as raised:
         spec_of(stack, change, peer_cidr)
@@ -186,7 +187,8 @@ def test_a_stack_whose_vpc_clients_have_no_route_to_the_peer_is_refused_with_the
 DETECTION_INTERNAL = 10 * 3 + 60 * 3      # NLB checks, then 2 of 3 one-minute alarm periods
 TTL = 60
 REACTION = 30 + 120 + 15                  # a scrape, the 2-minute queue-time window, an HPA sync
-BOOT_G5 = 240 + 300 + 60 + 120 + 60       # before the gate, kmod load, checks, verifier, report (spec/boot.py)
+# before the gate, kmod load, checks, verifier, report (decisions/nodes/boot.py)
+BOOT_G5 = 240 + 300 + 60 + 120 + 60
 NEW_NODE = 10 + BOOT_G5 + 300 + 300       # autoscaler scan, boot, registration, GPUs advertised
 IMAGE_PULL = 600
 MODELS = 90 * 10                          # the startup probe's budget

@@ -1,8 +1,8 @@
 """EFA interface layout: one EFA device per EFA network card, AWS's current layout."""
 import pytest
 
-from spec.catalog import load_catalog
-from spec.efa import EFA_ONLY, ENA, efa_device_count, interface_layout
+from decisions.catalog.catalog import load_catalog
+from decisions.nodes.efa import EFA_ONLY, ENA, efa_device_count, interface_layout
 
 CATALOG = load_catalog()
 

@@ -1,8 +1,8 @@
 """DNS across the two regions: each stack's half of the record set, its health check, and the recovery time."""
 import pytest
 
-from spec import failover
-from spec.failover import RecordPolicy
+from decisions.serving import failover
+from decisions.serving.failover import RecordPolicy
 
 
 @pytest.mark.parametrize("role, routing, expected", [
@@ -52,7 +52,8 @@ def test_the_health_checks_reference_name_fits_what_the_provider_accepts(stack, 
     assert failover.reference_name(stack) == name
 
 
-# --- components/failover.py in the shipped stacks -------------------------------------------------------------------
+# --- components/serving/failover.py in the shipped stacks
+# -------------------------------------------------------------------
 RECORD, CHECK, ALARM = "aws:route53/record:Record", "aws:route53/healthCheck:HealthCheck", "aws:cloudwatch/metricAlarm:MetricAlarm"
 
 
@@ -71,14 +72,14 @@ def test_each_region_owns_its_half_of_the_record_pointing_at_its_own_nlb(stack_r
 def test_an_internal_nlb_is_judged_by_an_alarm_on_its_healthy_targets(stack_runs):
     run = stack_runs["prod-us-east-1"]
     (lookup,) = [args for token, args in run.invokes if token == "aws:lb/getLoadBalancer:getLoadBalancer"]
-    # The tags the AWS Load Balancer Controller puts on the Service's NLB (spec/lb_controller.py).
+    # The tags the AWS Load Balancer Controller puts on the Service's NLB (decisions/serving/lb_controller.py).
     assert lookup["tags"] == {"elbv2.k8s.aws/cluster": "gpu-cloud-prod-us-east-1",
                               "service.k8s.aws/stack": "inference/triton", "service.k8s.aws/resource": "LoadBalancer"}
     alarm = run.one(ALARM).inputs
     assert (alarm["namespace"], alarm["metricName"]) == ("AWS/NetworkELB", "HealthyHostCount")
     assert alarm["dimensions"]["LoadBalancer"].startswith("net/") and alarm["dimensions"]["TargetGroup"].startswith("targetgroup/")
     # The Maximum over the load balancer's nodes below 1, for 2 of 3 minutes: the ELB guide's recommendation
-    # (spec/failover.py); no data (no registered target at all) counts as breaching.
+    # (decisions/serving/failover.py); no data (no registered target at all) counts as breaching.
     assert (alarm["statistic"], alarm["comparisonOperator"], alarm["threshold"]) == ("Maximum", "LessThanThreshold", 1)
     assert (alarm["period"], alarm["datapointsToAlarm"], alarm["evaluationPeriods"]) == (60, 2, 3)
     assert alarm["treatMissingData"] == "breaching"

@@ -1,6 +1,6 @@
-"""spec/faults.yaml, the one fault model: its data against its sources, and the parity corpus: every fault class the
-verifier judges, injected once at boot and once at run time (tests/fake_nvml.py, a kernel log, the verifier itself),
-gives the verdict, the class and the remediation the table says."""
+"""decisions/nodes/faults.yaml, the one fault model: its data against its sources, and the parity corpus: every fault
+class the verifier judges, injected once at boot and once at run time (tests/fake_nvml.py, a kernel log, the verifier
+itself), gives the verdict, the class and the remediation the table says."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-from spec import faults as fault_model
+from decisions.nodes import faults as fault_model
 from tests import fake_nvml as fk
 from tests.conftest import ROOT
 # The verifier harness (fixtures: the bundle's fault table, the in-process verifier against the fake NVML).

@@ -1,4 +1,5 @@
-"""components/gpu_operator.py under the mock engine, and the pure decisions in spec/gpu_operator.py.
+"""components/platform/gpu_operator.py under the mock engine, and the pure decisions in
+decisions/platform/gpu_operator.py.
 
 What users rely on: the pinned GPU operator leaves the node image's driver and container toolkit alone; a
 time-sliced or MPS pool's nodes get exactly the replicas the pool asks for (MPS: each a 1/N share of memory and
@@ -25,13 +26,15 @@ import pytest
 import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
-from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.platform.gpu_operator import GpuOperator, GpuOperatorArgs
+from decisions.catalog import charts
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool, load_stack_spec
+from decisions.nodes.pools import Taint, mig_layout, mig_resource, node_labels, node_taints, offered_gpu_resources
+from decisions.observability import dcgm, monitoring
+from decisions.platform import gpu_operator, tenancy
 from plan.stackfile import project_keys
-from spec import charts, dcgm, gpu_operator, monitoring, tenancy
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pools import Taint, mig_layout, mig_resource, node_labels, node_taints, offered_gpu_resources
-from spec.validate import ResolvedPool, load_stack_spec
 from tests import upstream_records
 from tests.chart_values import assert_values_confirmed, merged_values, values_file
 from tests.conftest import run_component, run_stack, stack_config, validate_kubernetes
@@ -252,7 +255,7 @@ def test_the_transcribed_schemas_are_the_sources():
 
 def test_each_shared_pool_selects_its_own_config_by_label(run):
     # A node selects its config by label; what the plugin then advertises must be what the autoscaler's node
-    # templates and the quotas count (spec.pools.offered_gpu_resources).
+    # templates and the quotas count (decisions.nodes.pools.offered_gpu_resources).
     configs = _device_plugin_configs(run)
     key = {"time-slicing": "timeSlicing", "mps": "mps"}
     for pool in POOLS:
@@ -297,8 +300,8 @@ def test_replicas_the_device_plugin_would_refuse_are_refused(shared, words):
 
 def test_the_mig_strategy_is_each_configs_so_mps_and_mig_share_a_cluster(run):
     # A cluster-wide strategy reaches the plugin as MIG_STRATEGY and overrides the file (module docstring of
-    # spec/gpu_operator.py): left empty, the chart's ClusterPolicy has none (templates/clusterpolicy.yaml lines
-    # 139-142), and each config says its own.
+    # decisions/platform/gpu_operator.py): left empty, the chart's ClusterPolicy has none (templates/clusterpolicy.yaml
+    # lines 139-142), and each config says its own.
     values = _operator_values(run)
     assert values["mig"] == {"strategy": ""}
     assert merged_values(charts.chart(charts.GPU_OPERATOR), values)["mig"]["strategy"] == ""   # not the chart's single

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
-from spec.faults import bundle_document
+from decisions.nodes.faults import bundle_document
 from tests import fake_nvml as fk
 from tests.conftest import ROOT, require_tool
 
@@ -69,7 +69,7 @@ class Run:
 
 @pytest.fixture(scope="session")
 def faults_json(tmp_path_factory) -> Path:
-    """The fault table as the bundle ships it (spec/faults.py bundle_document)."""
+    """The fault table as the bundle ships it (decisions/nodes/faults.py bundle_document)."""
     path = tmp_path_factory.mktemp("faults") / "faults.json"
     path.write_text(json.dumps(bundle_document()))
     return path
@@ -921,7 +921,7 @@ def test_field_value_members_follow_nvml(value_type, member):
 def test_gpu_fabric_models_are_the_catalogs_hopper_and_later_nvswitch_gpus():
     import yaml
 
-    gpus = yaml.safe_load((ROOT / "spec" / "catalog.yaml").read_text())["gpus"]
+    gpus = yaml.safe_load((ROOT / "decisions" / "catalog" / "catalog.yaml").read_text())["gpus"]
     assert gv.GPU_FABRIC_MODELS == {model for model, gpu in gpus.items()
                                     if gpu["nvswitch"] and gpu["architecture"] in ("hopper", "blackwell")}
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import pynvml  # noqa: E402  (a requirement: its absence is an error, not a skip)
+from decisions.nodes.faults import bundle_document
 from scripts.gpu_machine_check import BUDGET_S, hardware_expectation, run
-from spec.faults import bundle_document
 from tests.conftest import ROOT
 
 

@@ -1,4 +1,4 @@
-"""components/inference.py under the mock engine, in the shipped prod stack (and variants of it).
+"""components/serving/inference.py under the mock engine, in the shipped prod stack (and variants of it).
 
 What users rely on: Triton runs on its inference pool only, as a non-root user, serving a copy of the stack's models
 bucket that containers with a Pod Identity-capable CLI keep; it takes traffic only while it serves a model, through
@@ -13,8 +13,11 @@ import json
 
 import pytest
 
-from spec import data_access, drain, lb_controller, monitoring, triton
-from spec.pools import node_taints, toleration
+from decisions.nodes import drain
+from decisions.nodes.pools import node_taints, toleration
+from decisions.observability import monitoring
+from decisions.serving import lb_controller, triton
+from decisions.storage import data_access
 from tests.conftest import run_stack, validate_kubernetes
 
 STACK = "prod-us-east-1"
@@ -174,7 +177,8 @@ def test_prometheus_scrapes_triton_metrics(run):
     assert monitor.inputs["spec"]["selector"]["matchLabels"] == metrics.inputs["metadata"]["labels"]
     assert monitor.inputs["spec"]["namespaceSelector"] == {"matchNames": ["inference"]}
     assert monitor.inputs["spec"]["endpoints"][0]["port"] == metrics.inputs["spec"]["ports"][0]["name"] == "metrics"
-    # Triton serves /metrics on 8002 unless told otherwise (spec/triton.py: docs/user_guide/metrics.md at v2.71.0).
+    # Triton serves /metrics on 8002 unless told otherwise (decisions/serving/triton.py: docs/user_guide/metrics.md at
+    # v2.71.0).
     assert monitor.inputs["spec"]["endpoints"][0]["path"] == "/metrics"
     (container,) = named(run, DEPLOYMENT, "inference-deployment").inputs["spec"]["template"]["spec"]["containers"]
     assert {"name": "metrics", "containerPort": 8002} in container["ports"]
@@ -252,8 +256,8 @@ def test_without_named_publishers_there_is_no_publisher_role(run):
 
 
 def _config_issues(triton_settings):
-    from spec.errors import ConfigError
-    from spec.validate import load_stack_spec
+    from decisions.config.errors import ConfigError
+    from decisions.config.validate import load_stack_spec
     from tests.conftest import stack_config
     config = stack_config(STACK)
     keys = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-cloud:")}

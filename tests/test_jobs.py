@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from spec import jobset, kueue
-from spec.catalog import load_catalog
+from decisions.catalog.catalog import load_catalog
+from decisions.platform import jobset, kueue
 from tests.conftest import ROOT
 from tests.crds import crd_schema, validate_against_crd
 
@@ -82,8 +82,9 @@ def test_pytorch_job_mounts_no_file_system_where_the_stack_has_none(tmp_path):
 
 
 def _single_node_jobs():
-    """The Job `python -m jobs job` renders for dev's spot pool, and the NVLink check's Job (spec/acceptance.py)."""
-    from spec import acceptance
+    """The Job `python -m jobs job` renders for dev's spot pool, and the NVLink check's Job
+    (decisions/platform/acceptance.py)."""
+    from decisions.platform import acceptance
     from tests.test_jobset import pool
 
     result = jobs("job", "dev", "--pool", "dev-gpu-spot", "--name", "finetune", "--image", "i", "--", "true")
@@ -262,7 +263,8 @@ def test_a_stack_without_lustre_says_so():
 
 # --- checkpoints: one story across the templates and the docs --------------------------------------------------------
 def test_checkpoint_paths_agree_across_the_templates_and_the_docs():
-    from spec import buckets, job_options
+    from decisions.platform import job_options
+    from decisions.storage import buckets
     from tests.conftest import STACKS
 
     assert job_options.CHECKPOINT_DIR == "/scratch/checkpoints" and jobset.CHECKPOINT_DIR == job_options.CHECKPOINT_DIR
@@ -285,7 +287,7 @@ def test_checkpoint_paths_agree_across_the_templates_and_the_docs():
 
 # --- triton-config ---------------------------------------------------------------------------------------------------
 def test_triton_config_renders_what_spec_triton_does_and_triton_parses_it():
-    from spec import triton
+    from decisions.serving import triton
     from tests.test_triton import parse
 
     result = jobs("triton-config", "resnet50", "--backend", "onnxruntime", "--max-batch-size", "32",
@@ -302,7 +304,7 @@ def test_triton_config_renders_what_spec_triton_does_and_triton_parses_it():
 
 
 def test_triton_configs_data_types_are_tritons():
-    from spec import triton
+    from decisions.serving import triton
     from tests.test_triton import model_config_schema
 
     assert set(triton.DATA_TYPES) == set(model_config_schema().DataType.keys()) - {"TYPE_INVALID"}

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from spec import jobset, kueue
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, node_taints, toleration
-from spec.validate import ResolvedPool
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, node_taints, toleration
+from decisions.platform import jobset, kueue
 from tests.crds import crd_schema, validate_against_crd
 
 CATALOG = load_catalog()
@@ -183,7 +183,7 @@ def test_data_scratch_shm_and_checkpoints():
 
 
 def test_the_users_env_and_claims_join_the_templates_own():
-    from spec.job_options import UserVolume
+    from decisions.platform.job_options import UserVolume
 
     manifest = job(env={"NCCL_DEBUG": "WARN", "HF_HOME": "/scratch/hf"}, volumes=[UserVolume("models", "/models")])
     assert env(manifest)["NCCL_DEBUG"] == "WARN" and env(manifest)["HF_HOME"] == "/scratch/hf"
@@ -192,9 +192,9 @@ def test_the_users_env_and_claims_join_the_templates_own():
 
 
 def test_scratch_defaults_to_half_the_array_and_stays_small_on_the_root_volume():
-    from components.nodepool import ROOT_VOLUME_GIB
+    from components.nodes.nodepool import ROOT_VOLUME_GIB
 
-    # p5: 8 x 3,800 GB -> 28,312 GiB, allocatable 25,479 GiB (spec/scratch.py), half of it.
+    # p5: 8 x 3,800 GB -> 28,312 GiB, allocatable 25,479 GiB (decisions/nodes/scratch.py), half of it.
     assert jobset.default_scratch(pool("p5.48xlarge"), nvme_scratch=True) == "12739Gi"
     assert jobset.default_scratch(pool("p5.48xlarge"), nvme_scratch=False) == jobset.ROOT_VOLUME_SCRATCH
     assert int(jobset.ROOT_VOLUME_SCRATCH.removesuffix("Gi")) <= ROOT_VOLUME_GIB // 4

@@ -1,6 +1,6 @@
-"""The training queue as values (spec/kueue.py): one flavor per pool in the autoscaler's order, quotas from the
-pools, spot only for interruptible jobs, shared GPUs only for jobs that take a share; Kueue's flavor assignment as it
-treats those flavors; nothing in the training namespace bypassing the queue; priorities; Kueue's configuration and
+"""The training queue as values (decisions/platform/kueue.py): one flavor per pool in the autoscaler's order, quotas
+from the pools, spot only for interruptible jobs, shared GPUs only for jobs that take a share; Kueue's flavor assignment
+as it treats those flavors; nothing in the training namespace bypassing the queue; priorities; Kueue's configuration and
 chart values. The component: test_training.py."""
 from __future__ import annotations
 
@@ -11,14 +11,16 @@ import pytest
 import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
-from plan.stackfile import load_stack
-from spec import boot, charts, kueue, mpijob
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, POOL_LABEL, Taint, autoscaler_priority, node_labels, \
+from decisions.catalog import charts
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes import boot
+from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, POOL_LABEL, Taint, autoscaler_priority, node_labels, \
     node_taints, toleration
-from spec.tenancy import TRAINING_NAMESPACE
-from spec.validate import ResolvedPool
+from decisions.platform import kueue, mpijob
+from decisions.platform.tenancy import TRAINING_NAMESPACE
+from plan.stackfile import load_stack
 from tests import upstream_records
 from tests.chart_values import assert_values_confirmed, merged_values
 from tests.conftest import STACKS

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from decisions.platform import kueue
 from jobs import kueue_webhook_probe as probe
-from spec import kueue
 from tests.conftest import ROOT, missing
 from tests.loopback import LoopbackServer, QuietHandler
 

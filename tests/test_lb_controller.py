@@ -1,5 +1,5 @@
-"""The pure decisions in spec/lb_controller.py: the AWS Load Balancer Controller's Helm values, IAM policy and the
-Service annotations that get Triton its NLB.
+"""The pure decisions in decisions/serving/lb_controller.py: the AWS Load Balancer Controller's Helm values, IAM policy
+and the Service annotations that get Triton its NLB.
 
 What users rely on: the controller is the pinned release, runs twice on system nodes without the instance metadata
 service, and every Helm value set is one the pinned chart has; its IAM policy is upstream's for that release,
@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
-from spec import charts, failover
-from spec import lb_controller as lbc
+from decisions.catalog import charts
+from decisions.serving import failover
+from decisions.serving import lb_controller as lbc
 from tests.chart_values import assert_values_confirmed, values_file
 
 CLUSTER = "gpu-cloud-prod-us-east-1"

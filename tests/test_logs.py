@@ -1,7 +1,7 @@
 """CloudWatch retention: a stack's retentionDays becomes a value CloudWatch accepts, never shorter."""
 import pytest
 
-from spec.logs import CLOUDWATCH_RETENTION_DAYS, cloudwatch_retention_days
+from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS, cloudwatch_retention_days
 
 
 @pytest.mark.parametrize("asked, kept", [(1, 1), (14, 14), (15, 30), (400, 400), (3653, 3653)])
@@ -17,8 +17,8 @@ def test_retention_outside_cloudwatch_range_is_rejected(days):
 
 
 # --- the stack key: monitoring.logRetentionDays -------------------------------------------------------------------
-from spec import logs                                             # noqa: E402
-from spec.errors import ConfigError                               # noqa: E402
+from decisions.config.errors import ConfigError                               # noqa: E402
+from decisions.observability import logs  # noqa: E402
 from tests.test_validate import load, valid_config                # noqa: E402
 
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"

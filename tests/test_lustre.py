@@ -1,5 +1,6 @@
-"""FSx for Lustre: the plain decisions in spec/lustre.py (sizes, tiers, EFA, the zone, backups) without mocks, and
-components/lustre.py under the mock engine (file system, key, logs, security group rules, S3 association, PV/PVC).
+"""FSx for Lustre: the plain decisions in decisions/storage/lustre.py (sizes, tiers, EFA, the zone, backups) without
+mocks, and components/storage/lustre.py under the mock engine (file system, key, logs, security group rules, S3
+association, PV/PVC).
 
 What users rely on: a size or tier FSx would refuse, or EFA where FSx cannot serve it, is a config error naming the
 key; the file system sits in the zone of the EFA training pools; only Lustre's ports are open, and only between the
@@ -13,12 +14,12 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.lustre import Lustre, LustreArgs
-from spec import lustre
-from spec.catalog import load_catalog
-from spec.model import Lustre as LustreConfig
-from spec.model import NodePool
-from spec.validate import ResolvedPool
+from components.storage.lustre import Lustre, LustreArgs
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import Lustre as LustreConfig
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.storage import lustre
 from tests.conftest import run_component, validate_kubernetes
 
 FS = "aws:fsx/lustreFileSystem:LustreFileSystem"
@@ -374,7 +375,7 @@ def test_bad_arguments_fail_before_anything_is_registered(change, message):
 
 def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_before_the_claim(run):
     from components.cluster import SYSTEM_NODE_LABELS
-    from spec import charts
+    from decisions.catalog import charts
     from tests import upstream_records
     from tests.chart_values import set_paths
 

@@ -7,10 +7,11 @@ import re
 import pulumi
 import pytest
 
+from decisions.config.validate import load_stack_spec
+from decisions.platform import kueue, tenancy
+from decisions.serving import lb_controller
 from plan.engine import run_program
 from plan.stackfile import load_stack
-from spec import kueue, lb_controller, tenancy
-from spec.validate import load_stack_spec
 from tests.conftest import STACKS, PlanProcess, run_stack
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"

@@ -1,5 +1,5 @@
-"""Who may change Triton's models (spec/data_access.py), held against moto in server mode on 127.0.0.1 with its
-authentication on, as tests/test_aws_api.py does: every request is signed, moto recomputes the signature and applies
+"""Who may change Triton's models (decisions/storage/data_access.py), held against moto in server mode on 127.0.0.1 with
+its authentication on, as tests/test_aws_api.py does: every request is signed, moto recomputes the signature and applies
 the IAM policy of the IAM user holding exactly the trainer's or the publisher's statements, on the object's ARN
 (moto/core/authorization.py _authenticate_and_authorize_s3_action). moto evaluates no condition of an identity
 policy, so the KMS statements (conditioned on kms:ViaService) are not held here; the buckets are unencrypted.
@@ -20,7 +20,7 @@ from moto import settings
 from moto.core.authorization import ActionAuthenticatorMixin
 from moto.server import ThreadedMotoServer
 
-from spec.data_access import DataBucket, publisher_statements, trainer_statements
+from decisions.storage.data_access import DataBucket, publisher_statements, trainer_statements
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 DATASETS, CHECKPOINTS, MODELS = (f"gpu-cloud-prod-{ACCOUNT}-{p}" for p in ("datasets", "checkpoints", "models"))

@@ -1,4 +1,4 @@
-"""components/monitoring.py under the mock engine, and the pure decisions in spec/monitoring.py.
+"""components/monitoring.py under the mock engine, and the pure decisions in decisions/observability/monitoring.py.
 
 What users rely on: Prometheus keeps `monitoring.retentionDays` on an encrypted gp3 volume it never fills; every
 PrometheusRule gpu-cloud creates is one Prometheus selects, and every exporter the stack relies on is scraped by a
@@ -21,12 +21,13 @@ import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.monitoring import MonitoringArgs, MonitoringStack
-from spec import alert_rules as ar, charts, dashboards, monitoring
-from spec.charts import ChartPin
-from spec.model import Monitoring
+from decisions.catalog import charts
+from decisions.catalog.charts import ChartPin
+from decisions.config.model import Monitoring
+from decisions.observability import alert_rules as ar, dashboards, monitoring
+from plan.engine import REDACTED
 from tests.chart_values import Monitor, Service, assert_values_confirmed, merged_values, prometheus_selection, \
     release_monitors, values_file
-from plan.engine import REDACTED
 from tests.conftest import ROOT, run_component, validate_kubernetes
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -181,8 +182,8 @@ def test_every_exporter_the_stack_relies_on_is_scraped_by_a_monitor_prometheus_s
 
 
 def test_the_only_monitor_prometheus_leaves_is_the_node_status_exporters_own(stack_runs):
-    # The GPU operator gives it no labels of ours (spec/gpu_operator.py NODE_STATUS_EXPORTER_SELECTOR); the monitoring
-    # stack's gpu-node-status scrapes the same Service instead.
+    # The GPU operator gives it no labels of ours (decisions/platform/gpu_operator.py NODE_STATUS_EXPORTER_SELECTOR);
+    # the monitoring stack's gpu-node-status scrapes the same Service instead.
     for stack, run in stack_runs.items():
         prometheus, monitors, _ = _scrape_view(run)
         left = [(m.kind, m.namespace, m.name) for m in monitors if not prometheus.selects(m)]
@@ -327,7 +328,7 @@ def test_the_gpu_validators_and_kueues_metrics_are_scraped_from_the_monitoring_n
         assert run.one(RELEASE).urn in monitor.dependencies               # the release installs the CRD
     assert status.inputs["spec"]["namespaceSelector"] == {"matchNames": ["gpu-operator"]}
     assert status.inputs["spec"]["endpoints"] == [{"port": "node-status", "path": "/metrics", "interval": "30s"}]
-    # As the Kueue chart's own monitor scrapes it (spec/kueue.py METRICS_ENDPOINT).
+    # As the Kueue chart's own monitor scrapes it (decisions/platform/kueue.py METRICS_ENDPOINT).
     assert queue.inputs["spec"]["namespaceSelector"] == {"matchNames": ["kueue-system"]}
     assert queue.inputs["spec"]["endpoints"] == [{
         "port": "https", "path": "/metrics", "interval": "30s", "scheme": "https",

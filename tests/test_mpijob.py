@@ -1,4 +1,5 @@
-"""The training-job template (spec/mpijob.training_mpijob) and what every EFA MPIJob carries (spec/mpijob.py)."""
+"""The training-job template (decisions/platform/mpijob.training_mpijob) and what every EFA MPIJob carries
+(decisions/platform/mpijob.py)."""
 from __future__ import annotations
 
 import shlex
@@ -6,11 +7,11 @@ import subprocess
 
 import pytest
 
-from spec import mpijob
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pools import INTERRUPTIBLE_TAINT
-from spec.validate import ResolvedPool
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes.pools import INTERRUPTIBLE_TAINT
+from decisions.platform import mpijob
 from tests.conftest import require_tool
 from tests.crds import crd_schema, validate_against_crd
 
@@ -69,7 +70,7 @@ def test_workers_take_whole_nodes_with_every_efa_device(instance_type, gpus, efa
 
 def test_efa_needs_locked_memory_and_a_large_shm():
     spec = worker_spec(job())
-    # IPC_LOCK for EFA, and what sshd needs as root (spec/pod_security.WAIVERS); nothing else.
+    # IPC_LOCK for EFA, and what sshd needs as root (decisions/platform/pod_security.WAIVERS); nothing else.
     assert spec["containers"][0]["securityContext"]["capabilities"] == {
         "drop": ["ALL"], "add": ["IPC_LOCK", "SETUID", "SETGID", "SYS_CHROOT", "NET_BIND_SERVICE", "AUDIT_WRITE"]}
     assert {"name": "shm", "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
@@ -93,7 +94,7 @@ def test_the_checkpoint_location_reaches_every_rank():
 
 
 def test_workers_mount_data_scratch_and_the_users_claims_and_ranks_get_the_users_env():
-    from spec.job_options import UserVolume
+    from decisions.platform.job_options import UserVolume
 
     manifest = job(scratch="2Ti", mounts_lustre=True, lustre_configured=True, env={"NCCL_DEBUG": "WARN", "A": "1"},
                    volumes=[UserVolume("models", "/models", True)])
@@ -181,8 +182,8 @@ def test_the_launcher_script_passes_shellcheck(tmp_path):
 @pytest.mark.parametrize("capacity", ["reserved", "spot"])
 def test_the_launcher_runs_on_the_jobs_pool_beside_a_worker(capacity):
     """Kueue gives the CPU-only launcher no flavor, so without its own placement it would land on the system nodes
-    (spec/mpijob.py, "Where the launcher runs")."""
-    from spec import acceptance
+    (decisions/platform/mpijob.py, "Where the launcher runs")."""
+    from decisions.platform import acceptance
 
     p = pool(capacity=capacity)
     judged = acceptance.mpijob_manifest(p, CATALOG, namespace="training", queue_name="training",
@@ -208,7 +209,7 @@ def test_workers_prefer_the_nearest_switch_of_their_own_job():
     """EKS labels p-family nodes with EC2's network layers (kubernetes/cloud-provider-aws v1.35.2
     pkg/providers/v1/topology.go line 43: types matching ^(hpc|trn|p)[0-9]...); a preferred affinity draws one job's
     workers under one bottom-layer switch and never keeps a pod from starting."""
-    from spec.mpijob import NEAREST_SWITCH_LABEL
+    from decisions.platform.mpijob import NEAREST_SWITCH_LABEL
     import re as _re
 
     workers = worker_spec(job())
@@ -224,7 +225,8 @@ def test_workers_prefer_the_nearest_switch_of_their_own_job():
 
 
 @pytest.mark.parametrize("instance_type,limit", [
-    # 90 % of the node's memory (spec/catalog.yaml memoryGiB), rounded down: the rest is the kubelet's and the daemons'.
+    # 90 % of the node's memory (decisions/catalog/catalog.yaml memoryGiB), rounded down: the rest is the kubelet's and
+    # the daemons'.
     ("p4d.24xlarge", "1036Gi"), ("p5.48xlarge", "1843Gi"), ("p5en.48xlarge", "1843Gi"), ("g6e.48xlarge", "1382Gi"),
 ])
 def test_whole_node_pods_are_limited_to_most_of_the_nodes_memory(instance_type, limit):

@@ -12,7 +12,7 @@ import pytest
 from pulumi.runtime.sync_await import _sync_await
 
 from components.network import INTERFACE_ENDPOINTS, Network, NetworkArgs
-from spec.network_plan import plan_subnets
+from decisions.network.network_plan import plan_subnets
 from tests.conftest import run_component
 
 # ----------------------------------------------------------------------------- plan_subnets

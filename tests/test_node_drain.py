@@ -1,4 +1,4 @@
-"""components/node_drain.py under the mock engine, and the pure decisions in spec/drain.py.
+"""components/nodes/node_drain.py under the mock engine, and the pure decisions in decisions/nodes/drain.py.
 
 What users rely on: every kind of "this node is going away" event reaches the queue; only our rules can
 write to it; the handler runs the pinned chart in queue mode against that queue with the drain timings of
@@ -14,8 +14,9 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.node_drain import NodeDrain, NodeDrainArgs
-from spec import charts, drain
+from components.nodes.node_drain import NodeDrain, NodeDrainArgs
+from decisions.catalog import charts
+from decisions.nodes import drain
 from tests.conftest import run_component
 
 REGION = "eu-west-1"
@@ -189,7 +190,7 @@ def test_no_pools_is_an_error_before_anything_registers():
         run_component(_build(asg_names=(), asg_arns=()), region=REGION)
 
 
-# --- spec/drain.py ----------------------------------------------------------------------------------------
+# --- decisions/nodes/drain.py ----------------------------------------------------------------------------------------
 
 def test_drain_timeline_fits_inside_the_termination_hook():
     # A pod using the whole contract grace, evicted after event delivery, must be gone before NTH stops

@@ -1,6 +1,6 @@
 """jobs/node_repair.py: the repair controller's rules over a table of states, the steps of a repair, the brake, and
 whole passes of its loop against an in-memory API server, AWS and Prometheus (the AWS client itself is tested
-against moto in tests/test_aws_api.py; its config is spec/repair.py's)."""
+against moto in tests/test_aws_api.py; its config is decisions/nodes/repair.py's)."""
 from __future__ import annotations
 
 import datetime
@@ -10,9 +10,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from decisions.nodes import repair as spec_repair
 from jobs import node_repair as nr
 from jobs.node_repair import NodeState, Report
-from spec import repair as spec_repair
 from tests.conftest import require_tool
 
 NOW = 1_796_000_000.0          # 2026-11-28
@@ -494,7 +494,7 @@ def test_the_metrics_pass_promtool(tmp_path):
 
 
 def test_spec_config_is_what_the_controller_reads():
-    """spec/repair.py's config has every key the controller and its rules read, and nothing else."""
+    """decisions/nodes/repair.py's config has every key the controller and its rules read, and nothing else."""
     cfg = spec_repair.controller_config(cluster_name="gpu-cloud-prod", region="us-east-1", partition="aws", pools=(),
                                         dry_run=False, max_per_hour=2, reports_bucket="b")
     read = set(config()) | {"region", "dnsSuffix", "prometheusUrl", "metricsPort"}
@@ -505,11 +505,11 @@ def test_spec_config_is_what_the_controller_reads():
 
 
 def test_every_series_the_alert_rules_read_of_the_controller_is_one_it_serves():
-    """The rules (spec/alert_rules.py) and the controller name the same series: a rename on one side alone would
-    leave an alert that can never fire."""
+    """The rules (decisions/observability/alert_rules.py) and the controller name the same series: a rename on one side
+    alone would leave an alert that can never fire."""
     import re
 
-    from spec import alert_rules
+    from decisions.observability import alert_rules
     read = set()
     for rule in alert_rules.repair_rules() + [r for r in alert_rules.node_rules((), None)
                                               if "gpu_cloud_gate" in r["expr"]]:
@@ -529,10 +529,11 @@ def test_every_series_the_alert_rules_read_of_the_controller_is_one_it_serves():
 
 
 def test_the_dashboards_metric_table_says_what_the_controller_serves():
-    """spec/dashboards/metrics.yaml documents the controller's metrics the dashboards read: same names, same types."""
+    """decisions/observability/dashboards/metrics.yaml documents the controller's metrics the dashboards read: same
+    names, same types."""
     import re
 
-    from spec import dashboards
+    from decisions.observability import dashboards
     table = dashboards.metric_table()
     documented = {name: e["type"] for name, e in table["metrics"].items() if e["source"] == "repair-controller"}
     w = World()

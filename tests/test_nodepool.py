@@ -10,9 +10,9 @@ import pulumi
 import pytest
 import yaml
 
-from components.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, read_ami_id
-from spec import boot
-from spec import pools as pool_rules
+from components.nodes.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, read_ami_id
+from decisions.nodes import boot
+from decisions.nodes import pools as pool_rules
 from tests.conftest import run_component
 from tests.test_validate import load, valid_config
 
@@ -338,13 +338,13 @@ def test_children_are_parented_and_prefixed():
 
 
 def test_user_data_over_16kb_is_a_config_error_before_anything_is_registered():
-    from spec.errors import ConfigError
-    from components.nodepool import check_user_data_fits
+    from components.nodes.nodepool import check_user_data_fits
+    from decisions.config.errors import ConfigError
 
     check_user_data_fits(load(valid_config()))            # the shipped shapes fit with room to spare
     many = {f"example.com/label-{i:03d}": "v" * 60 for i in range(120)}
-    # spec/validate.py refuses so many labels first (an Auto Scaling group carries at most 50 tags, one per label):
-    # give the pool its labels past that check, to hold this one on its own
+    # decisions/config/validate.py refuses so many labels first (an Auto Scaling group carries at most 50 tags, one per
+    # label): give the pool its labels past that check, to hold this one on its own
     spec = load(valid_config())
     pool = dataclasses.replace(spec.pools[1], spec=spec.pools[1].spec.model_copy(update={"labels": many}))
     with pytest.raises(ConfigError) as raised:

@@ -42,7 +42,7 @@ def test_make_plan_shows_capacity_and_cost_tables(documents):
 
 
 def test_the_report_ends_with_the_design_ledgers_counts(documents):
-    from spec.requirements import load_requirements, summary
+    from decisions.requirements import load_requirements, summary
 
     rows = load_requirements()
     line = f"Design ledger: {summary(rows)} (docs/requirements.md)"
@@ -613,7 +613,8 @@ def test_whole_numbers_stay_integers_in_the_document(documents):
     assert document["cost"]["hourlyAtDesired"] != int(document["cost"]["hourlyAtDesired"])
 
 
-# --- --dr-pair: two stacks checked as a DR pair (spec/dr_pair.py; tests/test_dr_pair.py has the rules) -----------------
+# --- --dr-pair: two stacks checked as a DR pair (decisions/serving/dr_pair.py; tests/test_dr_pair.py has the rules)
+# -----------------
 @pytest.fixture(scope="module")
 def dr_pair_runs(tmp_path_factory):
     argvs = {"shipped": ["--dr-pair", "prod-us-east-1", "prod-eu-west-1"],

@@ -1,5 +1,6 @@
-"""Every pod spec gpu-cloud itself creates is hardened (spec/pod_security.py): each rule over every rendered pod spec of
-every shipped stack and over the `python -m jobs` templates, with each exception's reason written in WAIVERS."""
+"""Every pod spec gpu-cloud itself creates is hardened (decisions/platform/pod_security.py): each rule over every
+rendered pod spec of every shipped stack and over the `python -m jobs` templates, with each exception's reason written
+in WAIVERS."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from spec import pod_security
-from spec.pod_security import API_CALLERS, RULES, WAIVERS, Waiver, check_pod_spec
+from decisions.platform import pod_security
+from decisions.platform.pod_security import API_CALLERS, RULES, WAIVERS, Waiver, check_pod_spec
 from tests.conftest import STACKS, validate_kubernetes
 
 # Pods the program starts through third-party Helm charts and operator manifests: their vendors pin and harden them,
@@ -78,9 +79,9 @@ def stack_pod_specs(run):
 def template_pod_specs():
     """(where, workload, pod spec) of the `python -m jobs` templates: the single-node Job on every pool of the queue
     of every stack, the multi-node ones on every EFA training pool."""
+    from decisions.platform import kueue
     from jobs.__main__ import render
     from plan.stackfile import load_stack
-    from spec import kueue
 
     for stack in STACKS:
         spec = load_stack(stack)[1]

@@ -298,7 +298,7 @@ def test_boundaries_pass(documents):
 
 def test_budget_is_the_stacks_and_its_edge_passes(documents):
     document = documents[US]
-    at_max = document["cost"]["gpuPools"]["hourlyAtMax"]        # what the plan prices (spec/cost.py)
+    at_max = document["cost"]["gpuPools"]["hourlyAtMax"]        # what the plan prices (decisions/cost/cost.py)
     assert document["cost"]["budgetMaxHourlyUsd"] == 450
     assert ("hourly-cost-within-budget", "") not in found(document, {"hourly-cost-within-budget": {"maxHourlyUsd": at_max}})
     assert ("hourly-cost-within-budget", "") in found(document, {"hourly-cost-within-budget": {"maxHourlyUsd": at_max - 0.01}})

@@ -1,9 +1,9 @@
 """Pool decisions: labels, taints, autoscaler tags, priorities, refresh pacing, verifier expectations."""
 import itertools
 
-from spec import pools
-from spec.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, load_catalog
-from spec.model import LABEL_VALUE
+from decisions.catalog.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, load_catalog
+from decisions.config.model import LABEL_VALUE
+from decisions.nodes import pools
 from tests.test_validate import load, valid_config
 
 
@@ -163,7 +163,7 @@ def test_gpu_nodes_carry_the_autoscaler_accelerator_label_on_the_node_and_in_its
 
 
 def test_template_tag_prefixes_leave_82_characters_for_keys():
-    # ASG tag keys hold at most 128 characters and the node-template prefixes take 46 of them; spec/validate.py
-    # refuses longer label and taint keys
+    # ASG tag keys hold at most 128 characters and the node-template prefixes take 46 of them;
+    # decisions/config/validate.py refuses longer label and taint keys
     assert len(pools.TEMPLATE_LABEL_PREFIX) == len(pools.TEMPLATE_TAINT_PREFIX) == 46
     assert pools.ASG_TAG_KEY_MAX - len(pools.TEMPLATE_LABEL_PREFIX) == 82

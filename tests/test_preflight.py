@@ -1,18 +1,18 @@
-"""What AWS would refuse on a first up, named before anything is created (spec/preflight.py): EC2 vCPU quotas,
-interface endpoint zones, Auto Scaling tag counts; and the reads behind them (components/account.py) against mocked
-account answers: enough, short, missing."""
+"""What AWS would refuse on a first up, named before anything is created (decisions/config/preflight.py): EC2 vCPU
+quotas, interface endpoint zones, Auto Scaling tag counts; and the reads behind them (components/account.py) against
+mocked account answers: enough, short, missing."""
 from __future__ import annotations
 
 import pulumi
 import pytest
 
 from components.network import INTERFACE_ENDPOINTS
+from decisions.catalog.catalog import load_catalog
+from decisions.config import preflight
+from decisions.config.errors import ConfigError
+from decisions.config.validate import load_stack_spec
 from plan.document import _preflight_lines, preflight_section
 from plan.engine import offline_account
-from spec import preflight
-from spec.catalog import load_catalog
-from spec.errors import ConfigError
-from spec.validate import load_stack_spec
 from tests.conftest import STACKS, run_stack, stack_config
 
 ASG = "aws:autoscaling/group:Group"

@@ -12,7 +12,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import refresh_prices  # noqa: E402
 
-from spec.catalog import CATALOG_PATH, Catalog  # noqa: E402
+from decisions.catalog.catalog import CATALOG_PATH, Catalog  # noqa: E402
 
 
 def product(instance_type, region, usd, **attributes):
@@ -115,7 +115,7 @@ def test_the_savings_plan_request_singles_out_linux_shared_running_instances():
 
 
 def test_discounts_per_family_are_the_fraction_below_on_demand_and_load_into_prices_yaml():
-    from spec.cost import RegionPrices
+    from decisions.cost.cost import RegionPrices
     rates = {"p5.48xlarge": {"1y": 40.0, "3y": 30.0}, "g6e.12xlarge": {"1y": 7.0}, "g6e.48xlarge": {"1y": 20.0}}
     on_demand = {"p5.48xlarge": 55.04, "g6e.12xlarge": 10.0, "g6e.48xlarge": 40.0}
     families = {name: name.split(".")[0] for name in rates}
@@ -140,7 +140,7 @@ def test_the_spot_discount_is_taken_at_the_dearest_zone_of_the_history():
     assert refresh_prices.spot_discount(history, "p4d.24xlarge", 21.957642) == 0.499
     assert refresh_prices.spot_discount(history, "g6e.12xlarge", 10.49264) is None
     text = "\n".join(["region:"] + refresh_prices.spot_yaml({"p4d": 0.499}, "us-east-1", 90, "2026-12-04"))
-    from spec.cost import RegionPrices
+    from decisions.cost.cost import RegionPrices
     region = RegionPrices.model_validate(yaml.safe_load(text)["region"])
     assert region.spot_discount["p4d"].fraction == 0.499 and "DescribeSpotPriceHistory" in region.spot_discount["p4d"].source
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from decisions.nodes.faults import bundle_document
 from tests.conftest import ROOT, missing, require_tool
-from spec.faults import bundle_document
 from userdata import render
 from userdata.render import (
     USER_DATA_LIMIT_BYTES,
@@ -455,7 +455,7 @@ def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
                              "units/gpu-cloud-health.service", "units/gpu-cloud-health.timer"]
     for unit in ("health.sh", "units/gpu-cloud-gate.service", "units/gpu-cloud-health.timer"):
         assert members[unit][1] == (ROOT / "userdata" / unit).read_bytes()
-    # The fault table the verifier judges by: spec/faults.py's, as JSON.
+    # The fault table the verifier judges by: decisions/nodes/faults.py's, as JSON.
     assert json.loads(members["faults.json"][1]) == bundle_document()
     assert members["gate.sh"][1] == (ROOT / "userdata/gate.sh").read_bytes()
     assert members["install.sh"][1] == (ROOT / "userdata/install.sh").read_bytes()

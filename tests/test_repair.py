@@ -1,5 +1,5 @@
-"""spec/repair.py and components/node_repair.py: the repair controller as the stacks deploy it (its program, config,
-identity, rights and metrics), and the stack config that sets it. Its rules and loop are tested in
+"""decisions/nodes/repair.py and components/nodes/node_repair.py: the repair controller as the stacks deploy it (its
+program, config, identity, rights and metrics), and the stack config that sets it. Its rules and loop are tested in
 tests/test_node_repair.py, its AWS calls against moto in tests/test_aws_api.py."""
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from spec import boot, drain, monitoring, repair
-from spec import pools as pool_rules
-from spec.errors import ConfigError
 from components.cluster import SYSTEM_NODE_LABELS
-from spec.validate import load_stack_spec
+from decisions.config.errors import ConfigError
+from decisions.config.validate import load_stack_spec
+from decisions.nodes import boot, drain, repair
+from decisions.nodes import pools as pool_rules
+from decisions.observability import monitoring
 from tests.conftest import run_stack, stack_config
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -115,7 +116,7 @@ def test_bad_repair_settings_name_the_key(value, message):
 
 
 def test_every_remediation_of_the_fault_table_but_none_is_something_the_controller_does():
-    from spec.faults import REMEDIATIONS, load_faults
+    from decisions.nodes.faults import REMEDIATIONS, load_faults
     assert set(repair.ACTIONS) == set(REMEDIATIONS) - {"none"}
     assert repair.ACTIONS == {"reset": "reboot", "reboot": "reboot", "replace": "replace"}
     assert {f.remediation for f in load_faults().faults} - {"none"} <= set(repair.ACTIONS)

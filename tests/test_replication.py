@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from decisions.storage import replication
+from decisions.storage.replication import ReplicaPair
 from plan.engine import peer_stack_outputs
-from spec import replication
-from spec.replication import ReplicaPair
 from tests.conftest import run_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,8 @@ def test_the_primary_replicates_into_the_peers_bucket_with_the_peers_key(stack_r
     assert destination["encryptionConfiguration"] == {"replicaKmsKeyId": peer_exports[purpose]["keyArn"]}
     assert ":eu-west-1:" in peer_exports[purpose]["keyArn"]
     assert rule["status"] == "Enabled" and rule["filter"] == {"prefix": ""}
-    # A pruned checkpoint is pruned in both regions; a deleted model keeps serving in the peer (spec/replication.py).
+    # A pruned checkpoint is pruned in both regions; a deleted model keeps serving in the peer
+    # (decisions/storage/replication.py).
     assert rule["deleteMarkerReplication"] == {"status": {"checkpoints": "Enabled", "models": "Disabled"}[purpose]}
     assert rule["sourceSelectionCriteria"] == {"sseKmsEncryptedObjects": {"status": "Enabled"}}
     assert destination["replicationTime"] == {"status": "Enabled", "time": {"minutes": 15}}

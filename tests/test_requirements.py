@@ -1,5 +1,5 @@
-"""The requirements ledger (spec/requirements.yaml): the page is its rendering, its figures are the code's, every test
-and path it names exists, and its status rules hold."""
+"""The requirements ledger (decisions/requirements.yaml): the page is its rendering, its figures are the code's, every
+test and path it names exists, and its status rules hold."""
 from __future__ import annotations
 
 import ast
@@ -11,10 +11,10 @@ import pytest
 import yaml
 from pydantic import Field, ValidationError
 
-from spec import requirements as ledger
-from spec.gpu_operator import operator_values
-from spec.pods import SYSTEM_NODE_LABELS
-from spec.pools import GPU_TAINT, Taint
+from decisions import requirements as ledger
+from decisions.nodes.pods import SYSTEM_NODE_LABELS
+from decisions.nodes.pools import GPU_TAINT, Taint
+from decisions.platform.gpu_operator import operator_values
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ledger.load_requirements()
@@ -22,7 +22,7 @@ ROWS = ledger.load_requirements()
 
 def _page_problem(text: str) -> Optional[str]:
     if text != ledger.render(ROWS):
-        return (f"{ledger.PAGE_PATH.relative_to(ROOT)} is not the rendering of spec/requirements.yaml: "
+        return (f"{ledger.PAGE_PATH.relative_to(ROOT)} is not the rendering of decisions/requirements.yaml: "
                 f"run `{ledger.WRITE_COMMAND}`")
     return None
 
@@ -54,9 +54,9 @@ def test_every_figure_the_ledger_holds_is_the_codes():
 
 
 @pytest.mark.parametrize("module, name, moved, row", [
-    ("spec.scratch", "HOT_TIER_READ_IOPS", 400_000, "hot-tier-500k-iops"),
-    ("spec.alert_rules", "QUEUE_DEEP_PENDING", 50, "queue-depth-node-size"),
-    ("spec.drain", "SPOT_CHECKPOINT_BUDGET_S", 60, "spot-with-recovery"),
+    ("decisions.nodes.scratch", "HOT_TIER_READ_IOPS", 400_000, "hot-tier-500k-iops"),
+    ("decisions.observability.alert_rules", "QUEUE_DEEP_PENDING", 50, "queue-depth-node-size"),
+    ("decisions.nodes.drain", "SPOT_CHECKPOINT_BUDGET_S", 60, "spot-with-recovery"),
 ])
 def test_a_figure_moved_in_the_code_without_its_row_fails(monkeypatch, module, name, moved, row):
     monkeypatch.setattr(f"{module}.{name}", moved)
@@ -65,7 +65,7 @@ def test_a_figure_moved_in_the_code_without_its_row_fails(monkeypatch, module, n
 
 
 def test_a_moved_alert_default_fails_its_row(monkeypatch):
-    from spec import model
+    from decisions.config import model
 
     class Cooler(model.Alerts):
         gpu_temp_c: int = Field(alias="gpuTempC", default=80)
@@ -105,7 +105,7 @@ def test_each_design_bullet_has_its_rows():
             "iommu-dma", "singularity-for-hpc", "two-node-pilot"} <= ids
 
 
-GOOD = {"id": "x", "requirement": "A figure.", "status": "met", "where": ["spec/model.py"],
+GOOD = {"id": "x", "requirement": "A figure.", "status": "met", "where": ["decisions/config/model.py"],
         "test": ["tests/test_requirements.py::test_every_named_test_exists"]}
 
 
@@ -115,7 +115,7 @@ GOOD = {"id": "x", "requirement": "A figure.", "status": "met", "where": ["spec/
     ({"status": "not-applicable", "why": "  "}, "needs `why`"),
     ({"test": []}, "needs `test`"),
     ({"test": ["tests/test_requirements.py"]}, "not tests/test_x.py::test_name"),
-    ({"test": ["spec/model.py::test_x"]}, "not tests/test_x.py::test_name"),
+    ({"test": ["decisions/config/model.py::test_x"]}, "not tests/test_x.py::test_name"),
     ({"where": []}, "where"),
     ({"id": "Not An Id"}, "id"),
     ({"holds": [{"ref": "no colon", "value": 1}]}, "ref"),
@@ -137,8 +137,9 @@ def test_a_good_row_loads_and_an_id_listed_twice_is_refused(tmp_path):
         ledger.load_requirements(path)
 
 
-@pytest.mark.parametrize("ref", ["spec.scratch:__import__('os')", "spec.scratch:HOT_TIER_READ_IOPS + 1",
-                                 "spec.requirements:stack_setting(key='aws:region')"])
+@pytest.mark.parametrize("ref", ["decisions.nodes.scratch:__import__('os')",
+                                 "decisions.nodes.scratch:HOT_TIER_READ_IOPS + 1",
+                                 "decisions.requirements:stack_setting(key='aws:region')"])
 def test_a_ref_that_is_more_than_a_lookup_is_refused(ref):
     with pytest.raises(ValueError, match="only names, attributes"):
         ledger.resolve(ref)

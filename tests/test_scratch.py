@@ -4,14 +4,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from spec import scratch
-from spec.catalog import CATALOG_PATH, Catalog, load_catalog
+from decisions.catalog.catalog import CATALOG_PATH, Catalog, load_catalog
+from decisions.nodes import scratch
 
 CATALOG = load_catalog()
 
 
 def pool(name, *types):
-    """Only what scratch_rows reads of a spec.validate.ResolvedPool."""
+    """Only what scratch_rows reads of a decisions.config.validate.ResolvedPool."""
     return SimpleNamespace(spec=SimpleNamespace(name=name, instance_types=tuple(types)))
 
 

@@ -1,17 +1,18 @@
-"""The single-node job template (spec/single_job.single_node_job): a batch/v1 Job Kubernetes accepts, that Kueue admits
-to exactly its pool (spot, shared and MIG pools included), taking the GPUs the pool's device plugin grants, and that
-comes back after a disruption; and what every template mounts and sets from --env and --volume (spec/job_options.py)."""
+"""The single-node job template (decisions/platform/single_job.single_node_job): a batch/v1 Job Kubernetes accepts, that
+Kueue admits to exactly its pool (spot, shared and MIG pools included), taking the GPUs the pool's device plugin grants,
+and that comes back after a disruption; and what every template mounts and sets from --env and --volume
+(decisions/platform/job_options.py)."""
 from __future__ import annotations
 
 import pytest
 
-from spec import job_options, jobset, kueue, single_job
-from spec.catalog import load_catalog
-from spec.job_options import UserVolume
-from spec.model import NodePool
-from spec.pod_security import check_pod_spec
-from spec.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, toleration
-from spec.validate import ResolvedPool
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, toleration
+from decisions.platform import job_options, jobset, kueue, single_job
+from decisions.platform.job_options import UserVolume
+from decisions.platform.pod_security import check_pod_spec
 
 CATALOG = load_catalog()
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/finetune:2026.11"
@@ -174,7 +175,8 @@ def test_names_are_dns_labels_of_at_most_63_characters(name, ok):
             job(name=name)
 
 
-# --- what every template mounts and sets (spec/job_options.py) -----------------------------------------------------
+# --- what every template mounts and sets (decisions/platform/job_options.py)
+# -----------------------------------------------------
 def test_data_scratch_shm_and_a_users_claim_are_mounted():
     manifest = job(volumes=[UserVolume("models", "/models", read_only=True), UserVolume("cache", "/cache")])
     mounts = {m["mountPath"]: m for m in container(manifest)["volumeMounts"]}

@@ -131,8 +131,8 @@ def test_keys_are_read_as_the_cli_reads_them_and_a_key_written_twice_is_refused(
 
 
 def test_efa_no_is_the_string_no_and_its_error_says_to_write_false(tmp_path):
+    from decisions.config.errors import ConfigError
     from plan.stackfile import load_stack
-    from spec.errors import ConfigError
 
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text((ROOT / "stacks/Pulumi.dev.yaml").read_text().replace("efa: false", "efa: no"))
@@ -145,8 +145,8 @@ def test_efa_no_is_the_string_no_and_its_error_says_to_write_false(tmp_path):
 
 
 def test_a_config_error_in_another_stack_file_names_that_file(tmp_path):
+    from decisions.config.errors import ConfigError
     from plan.stackfile import load_stack
-    from spec.errors import ConfigError
 
     path = tmp_path / "alice.yaml"
     path.write_text((ROOT / "stacks/Pulumi.dev.yaml").read_text().replace("maxNodes: 3", "maxNodes: '3'"))

@@ -1,4 +1,4 @@
-"""components/tenancy.py under the mock engine, and the pure decisions in spec/tenancy.py.
+"""components/platform/tenancy.py under the mock engine, and the pure decisions in decisions/platform/tenancy.py.
 
 What users rely on: each team namespace's GPU quota is what its pools can offer at maxNodes (time-sliced
 replicas and MIG slices counted as the device plugin advertises them); a team may run jobs and pods in its
@@ -17,14 +17,14 @@ import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.tenancy import Tenancy, TenancyArgs
+from components.platform.tenancy import Tenancy, TenancyArgs
+from decisions.catalog.catalog import load_catalog
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool, load_stack_spec
+from decisions.nodes.pods import SYSTEM_NODE_LABELS
+from decisions.nodes.pools import offered_gpu_resources
+from decisions.platform import tenancy
 from plan.stackfile import project_keys
-from spec import tenancy
-from spec.catalog import load_catalog
-from spec.model import NodePool
-from spec.pools import offered_gpu_resources
-from spec.pods import SYSTEM_NODE_LABELS
-from spec.validate import ResolvedPool, load_stack_spec
 from tests.conftest import run_component, stack_config, validate_kubernetes
 
 CLUSTER = "gpu-cloud-test"
@@ -72,7 +72,8 @@ POOLS = (
 )
 
 
-# --- quotas (spec/tenancy.py) ------------------------------------------------------------------------------
+# --- quotas (decisions/platform/tenancy.py)
+# ------------------------------------------------------------------------------
 
 def test_quotas_are_what_each_namespaces_pools_offer_at_max_nodes():
     assert tenancy.gpu_quotas(POOLS) == {
@@ -154,7 +155,8 @@ def test_quota_refuses_what_it_cannot_size():
         tenancy.gpu_quota(POOLS, "research")
 
 
-# --- access entries (spec/tenancy.py) ---------------------------------------------------------------------
+# --- access entries (decisions/platform/tenancy.py)
+# ---------------------------------------------------------------------
 
 # CPU and memory. Per node (catalog): p5.48xlarge 192 vCPU 2048 GiB 8 GPUs; p4de/p4d.24xlarge 96 vCPU 1152 GiB 8;
 # g6e.12xlarge 48 vCPU 384 GiB 4; g6.12xlarge 48 vCPU 192 GiB 4. At maxNodes (desiredNodes is 1: a quota sized from
@@ -375,7 +377,7 @@ def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
     triton = stack_runs["prod-us-east-1"].one("kubernetes:apps/v1:Deployment", "inference-deployment")
     assert _refusals(triton.inputs["spec"]["template"]["spec"]) == []
     manifest = job()
-    from spec.pod_security import SSHD_CAPABILITIES
+    from decisions.platform.pod_security import SSHD_CAPABILITIES
     added = worker_spec(manifest)["containers"][0]["securityContext"]["capabilities"]["add"]
     assert sorted(added) == sorted(["IPC_LOCK", *SSHD_CAPABILITIES])
     assert _refusals(worker_spec(manifest)) == []
@@ -409,7 +411,8 @@ SYSTEM_REFUSAL = "spec.tolerations may not tolerate the system nodes' taint Crit
 
 
 @pytest.mark.parametrize("toleration, refused", [
-    ({"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}, True),     # spec.pods.system_tolerations
+    # decisions.nodes.pods.system_tolerations
+    ({"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}, True),
     ({"key": "CriticalAddonsOnly", "operator": "Equal", "value": "true", "effect": "NoSchedule"}, True),
     ({"key": "CriticalAddonsOnly", "value": "true"}, True),                   # operator Equal by default, every effect
     ({"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoExecute"}, True),   # any effect: refused anyway
@@ -426,7 +429,7 @@ SYSTEM_REFUSAL = "spec.tolerations may not tolerate the system nodes' taint Crit
 ], ids=["system-exists", "system-equal", "system-default-operator", "system-noexecute", "empty-key", "empty-key-string",
         "empty-key-noschedule", "empty-key-noexecute", "gpu", "gpu-exists", "interruptible", "not-ready", "other-case"])
 def test_a_toleration_of_the_system_nodes_taint_is_refused(toleration, refused):
-    from spec.pods import SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_TAINT, tolerates
 
     harmless = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     pod = {"containers": [{"name": "c"}], "tolerations": [harmless, toleration]}
@@ -703,7 +706,7 @@ def test_policy_rules_without_their_direction_are_refused():
 # GPU node carries) runs on the system nodes, and must select them and tolerate their taint. Where each chart the
 # program installs puts the pod spec of each Deployment, Job or StatefulSet it renders (from its pinned values.yaml and
 # templates): chart -> {workload: (nodeSelector path, tolerations path)}. DaemonSets are left out: they run on every
-# node they tolerate, and the ones on the system nodes tolerate every taint (spec/pods.py, docs/tenancy.md).
+# node they tolerate, and the ones on the system nodes tolerate every taint (decisions/nodes/pods.py, docs/tenancy.md).
 CHART_WORKLOADS = {
     "aws-load-balancer-controller": {"controller": ("nodeSelector", "tolerations")},
     "cluster-autoscaler": {"autoscaler": ("nodeSelector", "tolerations")},
@@ -739,8 +742,8 @@ def _at(values, dotted: str, default):
 
 def _placed_on_system_nodes(where: str, node_selector, tolerations) -> bool:
     """Asserts a pod that cannot run on GPU nodes selects the system nodes and tolerates their taint; True if so."""
-    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
-    from spec.pools import GPU_TAINT, Taint
+    from decisions.nodes.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pools import GPU_TAINT, Taint
 
     node_selector = node_selector or {}
     on_system = node_selector.items() >= SYSTEM_NODE_LABELS.items() or not tolerates(tolerations, Taint(*GPU_TAINT))
@@ -752,7 +755,7 @@ def _placed_on_system_nodes(where: str, node_selector, tolerations) -> bool:
 
 @pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
 def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, stack):
-    from spec import charts
+    from decisions.catalog import charts
     from tests.chart_values import merged_values
 
     run, placed = stack_runs[stack], []
@@ -800,8 +803,8 @@ def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, st
 
 @pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
 def test_gpu_pools_do_not_carry_the_system_taint(stack, stack_runs):
-    from spec.pods import SYSTEM_NODE_TAINT
-    from spec.pools import node_taints
+    from decisions.nodes.pods import SYSTEM_NODE_TAINT
+    from decisions.nodes.pools import node_taints
 
     config = stack_config(stack)
     spec = load_stack_spec(project_keys(config), stack=stack, region=config["aws:region"])

@@ -8,10 +8,11 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
 
-from components.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
-from spec import acceptance, charts, kueue
-from spec.model import NodePool
-from spec.validate import ResolvedPool
+from components.platform.training import TrainingOperators, TrainingOperatorsArgs, TrainingQueue, TrainingQueueArgs
+from decisions.catalog import charts
+from decisions.config.model import NodePool
+from decisions.config.validate import ResolvedPool
+from decisions.platform import acceptance, kueue
 from tests.conftest import run_component, run_stack, stack_config, validate_kubernetes
 from tests.crds import crd_schema, validate_against_crd
 from tests.test_kueue import CONFIG_FILE, KUEUE_TYPE, POOLS, RELEASE, catalog
@@ -75,10 +76,11 @@ def test_the_mpi_operator_and_jobset_come_from_their_pinned_release_manifests(ru
 
 
 def test_the_mpi_operator_and_jobset_controller_are_patched_onto_the_system_nodes(run):
-    """Their release manifests' Deployments select and tolerate nothing (spec/kueue.py MANIFEST_DEPLOYMENTS): with the
-    system nodes tainted they would run nowhere. Each manifest skips its own wait; a server-side apply patch of its
-    Deployment, after it, selects the system nodes and tolerates their taint, and Kueue waits for both patches."""
-    from spec.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    """Their release manifests' Deployments select and tolerate nothing (decisions/platform/kueue.py
+    MANIFEST_DEPLOYMENTS): with the system nodes tainted they would run nowhere. Each manifest skips its own wait; a
+    server-side apply patch of its Deployment, after it, selects the system nodes and tolerates their taint, and Kueue
+    waits for both patches."""
+    from decisions.nodes.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
 
     patches = {p.name: p for p in run.of_type("kubernetes:apps/v1:DeploymentPatch")}
     release = run.one(RELEASE)
@@ -198,7 +200,7 @@ def test_a_schedule_runs_the_check_only_on_pools_that_keep_nodes(scheduled):
 
 
 def test_the_across_node_check_runs_on_its_schedule_on_the_pool_that_keeps_two_nodes(run):
-    from spec.pods import SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_TAINT, tolerates
     [check] = _checks(run, "across-nodes-start")
     assert check.inputs["metadata"]["name"] == "nccl-efa-start-standing-h100"
     assert check.inputs["spec"]["schedule"] == "0 6 * * 0"

@@ -1,6 +1,6 @@
-"""spec/triton.py: the server's arguments, the models' copy (its script run against a stand-in `aws`), readiness (its
-commands run against a stand-in Triton), drain timings, a pod's share of its node, the queue-time metric the
-autoscaler scales on, and config.pbtxt with dynamic batching, parsed by Triton's own model configuration schema
+"""decisions/serving/triton.py: the server's arguments, the models' copy (its script run against a stand-in `aws`),
+readiness (its commands run against a stand-in Triton), drain timings, a pod's share of its node, the queue-time metric
+the autoscaler scales on, and config.pbtxt with dynamic batching, parsed by Triton's own model configuration schema
 (model_config.proto, as generated in tritonclient of the same release as the server image)."""
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spec import charts, drain, triton
-from spec.catalog import load_catalog
+from decisions.catalog import charts
+from decisions.catalog.catalog import load_catalog
+from decisions.nodes import drain
+from decisions.serving import triton
 from tests.chart_values import assert_values_confirmed
 from tests.conftest import ROOT, missing, require_tool
 from tests.loopback import LoopbackServer, QuietHandler
@@ -50,7 +52,8 @@ def parse(text: str):
 def test_the_client_schema_is_the_servers_release():
     pins = dict(re.findall(r"^([\w-]+)==(\S+)$", (ROOT / "requirements-dev.txt").read_text(), re.M))
     assert pins["tritonclient"] == triton.RELEASE
-    # 26.07 is 2.71.0 (server build.py); the tag stays for readers, the digest is what is pulled (spec/images.yaml)
+    # 26.07 is 2.71.0 (server build.py); the tag stays for readers, the digest is what is pulled
+    # (decisions/platform/images.yaml)
     assert triton.IMAGE.startswith("nvcr.io/nvidia/tritonserver:26.07-py3@sha256:")
 
 
@@ -191,8 +194,8 @@ def test_the_queue_time_query_is_milliseconds_per_request(tmp_path):
 
 # --- the models' copy ----------------------------------------------------------------------------------------------
 # A stand-in for `aws s3 sync SRC DST --delete --no-progress`, over a local directory per bucket, doing what the CLI
-# does where the script relies on it (aws-cli 2.36.7, spec/triton.py): a changed or new file is downloaded to a
-# temporary name and renamed into place with the object's time as its mtime, a file that is gone is deleted, each
+# does where the script relies on it (aws-cli 2.36.7, decisions/serving/triton.py): a changed or new file is downloaded
+# to a temporary name and renamed into place with the object's time as its mtime, a file that is gone is deleted, each
 # change prints a line, and a failure exits non-zero with nothing printed on stdout.
 FAKE_AWS = r"""#!PYTHON
 import os, shutil, sys

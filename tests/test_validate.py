@@ -1,9 +1,9 @@
 """Config validation: every mistake is reported, by full key path, with what is allowed."""
 import pytest
 
-from spec.catalog import EfaSpec, load_catalog
-from spec.errors import ConfigError
-from spec.validate import load_stack_spec
+from decisions.catalog.catalog import EfaSpec, load_catalog
+from decisions.config.errors import ConfigError
+from decisions.config.validate import load_stack_spec
 from tests.conftest import setting
 
 
@@ -127,7 +127,9 @@ MISTAKES = [
     ("driver version off its branch", setter(["gpuDriver"], {"branch": "580", "version": "570.1.2"}), "gpu-cloud:gpuDriver", "not on branch 580"),
     ("unknown driver source", setter(["gpuDriver"], {"source": "runfile"}), "gpu-cloud:gpuDriver.source", "'ami' or 'install'"),
     ("AMI release not a release name", setter(["gpuDriver"], {"amiRelease": "latest"}), "gpu-cloud:gpuDriver.amiRelease", "EKS AMI release"),
-    ("AMI release gpu-cloud does not know", setter(["gpuDriver"], {"amiRelease": "v20240101"}), "gpu-cloud:gpuDriver.amiRelease", "not a release in spec/amis.yaml; releases for Kubernetes 1.35: v20260714"),
+    ("AMI release gpu-cloud does not know", setter(["gpuDriver"], {"amiRelease": "v20240101"}),
+     "gpu-cloud:gpuDriver.amiRelease",
+     "not a release in decisions/nodes/amis.yaml; releases for Kubernetes 1.35: v20260714"),
     ("AMI release without the cluster's minor", lambda c: (c["cluster"].update(kubernetesVersion="1.35"), c.update(gpuDriver={"amiRelease": "v20251217"})),
      "gpu-cloud:gpuDriver.amiRelease", "has no Kubernetes 1.35 AMI"),
     ("branch the AMI does not carry", setter(["gpuDriver"], {"branch": "570"}), "gpu-cloud:gpuDriver.branch", "carries driver 580.159.03"),
@@ -294,7 +296,7 @@ def test_the_stack_name_must_make_a_valid_eks_cluster_name(stack, accepted):
 
 def test_a_prod_stack_without_a_budget_is_warned_about():
     from datetime import date
-    from spec.validate import stack_warnings
+    from decisions.config.validate import stack_warnings
     config = valid_config()
     config["budget"] = {"maxHourlyUsd": 1000}
     assert not [w for w in stack_warnings(load(config), date(2026, 12, 3)) if "budget" in w]
@@ -352,8 +354,8 @@ def test_spec_is_frozen():
 
 
 def test_kubernetes_versions_accepted_are_exactly_those_with_every_pin():
-    from spec import addons, charts
-    from spec.validate import supported_kubernetes_versions
+    from decisions.catalog import addons, charts
+    from decisions.config.validate import supported_kubernetes_versions
     supported = supported_kubernetes_versions()
     assert supported and all(v in addons.supported_kubernetes_versions() and v in charts.autoscaler_minors()
                              for v in supported)
@@ -365,7 +367,7 @@ TRAIN_ROLE = "arn:aws:iam::123456789012:role/ml-training"
 
 
 def test_team_roles_are_read_by_namespace():
-    from spec.model import TeamAccess
+    from decisions.config.model import TeamAccess
     config = valid_config()
     config["tenancy"] = {"teams": {"training": {"roleArns": [TRAIN_ROLE]},
                                    "inference": {"roleArns": [TRAIN_ROLE, "arn:aws:iam::123456789012:role/a/serve"]}}}
@@ -376,8 +378,8 @@ def test_team_roles_are_read_by_namespace():
 
 
 def test_the_team_keys_are_the_tenancy_namespaces():
-    from spec import tenancy
-    from spec.model import Teams
+    from decisions.config.model import Teams
+    from decisions.platform import tenancy
     assert tuple(Teams.model_fields) == tenancy.TEAM_NAMESPACES
 
 
@@ -398,7 +400,7 @@ def test_team_role_mistakes_are_named_by_key_path(tenancy_config, path, words):
 @pytest.mark.parametrize("budget,accepted", [(130.532253888, True), (130.5323, True), (130.54, True), (130.52, False)])
 def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
     # valid_config's pools at maxNodes: 2 x p5.48xlarge on-demand 55.04 + 4 x g6e.12xlarge spot 10.49264 x
-    # (1 - 0.5127), g6e's us-east-1 spot discount in spec/prices.yaml
+    # (1 - 0.5127), g6e's us-east-1 spot discount in decisions/cost/prices.yaml
     config = valid_config()
     config["budget"] = {"maxHourlyUsd": budget}
     if accepted:
@@ -539,7 +541,7 @@ def _mutated(mutate):
 def test_a_pool_without_a_price_is_a_warning_with_the_fix_not_a_refusal():
     from datetime import date
 
-    from spec.validate import stack_warnings
+    from decisions.config.validate import stack_warnings
 
     p5e = {"name": "batch", "instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"], "capacity": "spot", "efa": False,
            "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "general"}
@@ -559,8 +561,8 @@ def _model_keys():
     """Every key a stack may set, as a dotted path (`nodePools.commitment.term`), from the models themselves."""
     from pydantic import BaseModel
 
-    from spec.model import SECRET_KEYS, SECTIONS
-    from spec.validate import _unwrap
+    from decisions.config.model import SECRET_KEYS, SECTIONS
+    from decisions.config.validate import _unwrap
 
     def walk(type_, path):
         type_ = _unwrap(type_)

@@ -140,18 +140,18 @@ def _write_stack(copy: Path) -> None:
 
 def _add_region(copy: Path) -> None:
     """Steps 1 to 3: the catalog, the zones and the prices."""
-    catalog = copy / "spec" / "catalog.yaml"
+    catalog = copy / "decisions" / "catalog" / "catalog.yaml"
     text = catalog.read_text(encoding="utf-8")
     # The type dev's pool uses gets the region, without a sourced price.
     head, rest = text.split("\n  g6.12xlarge:\n", 1)
     rest = rest.replace("      us-east-1: ", f"      {REGION}: {{onDemandUsd: null}}\n      us-east-1: ", 1)
     catalog.write_text(head + "\n  g6.12xlarge:\n" + rest, encoding="utf-8")
-    zones = copy / "spec" / "zones.yaml"
+    zones = copy / "decisions" / "network" / "zones.yaml"
     zones.write_text(zones.read_text(encoding="utf-8").replace(
         "\nregions:\n", f"\nregions:\n  {REGION}: {{zoneIdPrefix: aps1, eksUnsupportedZoneIds: [],\n"
                         f"    gpuZoneIds: [{', '.join(REGION_ZONES)}]}}\n", 1), encoding="utf-8")
     # A prices entry with nothing sourced yet: every fixed cost is a listed gap.
-    prices = copy / "spec" / "prices.yaml"
+    prices = copy / "decisions" / "cost" / "prices.yaml"
     prices.write_text(prices.read_text(encoding="utf-8").replace("\nregions:\n", f"\nregions:\n  {REGION}: {{}}\n", 1),
                       encoding="utf-8")
 

@@ -1,4 +1,5 @@
-"""Zones and subnets a real account can hold for good: spec/zones.py, spec/pods.py and the program around them.
+"""Zones and subnets a real account can hold for good: decisions/network/zones.py, decisions/nodes/pods.py and the
+program around them.
 
 The program is run under the shared mocks with the account changed as AWS might change it between two
 `pulumi up`s, to see that nothing already created moves, and with accounts that cannot take the stack, to see
@@ -12,13 +13,13 @@ from datetime import date
 import pulumi
 import pytest
 
+from decisions.catalog.catalog import load_catalog
+from decisions.catalog.eks import standard_support_end, version_warnings
+from decisions.config.model import Cluster
+from decisions.config.validate import load_stack_spec, stack_warnings, supported_kubernetes_versions
+from decisions.network.zones import zone_demand
+from decisions.nodes import pods
 from plan.engine import offline_account
-from spec import pods
-from spec.catalog import load_catalog
-from spec.eks import standard_support_end, version_warnings
-from spec.validate import load_stack_spec, stack_warnings, supported_kubernetes_versions
-from spec.model import Cluster
-from spec.zones import zone_demand
 from tests.conftest import run_stack, stack_config
 from tests.test_validate import load, valid_config
 
@@ -185,9 +186,9 @@ def test_a_reservation_larger_than_max_nodes_is_read_billed_in_full_and_budgeted
 
 
 def test_the_offline_plan_prices_a_capacity_block_upfront_for_the_term_it_read():
+    from decisions.config.validate import load_stack_spec
     from plan.document import _cost_table, cost_section
     from plan.engine import OFFLINE_BLOCK_END, OFFLINE_BLOCK_START
-    from spec.validate import load_stack_spec
 
     config = stack_config(STACK)
     pools = copy.deepcopy(config["gpu-cloud:nodePools"])
@@ -259,12 +260,12 @@ def test_subnet_capacity_is_checked_with_headroom_at_the_boundary():
         return load(config)
 
     mock = offline_account("us-east-1", {})
-    from spec.zones import AccountZones, resolve_layout
+    from decisions.network.zones import AccountZones, resolve_layout
     zones = AccountZones(names_by_id=mock.zones, offerings=mock.offerings, reservations={})
     fits = spec_with(1)                          # (117 + 240) x 1.2 = 428.4 <= 507
     assert zone_demand(fits, {"infer": ("use1-az1",)})["use1-az1"] == {"infer": 117, "system nodes": 240}
     resolve_layout(fits, zones)
-    from spec.errors import ConfigError
+    from decisions.config.errors import ConfigError
     with pytest.raises(ConfigError) as raised:   # (234 + 240) x 1.2 = 568.8 > 507
         resolve_layout(spec_with(2), zones)
     (issue, *_) = [i for i in raised.value.issues if i.path == "gpu-cloud:network.cidr"]
@@ -292,7 +293,7 @@ def test_extended_support_warns_from_its_first_day(version, today, warns):
 
 
 def test_peer_vpcs_may_not_overlap():
-    from spec.errors import ConfigError
+    from decisions.config.errors import ConfigError
     config = valid_config()
     config["dr"] = {"role": "primary", "peerStack": "acme/gpu-cloud/peer", "domain": "a.example.com",
                     "hostedZoneId": "Z123"}
@@ -321,9 +322,9 @@ def test_a_range_over_dockers_bridge_warns():
 
 # --- Regions: zone IDs per region, against the source rows ---------------------------------------------------------
 def test_each_gpu_region_records_the_zone_ids_its_gpu_types_are_offered_in():
+    from decisions.catalog.catalog import load_catalog
+    from decisions.network.zones import load_zone_facts
     from tests.test_catalog import REGIONS, snapshot_rows
-    from spec.catalog import load_catalog
-    from spec.zones import load_zone_facts
     catalog, facts = load_catalog(), load_zone_facts().regions
     for region in REGIONS:
         seen = {row["AvailabilityZone"] for row in snapshot_rows()

@@ -12,9 +12,10 @@ Records, each with its sources' repository, tag, path and blob:
 - gpu-config-fields.json: the JSON field names of the device plugin's and mig-parted's config APIs (GO_CONFIG_SOURCES);
 - fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line;
 - chart-values/<chart>-<version>.yaml: each pinned chart's own values.yaml without its prose (`without_prose`: every
-  key, value and commented-out key on its own line, the authors' comments left out), for the charts spec/charts.yaml
-  pins and the subcharts spec/monitoring.py and spec/gpu_operator.py set values in, indexed with its source (and the
-  source's blob) in chart-values.json; tests/chart_values.py holds every Helm value the program sets against them;
+  key, value and commented-out key on its own line, the authors' comments left out), for the charts
+  decisions/catalog/charts.yaml pins and the subcharts decisions/observability/monitoring.py and
+  decisions/platform/gpu_operator.py set values in, indexed with its source (and the source's blob) in
+  chart-values.json; tests/chart_values.py holds every Helm value the program sets against them;
 - al2023-units.json: the EKS AL2023 AMI's boot units (nodeadm-config, nodeadm-run, kubelet, nvidia-kmod-load) as
   the AMI installs them, for the sandbox the node gate boots in.
 """
@@ -43,9 +44,12 @@ def chart_values_name(chart: str, version: str) -> str:
 
 
 def pinned_charts() -> List[Tuple[str, str]]:
-    """(chart, version) of every chart the program installs (spec/charts.yaml) and of each subchart it sets values in
-    (spec/monitoring.py SUBCHARTS, spec/gpu_operator.py NFD_SUBCHART_VERSION), sorted."""
-    from spec import charts, gpu_operator, monitoring
+    """(chart, version) of every chart the program installs (decisions/catalog/charts.yaml) and of each subchart it sets
+    values in (decisions/observability/monitoring.py SUBCHARTS, decisions/platform/gpu_operator.py
+    NFD_SUBCHART_VERSION), sorted."""
+    from decisions.catalog import charts
+    from decisions.observability import monitoring
+    from decisions.platform import gpu_operator
 
     pins = {(pin.chart, pin.version) for pin in charts.load_charts().charts.values()}
     pins |= set(monitoring.SUBCHARTS.items()) | {("node-feature-discovery", gpu_operator.NFD_SUBCHART_VERSION)}

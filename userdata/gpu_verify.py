@@ -7,7 +7,7 @@ the checks a running workload does not disturb. Both read the kernel log of the 
 fatal XID or SXid stays a fault until the node reboots (as DCGM's last-XID field does until the driver
 reloads): a reboot or a replacement is what clears it.
 
-Every verdict comes from the fault table (spec/faults.yaml, shipped beside this script as faults.json):
+Every verdict comes from the fault table (decisions/nodes/faults.yaml, shipped beside this script as faults.json):
 a check names the fault class it found, the table says whether that fails or warns at boot and what
 repairs it, and the report carries both.
 
@@ -1360,7 +1360,7 @@ def render_textfile(report: Dict[str, Any], finished_at: float) -> str:
         if c.get("fault") and c["status"] in ("fail", "warn"):
             key = (c["fault"], c["status"])
             found.setdefault(key, report.get("remediations", {}).get(c["fault"], "none"))
-    metric(prefix + "_fault", "Fault classes the last %s found (spec/faults.yaml), with the check "
+    metric(prefix + "_fault", "Fault classes the last %s found (decisions/nodes/faults.yaml), with the check "
            "status and the remediation the table gives." % what,
            [('{fault="%s",status="%s",remediation="%s"}' % (_label(f), _label(st), _label(r)), 1)
             for (f, st), r in sorted(found.items())])

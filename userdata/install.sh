@@ -7,7 +7,7 @@
 # (kernel packages, lines 108-112; NVLSM, libibumad, infiniband-diags and the ib_umad module, lines 230-239;
 # fabric manager and persistenced pinned to the driver version, lines 255-266).
 # Types the AMI runs on the proprietary module with GPU System Processor firmware off (g4dn, g5) are refused by
-# spec/validate.py before anything is created: this script only installs the open module.
+# decisions/config/validate.py before anything is created: this script only installs the open module.
 # EFA: nothing to install. The standard AMI carries the same EFA kernel module and rdma-core as the NVIDIA AMI,
 # from the AMI's own `efa_installer.sh --minimal` (install-efa.sh line 53; the CHANGELOG's efa row spans every
 # AL2023 column); the gate counts the devices in sysfs on both paths.

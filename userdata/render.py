@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
-from spec.faults import bundle_document
-from spec.model import kubelet_may_set_label
+from decisions.config.model import kubelet_may_set_label
+from decisions.nodes.faults import bundle_document
 
 USER_DATA_LIMIT_BYTES = 16384  # EC2 user-data limit, before base64
 MIME_BOUNDARY = "==GPU-CLOUD-USER-DATA=="
@@ -106,7 +106,7 @@ class NodeBootstrap:
     kmod_wait_s: int            # nvidia-kmod-load.service (accelerated AMI)
     fabric_manager_wait_s: int
     verify_budget_s: int = 60
-    verify_kill_grace_s: int = 60  # the gate kills the verifier this long after its budget (spec/boot.py)
+    verify_kill_grace_s: int = 60  # the gate kills the verifier this long after its budget (decisions/nodes/boot.py)
     mig: bool = False          # MIG pools: the bootstrap turns MIG mode on before the verifier checks it
     lustre_client: bool = False    # pools whose pods mount FSx for Lustre: install the client, check the module loads
 
@@ -421,13 +421,13 @@ def build_verifier_artifact(
 ) -> bytes:
     """The pool's verifier bundle: an uncompressed POSIX ustar archive of the gate scripts (gate.sh,
     install.sh), the run-time checker (health.sh), the systemd units that run both (units/), gpu_verify.py,
-    pynvml.py, faults.json (spec/faults.py: the fault table the verifier judges by) and
+    pynvml.py, faults.json (decisions/nodes/faults.py: the fault table the verifier judges by) and
     expect/<instance type>.json per type.
 
     A pool may list several instance types; the bootstrap picks the expectation for the type IMDS reports.
 
     ``verifier_source`` / ``pynvml_source`` / ``faults`` default to userdata/gpu_verify.py, the installed
-    nvidia-ml-py's pynvml.py and spec/faults.py's table; tests pass stand-ins.
+    nvidia-ml-py's pynvml.py and decisions/nodes/faults.py's table; tests pass stand-ins.
 
     The bytes depend only on the inputs, never on the machine that runs Pulumi: their sha256 is in every
     node's user-data, so a bundle that differed between machines would change every launch template and

@@ -1,0 +1,1 @@
+"""Triton inference, the AWS Load Balancer Controller and Route 53 failover."""
