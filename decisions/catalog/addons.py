@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Dict, Mapping, Tuple
 
-import yaml
+from decisions.catalog.data_files import read_yaml
 
 ADDONS_PATH = Path(__file__).with_name("addons.yaml")
 
@@ -116,8 +116,7 @@ class AddonPins:
 
 def load_addon_pins(path: Path = ADDONS_PATH) -> AddonPins:
     """Load and validate an add-on pin file (uncached; tests use it on other files)."""
-    with open(path, encoding="utf-8") as handle:
-        return AddonPins(yaml.safe_load(handle), str(path))
+    return AddonPins(read_yaml(path), str(path))
 
 
 @lru_cache(maxsize=None)

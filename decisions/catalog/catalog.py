@@ -10,8 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from decisions.catalog.data_files import load_model
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 NcclScope = Literal["acrossNodes", "withinNode"]
@@ -272,5 +273,4 @@ class Catalog(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
-    with open(path, encoding="utf-8") as handle:
-        return Catalog.model_validate(yaml.safe_load(handle))
+    return load_model(path, Catalog)

@@ -10,8 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from decisions.catalog.data_files import load_model
 
 CHARTS_PATH = Path(__file__).with_name("charts.yaml")
 
@@ -114,8 +115,7 @@ class ChartsFile(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_charts(path: Optional[Path] = None) -> ChartsFile:
-    with open(path or CHARTS_PATH, encoding="utf-8") as handle:
-        return ChartsFile.model_validate(yaml.safe_load(handle))
+    return load_model(path or CHARTS_PATH, ChartsFile)
 
 
 def chart(name: str) -> ChartPin:

@@ -6,15 +6,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List
 
-import yaml
+from decisions.catalog.data_files import read_yaml
 
 EKS_PATH = Path(__file__).with_name("eks.yaml")
 
 
 @lru_cache(maxsize=None)
 def standard_support_end() -> Dict[str, date]:
-    with open(EKS_PATH, encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+    data = read_yaml(EKS_PATH)
     return {minor: date.fromisoformat(day) for minor, day in data["standardSupportEnd"].items()}
 
 

@@ -30,10 +30,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from decisions.catalog.catalog import Catalog
+from decisions.catalog.data_files import load_model
 from decisions.catalog.eks import standard_support_end
 from decisions.network.zones import Reservation
 from decisions.nodes import pods
@@ -123,8 +123,7 @@ class Prices(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_prices(path: Path = PRICES_PATH) -> Prices:
-    with open(path, encoding="utf-8") as handle:
-        return Prices.model_validate(yaml.safe_load(handle))
+    return load_model(path, Prices)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from decisions.catalog.data_files import load_model
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
 from decisions.network.network_plan import plan_subnets
 from decisions.nodes import pods
@@ -47,8 +47,7 @@ class ZoneFacts(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_zone_facts(path: Path = ZONES_PATH) -> ZoneFacts:
-    with open(path, encoding="utf-8") as handle:
-        return ZoneFacts.model_validate(yaml.safe_load(handle))
+    return load_model(path, ZoneFacts)
 
 
 def is_zone_id(value: str) -> bool:

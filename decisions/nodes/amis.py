@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decisions.catalog.charts import kubernetes_minor
+from decisions.catalog.data_files import load_model
 
 AMIS_PATH = Path(__file__).with_name("amis.yaml")
 RELEASE = re.compile(r"^v\d{8}$")
@@ -97,8 +97,7 @@ class AmiTable(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_amis(path: Path = AMIS_PATH) -> AmiTable:
-    with open(path, encoding="utf-8") as handle:
-        return AmiTable.model_validate(yaml.safe_load(handle))
+    return load_model(path, AmiTable)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from decisions.catalog.data_files import load_model
 
 FAULTS_PATH = Path(__file__).with_name("faults.yaml")
 BOOT_VERDICTS = ("fail", "warn", "none")
@@ -120,7 +121,7 @@ class FaultTable(_Frozen):
 
 @lru_cache(maxsize=None)
 def load_faults(path: Path = FAULTS_PATH) -> FaultTable:
-    return FaultTable.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return load_model(path, FaultTable)
 
 
 def strongest(remediations) -> str:
