@@ -67,6 +67,7 @@ class Stack:
     deployer_arn: str
     account_id: str
     partition: str
+    dns_suffix: str                 # the partition's DNS suffix (service principals)
 
     @property
     def with_aws(self) -> pulumi.ResourceOptions:
@@ -144,10 +145,11 @@ def prepare() -> Stack:
         raise pulumi.RunError(str(error)) from None
     for warning in stack_warnings(spec, date.today()) + list(layout.warnings) + preflight_warnings:
         pulumi.log.warn(warning)
+    partition = aws.get_partition(opts=reads)
     return Stack(spec=spec, settings=settings, webhook_url=keys.get("alertWebhookUrl") or None,
                  aws_provider=aws_provider, account=account, layout=layout, deployer_arn=deployer_arn,
-                 account_id=aws.get_caller_identity(opts=reads).account_id,
-                 partition=aws.get_partition(opts=reads).partition)
+                 account_id=aws.get_caller_identity(opts=reads).account_id, partition=partition.partition,
+                 dns_suffix=partition.dns_suffix)
 
 
 def foundation(stack: Stack) -> Foundation:
@@ -293,7 +295,8 @@ def _lustre(stack: Stack, base: Foundation, training_namespace: pulumi.Output) -
         datasets_bucket=base.buckets[bucket_rules.DATASETS].bucket_name, vpc_id=base.network.vpc_id,
         subnet_id=base.network.private_subnet_ids[zone.zone_id],
         client_security_group_ids=[base.cluster.cluster_security_group_id], region=spec.region,
-        account_id=stack.account_id, partition=stack.partition, log_retention_days=spec.log_retention_days,
+        account_id=stack.account_id, partition=stack.partition, dns_suffix=stack.dns_suffix,
+        log_retention_days=spec.log_retention_days,
         namespace=training_namespace), opts=base.with_cluster)
     pulumi.export("lustre", {"fileSystemId": fsx.file_system_id, "dnsName": fsx.dns_name, "mountName": fsx.mount_name,
                              "pvcName": fsx.pvc_name, "zoneId": zone.zone_id})

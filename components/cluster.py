@@ -40,7 +40,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
-from components.iam import POD_IDENTITY_TRUST_POLICY, policy_document
+from components.iam import POD_IDENTITY_TRUST_POLICY, log_group_key_policy, policy_document
 from decisions.catalog.addons import addon_configuration, addon_versions
 from decisions.catalog.catalog import load_catalog
 from decisions.config.model import IAM_ROLE_ARN
@@ -201,19 +201,8 @@ class EksCluster(pulumi.ComponentResource):
             description=f"EKS {args.name}: Kubernetes secrets envelope encryption and control-plane logs",
             enable_key_rotation=True,
             deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
-            policy=policy_document(
-                {"Sid": "AccountAdministersKey", "Effect": "Allow",
-                 "Principal": {"AWS": pulumi.Output.concat("arn:", partition.partition, ":iam::",
-                                                           identity.account_id, ":root")},
-                 "Action": "kms:*", "Resource": "*"},
-                {"Sid": "ControlPlaneLogGroup", "Effect": "Allow",
-                 "Principal": {"Service": pulumi.Output.concat("logs.", region.region, ".", partition.dns_suffix)},
-                 "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                 "Resource": "*",
-                 "Condition": {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": pulumi.Output.concat(
-                     "arn:", partition.partition, ":logs:", region.region, ":", identity.account_id,
-                     ":log-group:", log_group_name)}}},
-            ),
+            policy=log_group_key_policy(partition.partition, partition.dns_suffix, region.region,
+                                        identity.account_id, log_group_name),
             opts=pulumi.ResourceOptions(parent=self, protect=True))
         aws.kms.Alias(f"{name}-kms-alias", name=f"alias/eks/{args.name}", target_key_id=self.kms_key.key_id,
                       opts=child)

@@ -14,6 +14,8 @@ from typing import Any, Mapping, Optional
 import pulumi
 import pulumi_aws as aws
 
+from decisions.observability.logs import log_group_arn
+
 POD_IDENTITY_TRUST_POLICY = json.dumps({
     "Version": "2012-10-17",
     "Statement": [{
@@ -27,6 +29,25 @@ POD_IDENTITY_TRUST_POLICY = json.dumps({
 def policy_document(*statements: Mapping[str, Any]) -> pulumi.Output[str]:
     """An IAM policy document from statements (dicts whose values may be Outputs, such as ARNs), as JSON."""
     return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": list(statements)})
+
+
+def log_group_key_policy(partition: pulumi.Input[str], dns_suffix: pulumi.Input[str], region: pulumi.Input[str],
+                         account_id: pulumi.Input[str], log_group_name: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The key policy of a KMS key that encrypts one CloudWatch Logs log group (and perhaps other data of its owner).
+    The account root administers the key, so IAM policies in the account decide who uses it (the default key policy's
+    first statement) and the key never becomes unmanageable. CloudWatch Logs of the region may use it for this log
+    group only: kms:EncryptionContext:aws:logs:arn, as the CloudWatch Logs User Guide's "Encrypt log data in CloudWatch
+    Logs using AWS Key Management Service" shows; its own warning: without the condition the key serves any log group
+    of the region."""
+    group_arn = pulumi.Output.all(partition, region, account_id, log_group_name).apply(lambda a: log_group_arn(*a))
+    return policy_document(
+        {"Sid": "AccountAdministersKey", "Effect": "Allow",
+         "Principal": {"AWS": pulumi.Output.concat("arn:", partition, ":iam::", account_id, ":root")},
+         "Action": "kms:*", "Resource": "*"},
+        {"Sid": "CloudWatchLogsForItsLogGroup", "Effect": "Allow",
+         "Principal": {"Service": pulumi.Output.concat("logs.", region, ".", dns_suffix)},
+         "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+         "Resource": "*", "Condition": {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": group_arn}}})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import log_group_key_policy
 from decisions.network.network_plan import plan_subnets
 from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS, flow_log_group_name, log_group_arn
 
@@ -191,26 +192,10 @@ class Network(pulumi.ComponentResource):
                 security_group_ids=[self.endpoint_security_group.id], tags=_tags(f"{name}-vpce-{short}"), opts=child)
 
         # --- flow logs: all traffic, to a log group encrypted with its own key --------------------
-        log_group_arns = f"arn:{partition.partition}:logs:{region}:{account}:log-group:*"
-        # The group has a fixed name, so the key can name it: CloudWatch Logs may use the key for this group only
-        # (kms:EncryptionContext:aws:logs:arn, as the CloudWatch Logs User Guide's "Encrypt log data in CloudWatch
-        # Logs using AWS Key Management Service" shows; its own warning: a key without the condition serves any
-        # log group of the region).
+        log_group_arns = log_group_arn(partition.partition, region, account, "*")
+        # The group has a fixed name, so the key can name it: CloudWatch Logs may use the key for this group only.
         flow_log_group = flow_log_group_name(args.cluster_name)
-        flow_log_group_arn = log_group_arn(partition.partition, region, account, flow_log_group)
-        key_policy = json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Sid": "AccountAdministers", "Effect": "Allow",
-                 "Principal": {"AWS": f"arn:{partition.partition}:iam::{account}:root"},
-                 "Action": "kms:*", "Resource": "*"},
-                {"Sid": "CloudWatchLogsEncrypts", "Effect": "Allow",
-                 "Principal": {"Service": f"logs.{region}.{partition.dns_suffix}"},
-                 "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                 "Resource": "*",
-                 "Condition": {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn": flow_log_group_arn}}},
-            ],
-        })
+        key_policy = log_group_key_policy(partition.partition, partition.dns_suffix, region, account, flow_log_group)
         self.flow_log_key = aws.kms.Key(
             f"{name}-flow-logs-key", description=f"{name}: VPC flow log encryption", enable_key_rotation=True,
             deletion_window_in_days=30, policy=key_policy, tags=_tags(f"{name}-flow-logs-key"),

@@ -220,7 +220,8 @@ def build(environment="prod", efa=False, import_path="s3://acme-ml/datasets", bu
         component = Lustre("lustre", LustreArgs(
             cluster_name="gpu-cloud-test", environment=environment, capacity_gib=capacity, throughput_per_tib=tier,
             efa=efa, vpc_id="vpc-0123", subnet_id="subnet-az4", client_security_group_ids=list(clients),
-            region="us-east-1", account_id="123456789012", partition="aws", log_retention_days=30,
+            region="us-east-1", account_id="123456789012", partition="aws", dns_suffix="amazonaws.com",
+            log_retention_days=30,
             namespace=namespace.metadata.name, import_path=import_path, datasets_bucket=bucket),
             opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
         pulumi.export("fileSystemId", component.file_system_id)

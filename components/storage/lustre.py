@@ -32,7 +32,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
-from components.iam import policy_document
+from components.iam import log_group_key_policy
 from decisions.catalog import charts
 from decisions.storage import lustre
 
@@ -54,6 +54,7 @@ class LustreArgs:
     region: str
     account_id: str
     partition: str
+    dns_suffix: str                                     # the partition's (logs.<region>.<suffix>)
     # a CloudWatch Logs value (decisions.observability.logs.cloudwatch_retention_days)
     log_retention_days: int
     namespace: pulumi.Input[str]                        # the training Namespace's own output: the claim waits for it
@@ -103,17 +104,7 @@ class Lustre(pulumi.ComponentResource):
         self.kms_key = aws.kms.Key(
             f"{name}-kms", description=f"FSx for Lustre of {args.cluster_name}: data at rest and its log group",
             enable_key_rotation=True, deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
-            policy=policy_document(
-                {"Sid": "AccountAdministersKey", "Effect": "Allow",
-                 "Principal": {"AWS": f"arn:{args.partition}:iam::{args.account_id}:root"},
-                 "Action": "kms:*", "Resource": "*"},
-                {"Sid": "LustreLogGroup", "Effect": "Allow",
-                 "Principal": {"Service": f"logs.{args.region}.amazonaws.com"},
-                 "Action": ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
-                 "Resource": "*",
-                 "Condition": {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn":
-                                             f"arn:{args.partition}:logs:{args.region}:{args.account_id}:log-group:"
-                                             f"{log_group_name}"}}}),
+            policy=log_group_key_policy(args.partition, args.dns_suffix, args.region, args.account_id, log_group_name),
             opts=pulumi.ResourceOptions(parent=self, protect=True))
         aws.kms.Alias(f"{name}-kms-alias", name=f"alias/fsx/{args.cluster_name}-lustre",
                       target_key_id=self.kms_key.key_id, opts=child)
