@@ -121,7 +121,7 @@ def test_every_rule_has_a_severity_a_summary_and_a_description_that_promtool_tes
 
 def test_triton_rules_exist_only_when_triton_is_enabled(specs):
     names = lambda spec, target: {r["alert"] for r in rules_of(groups_of(spec, target=target))}  # noqa: E731
-    triton = {"TritonQueueTimeHigh", "TritonFailureRateHigh", "TritonP99LatencyHigh"}
+    triton = {"TritonQueueTimeHigh", "TritonFailureRateHigh", "TritonModelSyncStale", "TritonP99LatencyHigh"}
     assert triton <= names(specs["prod-us-east-1"], "stack")
     assert not triton & names(specs["dev"], "stack")       # dev: inference.triton.enabled false
     assert not triton & names(specs["prod-us-east-1"], None)
@@ -619,6 +619,39 @@ def test_the_queue_alert_waits_as_long_as_kueues_longest_requeue_backoff(specs):
                 if r["alert"] == "TrainingQueueDeep"]
 
 
+def evicted(reason, role, values):
+    return series("kueue_evicted_workloads_total", {"cluster_queue": "training", "reason": reason,
+                                                    "underlying_cause": "", "priority_class": "", "replica_role": role},
+                  values)
+
+
+def test_jobs_evicted_again_and_again_before_their_pods_were_ready_warn(spec, tmp_path):
+    groups = groups_of(spec)
+    looping = {"cluster_queue": "training", "severity": "warning"}
+    # The slowest loop: an eviction every 95 minutes (a 65-minute pods-ready timeout with the driver installed at
+    # boot, then Kueue's 30-minute longest backoff).
+    assert ar.PODS_READY_LOOP_S == 95 * 60 and ar.PODS_READY_WINDOW == "380m"
+    # Samples every 2 minutes, rules evaluated on the odd minutes between them, as scrapes and evaluations rarely
+    # align: increase() then extrapolates to the window's edges. Each count holds 48 samples (96 minutes).
+    rounds = lambda *counts: " ".join(f"{n}+0x47" for n in counts)          # noqa: E731
+    stuck = rounds(0, 1, 2, 3, 4, 5)
+    three_reclaims = "5+0x99 " + rounds(6, 7, 8, 8)       # three evictions in the window read 3.016, not 3
+
+    def at_485m(values, reason="PodsReadyTimeout", role="leader", expected=()):
+        return {"interval": "2m", "input_series": [evicted(reason, role, values)],
+                "alert_rule_test": [{"eval_time": "485m", "alertname": "TrainingJobsEvictedNotReady",
+                                     "exp_alerts": [expect(groups, "TrainingJobsEvictedNotReady", labels)
+                                                    for labels in expected]}]}
+
+    run_promtool_tests(tmp_path, groups, [
+        at_485m(stuck, expected=[looping]),
+        at_485m(three_reclaims),
+        # Preemption is the queue working as asked; a follower replica's copy is not a second count.
+        at_485m(stuck, reason="Preempted"),
+        at_485m(stuck, role="follower"),
+    ])
+
+
 # --- Triton ------------------------------------------------------------------------------------------------------------
 
 def model(name):
@@ -657,6 +690,27 @@ def test_triton_p99_latency_takes_the_slowest_replica(spec, tmp_path):
               series("nv_inference_request_summary_us", {**model("ok"), "pod": "a", "quantile": "0.5"}, "2e6x10")]
     run_promtool_tests(tmp_path, groups, [
         case(inputs, "TritonP99LatencyHigh", "7m", [{**model("slow"), "severity": "warning"}], groups)])
+
+
+def sync_ready(pod, container, values):
+    return series("kube_pod_container_status_ready", {"namespace": "inference", "pod": pod, "uid": f"uid-{pod}",
+                                                      "container": container}, values)
+
+
+def test_a_triton_pod_that_cannot_sync_its_models_pages_after_5_minutes(spec, tmp_path):
+    groups = groups_of(spec)
+    inputs = [sync_ready("triton-a", "models-sync", "0x20"), sync_ready("triton-b", "models-sync", "1x20"),
+              sync_ready("triton-c", "triton", "0x20")]            # Triton loading its models is not a sync failure
+    stale = {"namespace": "inference", "pod": "triton-a", "severity": "critical"}
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "TritonModelSyncStale", "4m", [], groups),
+        case(inputs, "TritonModelSyncStale", "6m", [stale], groups),
+    ])
+
+
+def test_the_sync_alert_watches_the_sidecar_the_pod_runs():
+    from decisions.serving import triton
+    assert triton.SYNC_CONTAINER == ar.TRITON_SYNC_CONTAINER == "models-sync"
 
 
 def test_triton_needs_summary_latencies_for_its_p99():

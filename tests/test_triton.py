@@ -1,7 +1,7 @@
-"""decisions/serving/triton.py: the server's arguments, the models' copy (its script run against a stand-in `aws`),
-readiness (its commands run against a stand-in Triton), drain timings, a pod's share of its node, the queue-time metric
-the autoscaler scales on, and config.pbtxt with dynamic batching, parsed by Triton's own model configuration schema
-(model_config.proto, as generated in tritonclient of the same release as the server image)."""
+"""decisions/serving/triton.py: the server's arguments, the models' copy (its script run with the real AWS CLI against
+moto's S3), readiness (its commands run against a stand-in Triton), drain timings, a pod's share of its node, the
+queue-time metric the autoscaler scales on, and config.pbtxt with dynamic batching, parsed by Triton's own model
+configuration schema (model_config.proto, as generated in tritonclient of the same release as the server image)."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -193,58 +195,60 @@ def test_the_queue_time_query_is_milliseconds_per_request(tmp_path):
 
 
 # --- the models' copy ----------------------------------------------------------------------------------------------
-# A stand-in for `aws s3 sync SRC DST --delete --no-progress`, over a local directory per bucket, doing what the CLI
-# does where the script relies on it (aws-cli 2.36.7, decisions/serving/triton.py): a changed or new file is downloaded
-# to a temporary name and renamed into place with the object's time as its mtime, a file that is gone is deleted, each
-# change prints a line, and a failure exits non-zero with nothing printed on stdout.
-FAKE_AWS = r"""#!PYTHON
-import os, shutil, sys
-from pathlib import Path
-if os.path.exists(os.environ["FAKE_S3"] + "/.fail"):
-    sys.stderr.write("An error occurred (AccessDenied) when calling the ListObjectsV2 operation\n")
-    sys.exit(1)
-assert sys.argv[1:3] == ["s3", "sync"] and sys.argv[5:] == ["--delete", "--no-progress"], sys.argv
-source = Path(os.environ["FAKE_S3"]) / sys.argv[3][len("s3://"):]
-target = Path(sys.argv[4])
-wanted = {p.relative_to(source) for p in source.rglob("*") if p.is_file()} if source.is_dir() else set()
-for rel in sorted(wanted):
-    src, dst = source / rel, target / rel
-    if dst.exists() and dst.stat().st_size == src.stat().st_size and dst.stat().st_mtime >= src.stat().st_mtime:
-        continue
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    temp = dst.with_name(dst.name + ".TMP1234")
-    shutil.copyfile(src, temp)
-    os.utime(temp, (src.stat().st_mtime, src.stat().st_mtime))
-    os.rename(temp, dst)
-    print(f"download: {sys.argv[3]}/{rel} to {dst}")
-for path in sorted(p for p in target.rglob("*") if p.is_file()):
-    if path.relative_to(target) not in wanted:
-        path.unlink()
-        print(f"delete: {path}")
-"""
-SOURCE = "s3://models-bucket/triton"
+# The script runs against the real AWS CLI (.venv/bin/aws, awscli 1.46.3: the same s3 sync code as the image's 2.36.7,
+# awscli/customizations/s3/) and moto's S3 in server mode on 127.0.0.1, so what the CLI downloads, skips and deletes is
+# the CLI's own decision. A test sets an object's LastModified as S3 would have stamped it at `when`.
+BUCKET_PREFIX = "triton"
+
+
+@pytest.fixture(scope="module")
+def moto_s3():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
 
 
 class Volume:
-    """The pod's models volume at `root`, the script run against it, and a stand-in S3 bucket."""
+    """The pod's models volume at `root`, the script run against it with the real CLI, and a bucket in moto."""
 
-    def __init__(self, tmp_path: Path):
-        self.root, self.s3 = tmp_path / "models", tmp_path / "s3"
+    def __init__(self, tmp_path: Path, endpoint: str):
+        import boto3
+
+        self.root, self.bucket = tmp_path / "models", f"models-{uuid.uuid4().hex[:12]}"
         self.root.mkdir()
-        (self.s3 / "models-bucket" / "triton").mkdir(parents=True)
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        (bin_dir / "aws").write_text(FAKE_AWS.replace("PYTHON", sys.executable))
-        (bin_dir / "aws").chmod(0o755)
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_S3": str(self.s3),
-                    **triton.sync_env(SOURCE, "us-east-1")}
+        self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                               aws_access_key_id="testing", aws_secret_access_key="testing")
+        self.s3.create_bucket(Bucket=self.bucket)
+        self.env = {"PATH": f"{Path(require_tool('aws')).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+                    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": endpoint,
+                    "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+                    "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+                    **triton.sync_env(f"s3://{self.bucket}/{BUCKET_PREFIX}", "us-east-1")}
         self.script = triton.MODEL_SYNC_SCRIPT.replace(triton.MODELS_MOUNT, str(self.root))
 
     def publish(self, key: str, body: str, when: float) -> None:
-        path = self.s3 / "models-bucket" / "triton" / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-        os.utime(path, (when, when))
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        self.s3.put_object(Bucket=self.bucket, Key=f"{BUCKET_PREFIX}/{key}", Body=body.encode())
+        stored = s3_backends[DEFAULT_ACCOUNT_ID]["global"].get_object(self.bucket, f"{BUCKET_PREFIX}/{key}")
+        stored.last_modified = datetime.fromtimestamp(when, timezone.utc).replace(tzinfo=None)   # moto keeps UTC naive
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=f"{BUCKET_PREFIX}/{key}")
+
+    def lose_the_bucket(self) -> None:
+        """The repository becomes unreadable: the CLI's listing fails (NoSuchBucket) as it would on AccessDenied."""
+        listed = self.s3.list_objects_v2(Bucket=self.bucket).get("Contents", [])
+        for item in listed:
+            self.s3.delete_object(Bucket=self.bucket, Key=item["Key"])
+        self.s3.delete_bucket(Bucket=self.bucket)
 
     def sync(self, mode: str = "once") -> subprocess.CompletedProcess:
         command = triton.sync_command(mode)
@@ -260,9 +264,9 @@ class Volume:
 
 
 @pytest.fixture
-def volume(tmp_path):
+def volume(tmp_path, moto_s3):
     require_tool("bash")
-    return Volume(tmp_path)
+    return Volume(tmp_path, moto_s3)
 
 
 def test_the_first_copy_is_whole_and_stamped(volume):
@@ -311,11 +315,25 @@ def test_a_publish_swaps_in_a_whole_new_tree_and_leaves_the_served_one_as_it_was
     assert before.name not in volume.generations() and len(volume.generations()) == 2
 
 
+def test_new_weights_of_the_same_size_and_a_rollback_over_the_same_key_reach_triton(volume):
+    """Retrained weights of one architecture, or an old version copied back over the key, keep the byte size: the
+    CLI must still fetch them (it would not without --exact-timestamps: a same-size download is skipped unless the
+    local copy is newer than the object)."""
+    volume.publish("resnet50/1/model.onnx", "weights-1", 1000)
+    volume.sync()
+    volume.publish("resnet50/1/model.onnx", "weights-2", 2000)
+    assert volume.sync().returncode == 0
+    assert (volume.served / "resnet50" / "1" / "model.onnx").read_text() == "weights-2"
+    volume.publish("resnet50/1/model.onnx", "weights-1", 3000)      # the rollback
+    assert volume.sync().returncode == 0
+    assert (volume.served / "resnet50" / "1" / "model.onnx").read_text() == "weights-1"
+
+
 def test_a_deleted_model_leaves_no_empty_directory_behind(volume):
     volume.publish("resnet50/1/model.onnx", "weights-1", 1000)
     volume.publish("bert/config.pbtxt", "name: bert", 1000)
     volume.sync()
-    (volume.s3 / "models-bucket" / "triton" / "resnet50" / "1" / "model.onnx").unlink()
+    volume.delete("resnet50/1/model.onnx")
     assert volume.sync().returncode == 0
     assert sorted(p.name for p in volume.served.iterdir()) == ["bert"]
 
@@ -324,16 +342,16 @@ def test_a_failed_sync_keeps_the_last_good_copy_and_its_stamp(volume):
     volume.publish("resnet50/config.pbtxt", "name: resnet50", 1000)
     volume.sync()
     served, stamp = volume.served, (volume.root / ".synced-at").read_text()
-    (volume.s3 / ".fail").touch()
     volume.publish("resnet50/config.pbtxt", "name: changed", 2000)
+    volume.lose_the_bucket()
     result = volume.sync()
-    assert result.returncode != 0 and "AccessDenied" in result.stderr
+    assert result.returncode != 0 and "NoSuchBucket" in result.stderr
     assert volume.served == served and volume.generations() == [served.name]
     assert (volume.root / ".synced-at").read_text() == stamp
 
 
 def test_an_unreadable_repository_fails_the_first_copy(volume):
-    (volume.s3 / ".fail").touch()
+    volume.lose_the_bucket()
     assert volume.sync().returncode != 0
     assert not (volume.root / "current").exists() and volume.generations() == []
 

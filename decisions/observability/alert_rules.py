@@ -23,6 +23,7 @@ How series reach a node and a pool:
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -34,7 +35,7 @@ from decisions.nodes.pools import offered_gpu_resources
 from decisions.nodes.repair import INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
 from decisions.observability.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from decisions.platform import acceptance, kueue
-from decisions.platform.tenancy import TRAINING_NAMESPACE
+from decisions.platform.tenancy import INFERENCE_NAMESPACE, TRAINING_NAMESPACE
 
 # --- what the monitoring stack must configure ---------------------------------------------------------------------
 
@@ -55,6 +56,10 @@ NODE_EXPORTER_ARGS: Tuple[str, ...] = (
 # (triton-inference-server/server v2.71.0 docs/user_guide/metrics.md, "Summaries"). Metrics are served on port 8002.
 TRITON_SERVER_ARGS: Tuple[str, ...] = ("--metrics-config", "summary_latencies=true")
 TRITON_P99_QUANTILE = "0.99"
+# The Triton pod's sidecar that keeps the local copy of the models (decisions/serving/triton.py): its readiness is "a
+# good sync within SYNC_STALE_S", read here through kube-state-metrics' kube_pod_container_status_ready (gauge, labels
+# namespace, pod, container: kubernetes/kube-state-metrics docs/pod-metrics.md).
+TRITON_SYNC_CONTAINER = "models-sync"
 
 # --- facts the rules encode ----------------------------------------------------------------------------------------
 # XIDs, as the fault table (decisions/nodes/faults.yaml) lists them: the EKS node monitoring agent's fatal list and
@@ -93,6 +98,19 @@ QUEUE_DEEP_MINUTES = kueue.REQUEUE_BACKOFF_MAX_S // 60
 # Kueue's series carry replica_role (leader, follower or standalone: kubernetes-sigs/kueue v0.19.2
 # pkg/metrics/metrics.go lines 72 and 411-420); a follower's copy would count the queue twice.
 KUEUE_REPLICAS = 'replica_role!="follower"'
+# A job whose pods never all become ready (an image that cannot be pulled, a request no node of its pool can hold) is
+# evicted at waitForPodsReady's timeout and requeued without end: the Kueue configuration sets no requeuing limit,
+# so that spot reclaims never fail a job. Each round scales GPU nodes up for nothing. Kueue counts the evictions in
+# kueue_evicted_workloads_total{reason="PodsReadyTimeout"} (kubernetes-sigs/kueue v0.19.2 pkg/metrics/metrics.go
+# lines 630-648; the reason is WorkloadEvictedByPodsReadyTimeout, apis/kueue/v1beta2/workload_types.go line 1092),
+# per ClusterQueue, not per workload. One spot reclaim evicts once; more than PODS_READY_EVICTIONS in
+# PODS_READY_WINDOW is a loop. A stuck job comes back at the latest every PODS_READY_LOOP_S (the longer pods-ready
+# timeout, with the driver installed at boot, plus Kueue's longest backoff), so the window holds one more round than
+# the count. increase() extrapolates to the window's edges (3 evictions can read 3.02), so the rule compares with
+# PODS_READY_EVICTIONS + 0.5; a series Kueue creates inside the window starts at 1, so its first eviction is not counted.
+PODS_READY_EVICTIONS = 3
+PODS_READY_LOOP_S = max(kueue.pods_ready_timeout_s(source) for source in ("ami", "install")) + kueue.REQUEUE_BACKOFF_MAX_S
+PODS_READY_WINDOW = f"{math.ceil((PODS_READY_EVICTIONS + 1) * PODS_READY_LOOP_S / 60)}m"
 
 
 def ksm_resource(resource: str) -> str:
@@ -412,6 +430,15 @@ def triton_rules(alerts, target_queue_ms: float) -> List[Dict[str, Any]]:
               "5m", "critical", f"Triton failing more than {_number(failure_pct)} % of requests",
               f"{model} has failed more than {_number(failure_pct)} % of its requests for 5 minutes."),
         # Summary quantiles cannot be averaged across replicas: the slowest replica's p99 decides.
+        # The sidecar is unready once its last good sync is SYNC_STALE_S old; the pod then leaves the load balancer.
+        _rule("TritonModelSyncStale",
+              f'max by (namespace, pod) (kube_pod_container_status_ready{{namespace="{INFERENCE_NAMESPACE}", '
+              f'container="{TRITON_SYNC_CONTAINER}"}}) == 0',
+              "5m", "critical", "Triton pod cannot sync its models",
+              "Pod {{ $labels.pod }} in {{ $labels.namespace }} has not copied the model repository from S3 for more "
+              "than ten minutes and is out of the load balancer (a region whose every pod is out fails over). "
+              f"`kubectl -n {INFERENCE_NAMESPACE} logs {{{{ $labels.pod }}}} -c {TRITON_SYNC_CONTAINER}` says why: "
+              "S3, KMS or the pod's Pod Identity role."),
         _rule("TritonP99LatencyHigh",
               f'max by (namespace, model, version) (nv_inference_request_summary_us{{quantile="{TRITON_P99_QUANTILE}"}})'
               f" / 1000 > {_number(p99)}",
@@ -433,7 +460,16 @@ def queue_rules(pools, catalog) -> List[Dict[str, Any]]:
         f"ClusterQueue {{{{ $labels.cluster_queue }}}} has held more than {QUEUE_DEEP_PENDING} pending workloads for "
         f"{QUEUE_DEEP_MINUTES} minutes: the flavors they fit have no quota left (their pools are at maxNodes), or "
         f"they fit none. `kubectl -n {TRAINING_NAMESPACE} get workloads` says which; raise a pool's maxNodes or add "
-        "a pool.")]
+        "a pool."),
+        _rule(
+            "TrainingJobsEvictedNotReady",
+            f'sum by (cluster_queue) (increase(kueue_evicted_workloads_total{{cluster_queue="{kueue.CLUSTER_QUEUE}", '
+            f'reason="PodsReadyTimeout", {KUEUE_REPLICAS}}}[{PODS_READY_WINDOW}])) > {PODS_READY_EVICTIONS + 0.5}',
+            "0m", "warning", "Training jobs evicted again and again before their pods were ready",
+            f"ClusterQueue {{{{ $labels.cluster_queue }}}} has evicted more than {PODS_READY_EVICTIONS} workloads in "
+            f"{PODS_READY_WINDOW} because their pods were not all ready in time; such a job is requeued without end "
+            f"and scales GPU nodes up each time. `kubectl -n {TRAINING_NAMESPACE} get workloads` and the Evicted "
+            "condition name it; fix its image or its request, or delete it.")]
 
 
 def rule_groups(alerts, pools, catalog, triton_target_queue_ms: Optional[float] = None) -> List[Dict[str, Any]]:

@@ -35,9 +35,10 @@ every REPOSITORY_POLL_S, both with the AWS CLI (SYNC_IMAGE), and Triton serves t
 Triton alone, which that chain does support (STSAssumeRoleWebIdentityCredentialsProvider): IRSA needs an IAM OIDC
 provider for the cluster (one per issuer and account, outside the cluster component) and a trust policy per issuer,
 the second identity mechanism in a project that chose Pod Identity everywhere (components/iam.py), and it would tie
-serving to whatever SDK the next Triton image bundles. The copy also lets the pod keep serving what it has through
-an S3 or IAM outage, and makes every change Triton sees whole (MODEL_SYNC_SCRIPT). Triton itself gets no AWS
-credentials at all (POD_IDENTITY_SKIP).
+serving to whatever SDK the next Triton image bundles. The copy also lets the pod keep serving what it has through a
+short S3 or IAM outage (up to SYNC_STALE_S; longer, the pod can no longer follow a rollback and leaves the load
+balancer, and TritonModelSyncStale says why), and each change replaces the served tree in one rename
+(MODEL_SYNC_SCRIPT). Triton itself gets no AWS credentials at all (POD_IDENTITY_SKIP).
 
 **Readiness means "serving this stack's models".** `--strict-readiness=false` stays: with it on, /v2/health/ready
 (which the NLB checks) is false while any model is not ready (core r26.06 src/server.cc lines 416-462: strict, every
@@ -53,7 +54,7 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from decisions.catalog.catalog import InstanceType
-from decisions.nodes.pods import system_tolerations
+from decisions.nodes.pods import system_placement
 from decisions.observability import alert_rules
 from decisions.platform import pod_security, tenancy
 from decisions.serving import failover
@@ -97,6 +98,8 @@ SYNC_TMP_SIZE = "256Mi"
 MODELS_MOUNT = "/models"                # an emptyDir shared by the sync containers and Triton (read-only there)
 LOCAL_REPOSITORY = f"{MODELS_MOUNT}/current"
 SYNC_STAMP = f"{MODELS_MOUNT}/.synced-at"
+SYNC_CONTAINER = alert_rules.TRITON_SYNC_CONTAINER       # the sidecar; TritonModelSyncStale watches its readiness
+FIRST_SYNC_CONTAINER = "models-first-sync"             # the init container: the copy Triton starts on
 # The sidecar is unready once its last good sync is this old: the pod can no longer follow what is published (a
 # rollback would not reach it). Ten polls, so a passing S3 error does not flap the load balancer.
 SYNC_STALE_S = 10 * REPOSITORY_POLL_S
@@ -107,10 +110,14 @@ POD_IDENTITY_SKIP = ("eks.amazonaws.com/skip-containers", NAME)
 
 # One sync round, in bash (the CLI image's shell): the served tree is hard-linked into a new generation (no copy),
 # `aws s3 sync --delete` brings that to what S3 holds, and only a generation that changed replaces the served one,
-# by renaming a symlink: Triton sees every change whole. Facts it relies on (aws-cli 2.36.7): a download goes to a
+# by renaming a symlink, in one step. Facts it relies on (aws-cli 2.36.7): a download goes to a
 # temporary file renamed into place (awscli/s3transfer/download.py lines 173 and 800), so a hard-linked file of the
 # served tree is never written through; a downloaded file's mtime is the object's LastModified
-# (awscli/customizations/s3/subscribers.py lines 206-219), so an unchanged file is not fetched again; zero-byte
+# (awscli/customizations/s3/subscribers.py lines 206-219), so with --exact-timestamps an unchanged file (same size,
+# same time) is not fetched again while a republished one is. Without that flag a download skips any file of the same
+# size that is not older than the object (awscli/customizations/s3/syncstrategy/base.py compare_time, the download
+# branch, and exacttimestamps.py, as in awscli 1.46.3, the tests' CLI): new weights of the same size, or a rollback
+# copied over the same key, would never reach Triton. Zero-byte
 # "directory" keys are not downloaded (awscli/customizations/s3/filegenerator.py line 367). `cp -a` keeps the
 # directories' mtimes, from which Triton's poll decides what changed (core r26.06
 # src/model_repository_manager/model_repository_manager.cc lines 330-358 and 441-446), so an unchanged model is not
@@ -121,7 +128,7 @@ sync_round() {
   served=$(readlink "$root/current" || true)
   next="gen-$(date +%%s%%N)"
   if [ -n "$served" ]; then cp -al "$root/$served" "$root/$next" || return 1; else mkdir "$root/$next" || return 1; fi
-  if ! changes=$(aws s3 sync "$MODEL_SOURCE" "$root/$next" --delete --no-progress); then
+  if ! changes=$(aws s3 sync "$MODEL_SOURCE" "$root/$next" --delete --exact-timestamps --no-progress); then
     rm -rf "${root:?}/$next"
     return 1
   fi
@@ -251,10 +258,9 @@ def prometheus_adapter_values(prometheus_url: str, port: int, node_selector: Map
     every pod and container metric as a custom metric, which the autoscaler does not need)."""
     return {
         "prometheus": {"url": prometheus_url, "port": port},
-        "nodeSelector": dict(node_selector),
-        # The system nodes' taint (decisions/nodes/pods.py); the chart tolerates nothing by default (values.yaml line
-        # 257).
-        "tolerations": system_tolerations(),
+        # nodeSelector, and tolerations of the system nodes' taint: the chart tolerates nothing by default (values.yaml
+        # line 257).
+        **system_placement(node_selector),
         "rules": {"default": False, "custom": [{
             "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
             "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
