@@ -33,7 +33,7 @@ from decisions.nodes.efa import ip_bandwidth_gbps
 from decisions.nodes.faults import load_faults
 from decisions.nodes.pools import offered_gpu_resources
 from decisions.nodes.repair import INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
-from decisions.observability.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label
+from decisions.observability.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label, ksm_sanitized
 from decisions.platform import acceptance, kueue
 from decisions.platform.tenancy import INFERENCE_NAMESPACE, TRAINING_NAMESPACE
 
@@ -107,16 +107,18 @@ KUEUE_REPLICAS = 'replica_role!="follower"'
 # PODS_READY_WINDOW is a loop. A stuck job comes back at the latest every PODS_READY_LOOP_S (the longer pods-ready
 # timeout, with the driver installed at boot, plus Kueue's longest backoff), so the window holds one more round than
 # the count. increase() extrapolates to the window's edges (3 evictions can read 3.02), so the rule compares with
-# PODS_READY_EVICTIONS + 0.5; a series Kueue creates inside the window starts at 1, so its first eviction is not counted.
+# PODS_READY_EVICTIONS + 0.5; a series Kueue creates inside the window starts at 1, so its first eviction is not
+# counted.
 PODS_READY_EVICTIONS = 3
-PODS_READY_LOOP_S = max(kueue.pods_ready_timeout_s(source) for source in ("ami", "install")) + kueue.REQUEUE_BACKOFF_MAX_S
+PODS_READY_LOOP_S = (max(kueue.pods_ready_timeout_s(source) for source in ("ami", "install"))
+                     + kueue.REQUEUE_BACKOFF_MAX_S)
 PODS_READY_WINDOW = f"{math.ceil((PODS_READY_EVICTIONS + 1) * PODS_READY_LOOP_S / 60)}m"
 
 
 def ksm_resource(resource: str) -> str:
     """kube_node_status_allocatable's `resource` for an extended resource: nvidia.com/gpu -> nvidia_com_gpu (same
     sanitizing; v2.20.0 internal/store/node_test.go shows resource="nvidia_com_gpu")."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+    return ksm_sanitized(resource)
 
 
 POOL = ksm_label(POOL_NODE_LABEL)

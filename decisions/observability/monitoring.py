@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from decisions.config.model import Monitoring
 from decisions.nodes.pods import system_tolerations
-from decisions.nodes.pools import LABEL_PREFIX
+from decisions.nodes.pools import LABEL_PREFIX, POOL_LABEL
 
 NAMESPACE = "monitoring"
 RELEASE_NAME = "kube-prometheus-stack"
@@ -112,15 +112,21 @@ def service_monitor_spec(namespace: str, selector: Mapping[str, str], port: str,
 NODE_LABEL = "node"
 NODE_LABEL_RELABELINGS: Tuple[Mapping[str, Any], ...] = (
     {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": NODE_LABEL, "action": "replace"},)
-POOL_NODE_LABEL = f"{LABEL_PREFIX}pool"
+POOL_NODE_LABEL = POOL_LABEL                     # the pool's name on its nodes (decisions/nodes/pools.py)
 CAPACITY_NODE_LABEL = f"{LABEL_PREFIX}capacity"
 INSTANCE_TYPE_NODE_LABEL = "node.kubernetes.io/instance-type"    # the kubelet's well-known label
 KUBE_STATE_NODE_LABELS: Tuple[str, ...] = (POOL_NODE_LABEL, CAPACITY_NODE_LABEL, INSTANCE_TYPE_NODE_LABEL)
 
 
+def ksm_sanitized(name: str) -> str:
+    """A name as kube-state-metrics writes it into a label name or value: every character outside [a-zA-Z0-9_] as
+    "_" (v2.20.0 internal/store/utils.go)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
 def ksm_label(node_label: str) -> str:
     """kube_node_labels' label for a Kubernetes node label key: gpu-cloud.io/pool -> label_gpu_cloud_io_pool."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", node_label)
+    return "label_" + ksm_sanitized(node_label)
 
 
 def webhook_receiver() -> Dict[str, Any]:
