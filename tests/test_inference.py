@@ -18,7 +18,7 @@ from decisions.nodes.pools import node_taints, toleration
 from decisions.observability import monitoring
 from decisions.serving import lb_controller, triton
 from decisions.storage import data_access
-from tests.conftest import run_stack, validate_kubernetes
+from tests.conftest import run_stack, stack_config, validate_kubernetes
 
 STACK = "prod-us-east-1"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -116,6 +116,23 @@ def test_a_drain_keeps_serving_until_the_nlb_stops_sending_then_finishes_what_it
     assert delay == f"deregistration_delay.timeout_seconds={pause + exit_timeout}"
     budget = named(run, "kubernetes:policy/v1:PodDisruptionBudget", "inference-disruption-budget").inputs["spec"]
     assert budget["maxUnavailable"] == 1
+    # Replicas that run but are not ready (nothing published yet, a DR secondary awaiting replication) can still be
+    # evicted: under the default policy, IfHealthyBudget, no eviction is allowed while none is ready, and every drain
+    # of their nodes would wait for its lifecycle hook to time out.
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_pods_are_created_after_their_service_so_each_gets_the_load_balancers_readiness_gate(run):
+    """The controller's webhook adds the readiness gate to a pod only when it is created and a TargetGroupBinding for
+    its Service exists; the Service's waitFor holds until the controller has made the NLB and the binding."""
+    deployment = named(run, DEPLOYMENT, "inference-deployment")
+    service = named(run, SERVICE, "inference-service")
+    assert service.urn in deployment.dependencies
+    assert service.inputs["metadata"]["annotations"]["pulumi.com/waitFor"].endswith(".hostname}")
+    # and still after its credentials (Pod Identity serves only pods admitted after the association) and its account
+    assert {named(run, "aws:eks/podIdentityAssociation:PodIdentityAssociation", "inference-identity-association").urn,
+            named(run, "kubernetes:core/v1:ServiceAccount", "inference-service-account").urn} <= set(
+        deployment.dependencies)
 
 
 def test_pulumi_waits_for_the_load_balancer_not_for_published_models(run):
@@ -197,6 +214,21 @@ def test_triton_reads_the_models_bucket_and_nothing_else(run):
         "s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
     resources = {json.dumps(s["Resource"]) for s in statements}
     assert resources == {json.dumps(models["arn"]), json.dumps(models["arn"] + "/*"), json.dumps(models["keyArn"])}
+    (decrypt,) = [s for s in statements if s["Action"] == "kms:Decrypt"]
+    assert decrypt["Condition"] == {"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com"}}
+    # the reader's statements the trainer's reads are made of too (decisions/storage/data_access.py)
+    assert statements == data_access.reader_statements("Models", models["arn"], models["keyArn"], "us-east-1")
+
+
+def test_a_repository_outside_the_stack_is_read_without_a_grant_on_any_key():
+    dr = {k: v for k, v in stack_config(STACK)["gpu-cloud:dr"].items() if k != "rpoMinutes"}   # models: no RPO
+    run = run_stack(STACK, {"gpu-cloud:inference": {"triton": {
+        "enabled": True, "pool": "infer-l40s", "minReplicas": 2, "maxReplicas": 8,
+        "modelRepository": "s3://acme-models/triton"}}, "gpu-cloud:dr": dr})
+    policy = json.loads(run.one(ROLE_POLICY, "inference-identity-policy").inputs["policy"])
+    assert policy == {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ListModels", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::acme-models"},
+        {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::acme-models/*"}]}
 
 
 def test_the_load_balancer_controller_is_limited_to_this_stacks_resources(run):

@@ -22,6 +22,7 @@ import yaml
 
 from components.cluster import SYSTEM_NODE_LABELS
 from decisions.catalog import charts
+from decisions.nodes.pods import SYSTEM_NODE_TAINT
 from decisions.serving import failover
 from decisions.serving import lb_controller as lbc
 from tests.chart_values import assert_values_confirmed, values_file
@@ -98,6 +99,9 @@ def test_two_replicas_on_system_nodes_with_a_disruption_budget_spread_over_zones
     values = _values()
     assert values["replicaCount"] == 2
     assert values["nodeSelector"] == SYSTEM_NODE_LABELS and values["nodeSelector"] is not SYSTEM_NODE_LABELS
+    # the system nodes' taint tolerated, which the chart does not by default
+    assert values["tolerations"] == [{"key": SYSTEM_NODE_TAINT.key, "operator": "Exists",
+                                      "effect": SYSTEM_NODE_TAINT.effect}]
     assert values["podDisruptionBudget"] == {"maxUnavailable": 1}
     (spread,) = values["topologySpreadConstraints"]
     assert spread["topologyKey"] == "topology.kubernetes.io/zone"
@@ -105,6 +109,14 @@ def test_two_replicas_on_system_nodes_with_a_disruption_budget_spread_over_zones
     assert spread["labelSelector"]["matchLabels"] == {"app.kubernetes.io/name": _pin().chart,
                                                       "app.kubernetes.io/instance": lbc.RELEASE_NAME}
     assert "limits" not in values["resources"]
+
+
+def test_the_controller_is_placed_as_every_system_pod_is(monkeypatch):
+    """Its nodeSelector and tolerations are decisions/nodes/pods.system_placement's, so a change there reaches it."""
+    placement = {"nodeSelector": {"pool": "elsewhere"}, "tolerations": [{"key": "planted", "operator": "Exists"}]}
+    monkeypatch.setattr(lbc, "system_placement", lambda labels: placement if labels == SYSTEM_NODE_LABELS else None)
+    values = _values()
+    assert {key: values[key] for key in placement} == placement
 
 
 def test_ip_targets_kept_webhook_cert_and_the_mutator_webhook_on_cluster_wide_by_default():

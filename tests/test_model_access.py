@@ -4,8 +4,9 @@ the IAM policy of the IAM user holding exactly the trainer's or the publisher's 
 (moto/core/authorization.py _authenticate_and_authorize_s3_action). moto evaluates no condition of an identity
 policy, so the KMS statements (conditioned on kms:ViaService) are not held here; the buckets are unencrypted.
 
-What users rely on: a training job can read a published model and cannot replace or delete it; the publisher can
-publish, delete and roll back a model in Triton's repository, and cannot destroy its history or write elsewhere.
+What users rely on: a training job can read a published model and cannot replace or delete it; Triton's model sync
+can list and read the repository and change nothing; the publisher can publish, delete and roll back a model in
+Triton's repository, and cannot destroy its history or write elsewhere.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from moto import settings
 from moto.core.authorization import ActionAuthenticatorMixin
 from moto.server import ThreadedMotoServer
 
-from decisions.storage.data_access import DataBucket, publisher_statements, trainer_statements
+from decisions.storage.data_access import DataBucket, publisher_statements, reader_statements, trainer_statements
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 DATASETS, CHECKPOINTS, MODELS = (f"gpu-cloud-prod-{ACCOUNT}-{p}" for p in ("datasets", "checkpoints", "models"))
@@ -56,7 +57,8 @@ def world():
         "trainer": trainer_statements([DataBucket(_arn(DATASETS), _key(DATASETS)),
                                        DataBucket(_arn(CHECKPOINTS), _key(CHECKPOINTS)),
                                        DataBucket(_arn(MODELS), _key(MODELS), writable=False)], REGION),
-        "publisher": publisher_statements(_arn(MODELS), "triton", _key(MODELS), REGION)}
+        "publisher": publisher_statements(_arn(MODELS), "triton", _key(MODELS), REGION),
+        "triton": reader_statements("Models", _arn(MODELS), _key(MODELS), REGION)}   # its model sync
     clients = {}
     for user, statements in policies.items():
         iam.create_user(UserName=user)
@@ -109,6 +111,17 @@ def test_a_training_job_still_writes_and_prunes_its_checkpoints_and_datasets(wor
     for bucket in (CHECKPOINTS, DATASETS):
         trainer.put_object(Bucket=bucket, Key="job-1/step-100.pt", Body=b"state")
         trainer.delete_object(Bucket=bucket, Key="job-1/step-100.pt")
+
+
+def test_tritons_model_sync_lists_and_reads_the_repository_and_changes_nothing(world):
+    sync = world["triton"]
+    assert [o["Key"] for o in sync.list_objects_v2(Bucket=MODELS, Prefix="triton/")["Contents"]] == [
+        "triton/resnet50/1/model.onnx", "triton/resnet50/config.pbtxt"]
+    assert sync.get_object(Bucket=MODELS, Key=MODEL)["Body"].read() == b"weights-1"
+    assert _denied(sync.put_object, Bucket=MODELS, Key=MODEL, Body=b"x")
+    assert _denied(sync.delete_object, Bucket=MODELS, Key=MODEL)
+    assert _denied(sync.list_object_versions, Bucket=MODELS, Prefix="triton/")
+    assert _denied(sync.get_object, Bucket=DATASETS, Key="anything")
 
 
 def test_the_publisher_publishes_deletes_and_rolls_back_a_model(world):

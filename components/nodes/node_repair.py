@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.cluster import SYSTEM_NODE_LABELS
-from components.iam import ServiceAccountRole, ServiceAccountRoleArgs
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from components.monitoring import service_monitor
 from components.platform.pod_security import security_context
 from decisions.config.validate import ResolvedPool
@@ -58,10 +58,10 @@ class NodeRepair(pulumi.ComponentResource):
             repair.controller_config(cluster_name=args.cluster_name_plain, region=args.region,
                                      partition=args.partition, pools=args.pools, dry_run=args.dry_run,
                                      max_per_hour=args.max_per_pool_per_hour, reports_bucket=bucket)))
-        policy = pulumi.Output.all(args.reports_bucket_arn, args.reports_key_arn).apply(lambda arns: json.dumps({
-            "Version": "2012-10-17", "Statement": repair.iam_statements(
+        policy = pulumi.Output.all(args.reports_bucket_arn, args.reports_key_arn).apply(
+            lambda arns: policy_document(*repair.iam_statements(
                 partition=args.partition, region=args.region, account_id=args.account_id, asg_names=asg_names,
-                reports_bucket_arn=arns[0], reports_key_arn=arns[1])}))
+                reports_bucket_arn=arns[0], reports_key_arn=arns[1])))
 
         super().__init__("gpu-cloud:node_repair:NodeRepair", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)

@@ -21,7 +21,7 @@ class FailoverArgs:
     policy: RecordPolicy                         # decisions.serving.failover.record_policy
     scheme: str                                  # the load balancer's: internal | internet-facing
     endpoint: pulumi.Input[str]                  # the load balancer's DNS name (from the Service's status)
-    # decisions.serving.failover.load_balancer_tags, to find it (internal only)
+    # decisions.serving.lb_controller.controller_load_balancer_tags, to find it (internal only)
     load_balancer_tags: dict
 
 

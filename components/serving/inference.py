@@ -24,7 +24,7 @@ from decisions.catalog import charts
 from decisions.catalog.catalog import Catalog
 from decisions.config.model import Triton
 from decisions.config.validate import ResolvedPool
-from decisions.nodes.pools import node_labels, node_taints, offered_gpu_resources, toleration
+from decisions.nodes.pools import POOL_LABEL, node_labels, node_taints, offered_gpu_resources, toleration
 from decisions.observability import monitoring
 from decisions.platform import pod_security
 from decisions.serving import failover, lb_controller, triton
@@ -85,20 +85,15 @@ class Inference(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         # The sync containers read the model repository and nothing else; Triton itself gets no credentials.
-        statements = [
-            {"Sid": "ListModels", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": args.repository.bucket_arn},
-            {"Sid": "ReadModels", "Effect": "Allow", "Action": "s3:GetObject",
-             "Resource": pulumi.Output.concat(args.repository.bucket_arn, "/*")}]
-        if args.repository.key_arn is not None:
-            statements.append({"Sid": "DecryptModelsThroughS3", "Effect": "Allow", "Action": "kms:Decrypt",
-                               "Resource": args.repository.key_arn,
-                               "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}})
+        repository_arns = pulumi.Output.all(args.repository.bucket_arn, args.repository.key_arn)
+        reader_policy = repository_arns.apply(lambda arns: policy_document(*data_access.reader_statements(
+            "Models", arns[0], arns[1], args.region)))
         service_account = kubernetes.core.v1.ServiceAccount(
             f"{name}-service-account", metadata=kubernetes.meta.v1.ObjectMetaArgs(
                 name=triton.SERVICE_ACCOUNT, namespace=args.namespace, labels=APP_LABELS), opts=child)
         identity = ServiceAccountRole(f"{name}-identity", ServiceAccountRoleArgs(
             cluster_name=args.cluster_name, namespace=args.namespace_name, service_account=triton.SERVICE_ACCOUNT,
-            policy=policy_document(*statements)), opts=child)
+            policy=reader_policy), opts=child)
 
         # The one writer of the repository: a role the stack's named principals assume
         # (decisions/storage/data_access.py). Only with the stack's own repository (decisions/config/model.py refuses
@@ -109,10 +104,9 @@ class Inference(pulumi.ComponentResource):
                 f"{name}-publisher", description="Publishes Triton's models (inference.triton.publisherRoleArns)",
                 assume_role_policy=json.dumps(data_access.publisher_trust_policy(settings.publisher_role_arns)),
                 opts=child)
-            aws.iam.RolePolicy(f"{name}-publisher-policy", role=self.publisher.id, policy=pulumi.Output.all(
-                args.repository.bucket_arn, args.repository.key_arn).apply(lambda arns: json.dumps({
-                    "Version": "2012-10-17", "Statement": data_access.publisher_statements(
-                        arns[0], args.repository.own_prefix, arns[1], args.region)})), opts=child)
+            aws.iam.RolePolicy(f"{name}-publisher-policy", role=self.publisher.id, policy=repository_arns.apply(
+                lambda arns: policy_document(*data_access.publisher_statements(
+                    arns[0], args.repository.own_prefix, arns[1], args.region))), opts=child)
 
         in_namespace = lambda object_name, labels=APP_LABELS: kubernetes.meta.v1.ObjectMetaArgs(  # noqa: E731
             name=object_name, namespace=args.namespace, labels=dict(labels))
@@ -134,11 +128,11 @@ class Inference(pulumi.ComponentResource):
         # The first copy before Triton starts (a repository it cannot read fails the pod here, in its logs), then
         # a sidecar (an init container that keeps running) that follows the repository.
         first_sync = kubernetes.core.v1.ContainerArgs(
-            name="models-first-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("once"), env=sync_env,
-            resources=sync_resources, security_context=run_as_sync,
+            name=triton.FIRST_SYNC_CONTAINER, image=triton.SYNC_IMAGE, command=triton.sync_command("once"),
+            env=sync_env, resources=sync_resources, security_context=run_as_sync,
             volume_mounts=[models_mount(False), tmp_mount("sync-tmp")])
         sync = kubernetes.core.v1.ContainerArgs(
-            name="models-sync", image=triton.SYNC_IMAGE, command=triton.sync_command("loop"), env=sync_env,
+            name=triton.SYNC_CONTAINER, image=triton.SYNC_IMAGE, command=triton.sync_command("loop"), env=sync_env,
             restart_policy="Always", resources=sync_resources, security_context=run_as_sync,
             readiness_probe=kubernetes.core.v1.ProbeArgs(
                 exec_=kubernetes.core.v1.ExecActionArgs(command=triton.SYNC_FRESH_COMMAND), period_seconds=30),
@@ -165,6 +159,20 @@ class Inference(pulumi.ComponentResource):
             security_context=run_as_triton,
             volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"), models_mount(True),
                            tmp_mount("tmp")])
+
+        # Clients: HTTP and gRPC through the NLB. After the controller: its webhook and its cleanup of the NLB on
+        # delete both need it running.
+        self.service = kubernetes.core.v1.Service(
+            f"{name}-service", metadata=kubernetes.meta.v1.ObjectMetaArgs(
+                name=triton.NAME, namespace=args.namespace, labels=APP_LABELS, annotations=annotations),
+            spec=kubernetes.core.v1.ServiceSpecArgs(
+                type="LoadBalancer", load_balancer_class=lb_controller.LOAD_BALANCER_CLASS, selector=APP_LABELS,
+                ports=[kubernetes.core.v1.ServicePortArgs(name=port_name, port=triton.PORTS[port_name],
+                                                          target_port=port_name, protocol="TCP")
+                       for port_name in ("http", "grpc")]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.lb_controller]))
+        self.endpoint = self.service.status.load_balancer.ingress[0].hostname
+
         self.deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
             # Ready pods need published models, which `pulumi up` does not put there (see the Service's waitFor).
@@ -182,7 +190,7 @@ class Inference(pulumi.ComponentResource):
                         automount_service_account_token=False,
                         security_context=pod_security_context(pod_security.pod_security_context(triton.RUN_AS_USER)),
                         containers=[container],
-                        node_selector={"gpu-cloud.io/pool": node_labels(pool)["gpu-cloud.io/pool"]},
+                        node_selector={POOL_LABEL: node_labels(pool)[POOL_LABEL]},
                         tolerations=[kubernetes.core.v1.TolerationArgs(**toleration(t)) for t in node_taints(pool)],
                         # Spread replicas over nodes so one node's loss takes one replica.
                         topology_spread_constraints=[kubernetes.core.v1.TopologySpreadConstraintArgs(
@@ -195,25 +203,21 @@ class Inference(pulumi.ComponentResource):
                                  empty_dir("tmp", triton.TRITON_TMP_SIZE),
                                  empty_dir("sync-tmp", triton.SYNC_TMP_SIZE)]))),
             # The autoscaler owns the replica count once it runs (a second `pulumi up` must not reset it).
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account],
+            # After the Service: the controller's webhook gives a pod its readiness gate only when the pod is created
+            # and a TargetGroupBinding for its Service exists (v3.5.0 docs/deploy/pod_readiness_gate.md lines 39-48).
+            # The Service's waitFor ends once the controller reports the NLB, which it does after deploying the binding
+            # (controllers/service/service_controller.go lines 188, 213; pkg/deploy/stack_deployer.go line 151).
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, service_account, self.service],
                                         ignore_changes=["spec.replicas"]))
-        # Drains (scale-in, spot, refresh) take one replica at a time; never blocks a drain outright.
+        # Drains (scale-in, spot, refresh) take one ready replica at a time. Running replicas that are not ready (no
+        # model published yet, a DR secondary awaiting replication, a stale sync) may always be evicted: with the
+        # default policy (IfHealthyBudget) the eviction API refuses every eviction while none is ready, and drains
+        # stall until their lifecycle hook times out (kubernetes.io, "Specifying a Disruption Budget for your
+        # Application", "Unhealthy Pod Eviction Policy"; policy/v1, GA in 1.31). So it never blocks a drain outright.
         kubernetes.policy.v1.PodDisruptionBudget(
             f"{name}-disruption-budget", metadata=in_namespace(triton.NAME),
-            spec=kubernetes.policy.v1.PodDisruptionBudgetSpecArgs(max_unavailable=1, selector=selector), opts=child)
-
-        # Clients: HTTP and gRPC through the NLB. After the controller: its webhook and its cleanup of the NLB on
-        # delete both need it running.
-        self.service = kubernetes.core.v1.Service(
-            f"{name}-service", metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                name=triton.NAME, namespace=args.namespace, labels=APP_LABELS, annotations=annotations),
-            spec=kubernetes.core.v1.ServiceSpecArgs(
-                type="LoadBalancer", load_balancer_class=lb_controller.LOAD_BALANCER_CLASS, selector=APP_LABELS,
-                ports=[kubernetes.core.v1.ServicePortArgs(name=port_name, port=triton.PORTS[port_name],
-                                                          target_port=port_name, protocol="TCP")
-                       for port_name in ("http", "grpc")]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.lb_controller]))
-        self.endpoint = self.service.status.load_balancer.ingress[0].hostname
+            spec=kubernetes.policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=selector, unhealthy_pod_eviction_policy="AlwaysAllow"), opts=child)
 
         # Metrics stay inside the cluster: their own Service, scraped by the stack's Prometheus. After the
         # controller too: its Service webhook covers this namespace and refuses creates while it is not answering.

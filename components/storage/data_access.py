@@ -8,14 +8,13 @@ versioning keeps what it deleted for the bucket's noncurrent-version days (decis
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.iam import ServiceAccountRole, ServiceAccountRoleArgs
+from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT
 from decisions.storage.data_access import DataBucket, trainer_statements
 
@@ -45,13 +44,11 @@ class DataAccess(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             f"{name}-sa", metadata=k8s.meta.v1.ObjectMetaArgs(name=JOB_SERVICE_ACCOUNT, namespace=args.namespace),
             opts=child)
-        arns = [value for b in args.buckets for value in (b.arn, b.key_arn)]
-
-        def policy(resolved: list) -> str:
-            buckets = [DataBucket(resolved[2 * i], resolved[2 * i + 1], b.writable) for i, b in enumerate(args.buckets)]
-            return json.dumps({"Version": "2012-10-17", "Statement": trainer_statements(buckets, args.region)})
-
+        # The statements compute with the ARNs (decisions/storage/data_access.py), so they are resolved first.
+        arns = pulumi.Output.all(*[pulumi.Output.all(b.arn, b.key_arn) for b in args.buckets])
+        policy = arns.apply(lambda pairs: policy_document(*trainer_statements(
+            [DataBucket(arn, key_arn, b.writable) for (arn, key_arn), b in zip(pairs, args.buckets)], args.region)))
         self.role = ServiceAccountRole(f"{name}-role", ServiceAccountRoleArgs(
             cluster_name=args.cluster_name, namespace=args.namespace_name, service_account=JOB_SERVICE_ACCOUNT,
-            policy=pulumi.Output.all(*arns).apply(policy)), opts=child)
+            policy=policy), opts=child)
         self.register_outputs({"serviceAccount": JOB_SERVICE_ACCOUNT, "roleArn": self.role.role.arn})

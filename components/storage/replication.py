@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_aws as aws
 
+from components.iam import policy_document
 from decisions.storage import replication
 from decisions.storage.replication import ReplicaPair
 
@@ -38,15 +39,12 @@ class Replication(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.role = aws.iam.Role(f"{name}-role", description="S3 replication to the DR peer stack",
                                  assume_role_policy=json.dumps(replication.S3_TRUST_POLICY), opts=child)
-        fields = [(b.bucket_arn, b.key_arn, b.target_bucket_arn, b.target_key_arn) for b in args.buckets]
-        flat = [value for four in fields for value in four]
-
-        def policy(arns: list) -> str:
-            pairs = [ReplicaPair(b.purpose, *arns[4 * i:4 * i + 4]) for i, b in enumerate(args.buckets)]
-            return json.dumps({"Version": "2012-10-17", "Statement": replication.role_policy_statements(pairs)})
-
-        role_policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id,
-                                         policy=pulumi.Output.all(*flat).apply(policy), opts=child)
+        # The statements compute with the ARNs (a key's region), so they are resolved first.
+        arns = pulumi.Output.all(*[pulumi.Output.all(b.bucket_arn, b.key_arn, b.target_bucket_arn, b.target_key_arn)
+                                   for b in args.buckets])
+        policy = arns.apply(lambda fours: policy_document(*replication.role_policy_statements(
+            [ReplicaPair(b.purpose, *four) for four, b in zip(fours, args.buckets)])))
+        role_policy = aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=policy, opts=child)
         minutes = replication.REPLICATION_TIME_MINUTES
         self.configs = {}
         for bucket in args.buckets:

@@ -40,11 +40,6 @@ if TYPE_CHECKING:
 
 Parts = Tuple  # a key path below `gpu-cloud:`, as decisions.config.errors.key_path takes it
 
-# The secondary must be able to grow to every slot the primary always runs (its minReplicas, sized for its quietest
-# load): below that, failover drops requests even then. Peak load is the recovery time's business, not a refusal:
-# `recovery` at the primary's maximum says how long the secondary takes to reach it, or that it cannot.
-CAPACITY_SHARE_PCT = 100
-
 # After failover the secondary's autoscaler sees the new load through Triton's queue time: one scrape
 # (decisions/observability/monitoring.py ServiceMonitor interval), the metric's rate window (decisions/serving/triton.py
 # QUEUE_WINDOW), one HorizontalPodAutoscaler sync: "the default interval is 15 seconds" (kubernetes.io, Horizontal Pod
@@ -205,11 +200,12 @@ def pair_issues(primary: "StackSpec", secondary: "StackSpec") -> List[Tuple[str,
         issues.append((secondary.stack, ("inference", "triton", "pool"), f"{s.pool} gives a replica "
                        f"{s.slot_memory_mib:,} MiB of {s.gpu_model}, less than the {p.slot_memory_mib:,} MiB of "
                        f"{p.gpu_model} a replica has in {p.stack}: a model that fits there may not load here"))
-    needed = math.ceil(p.floor * CAPACITY_SHARE_PCT / 100)
-    if s.ceiling < needed:
+    # The secondary must be able to grow to every slot the primary always runs (its minReplicas, sized for its
+    # quietest load): below that, failover drops requests even then. Peak load is the recovery time's business, not a
+    # refusal: `recovery` at the primary's maximum says how long the secondary takes to reach it, or that it cannot.
+    if s.ceiling < p.floor:
         issues.append((secondary.stack, s.ceiling_key, f"lets Triton grow to {s.ceiling} GPU slots, fewer than the "
-                       f"{p.floor} {p.stack} always runs (its minReplicas); the secondary must reach "
-                       f"{CAPACITY_SHARE_PCT} % of them"))
+                       f"{p.floor} {p.stack} always runs (its minReplicas); the secondary must reach all of them"))
     if primary.dr.rpo_minutes is not None:
         issues += [(spec.stack, ("inference", "triton", "modelRepository"), f"{spec.inference.triton.model_repository} "
                     "is not the stack's models bucket, which is what replicates: the models have no recovery point, "
@@ -245,16 +241,28 @@ class Term:
     parts: Tuple["Term", ...] = ()
 
 
+# What a scale-up's estimate leaves out, for want of a figure: each new replica's first copy of the model repository
+# (components/serving/inference.py's init container models-first-sync) runs before Triton starts, so before the startup
+# probe's budget, with no time limit of its own; it lasts as long as the repository's size takes at the node's S3
+# throughput, which nothing here knows.
+FIRST_COPY_NOT_COUNTED = ("each new replica's first copy of the model repository (init container "
+                          f"{triton_rules.FIRST_SYNC_CONTAINER}, before Triton starts): no time limit; as long as the "
+                          "repository's size takes to download")
+
+
 @dataclass(frozen=True)
 class Recovery:
     """From the primary failing to the secondary serving `load` replicas: detection, the record's TTL, the
-    secondary's scale-up. `terms` is None when the secondary cannot reach `load`."""
+    secondary's scale-up. `terms` is None when the secondary cannot reach `load`; `not_counted` names what takes
+    time and has no term (FIRST_COPY_NOT_COUNTED when new replicas start)."""
     load: int
     terms: Optional[Tuple[Term, ...]]
+    not_counted: Tuple[str, ...] = ()
 
     @property
-    def seconds(self) -> int:
-        return sum(term.seconds for term in self.terms)
+    def seconds(self) -> Optional[int]:
+        """The terms' sum; None when the secondary cannot reach `load` (no terms)."""
+        return None if self.terms is None else sum(term.seconds for term in self.terms)
 
 
 def _seconds(duration: str) -> int:
@@ -275,7 +283,7 @@ def _reaction() -> Term:
 def recovery(primary: "StackSpec", secondary: "StackSpec", load: int) -> Recovery:
     """Worst case, each term its sourced figure: the primary's health check turns unhealthy
     (decisions/serving/failover.py), resolvers drop the old answer, then the secondary scales to `load` replicas. Both
-    stacks serve Triton."""
+    stacks serve Triton. New replicas' first copy of the models has no figure and is not counted (`not_counted`)."""
     scale_up = _scale_up(secondary, serving(secondary), load)
     if scale_up is None:
         return Recovery(load, None)
@@ -287,7 +295,7 @@ def recovery(primary: "StackSpec", secondary: "StackSpec", load: int) -> Recover
         f"{failover.ALARM_DATAPOINTS_TO_ALARM} of {failover.ALARM_EVALUATION_PERIODS} alarm periods of "
         f"{failover.ALARM_PERIOD_S} s with no healthy target"))
     ttl = Term("DNS TTL", failover.RECORD_TTL_S, "resolvers keep the old answer this long")
-    return Recovery(load, (detection, ttl, scale_up))
+    return Recovery(load, (detection, ttl, scale_up), (FIRST_COPY_NOT_COUNTED,) if scale_up.parts else ())
 
 
 def _scale_up(spec: "StackSpec", s: Serving, load: int) -> Optional[Term]:
@@ -309,6 +317,7 @@ def _scale_up(spec: "StackSpec", s: Serving, load: int) -> Optional[Term]:
     if new_nodes or s.idle_slots // s.slots_per_node > s.floor:
         parts.append(Term("image pull", kueue.IMAGE_PULL_ALLOWANCE_S, "Triton's image on a node without it "
                           "(decisions/platform/kueue.py's allowance)"))
+    # From Triton's start only: the first copy before it is FIRST_COPY_NOT_COUNTED.
     parts.append(Term("models load", triton_rules.STARTUP_PROBES * triton_rules.STARTUP_PROBE_PERIOD_S, f"the startup probe's "
                       f"budget ({triton_rules.STARTUP_PROBES} probes {triton_rules.STARTUP_PROBE_PERIOD_S} s apart)"))
     return Term("scale-up", sum(p.seconds for p in parts), f"{s.stack} from {s.floor} to {load} replicas",

@@ -90,11 +90,6 @@ def detection_seconds(scheme: str) -> int:
     return TARGET_CHECK_INTERVAL_S * TARGET_UNHEALTHY_THRESHOLD + ALARM_PERIOD_S * ALARM_EVALUATION_PERIODS
 
 
-def recovery_seconds(scheme: str) -> int:
-    """Worst case from the endpoint failing to clients resolving the other region: detection plus the record TTL."""
-    return detection_seconds(scheme) + RECORD_TTL_S
-
-
 def arn_suffix(arn: str) -> str:
     """The CloudWatch dimension form of an ELB ARN: `net/name/id` or `targetgroup/name/id`."""
     parts = arn.split(":", 5)

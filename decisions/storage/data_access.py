@@ -2,6 +2,8 @@
 components/serving/inference.py turn them into roles). Pure: no Pulumi; ARNs come in as strings (components resolve
 their outputs first).
 
+- **reader**: lists and reads a bucket's objects and decrypts them through S3 only; the trainer's reads and Triton's
+  model sync (components/serving/inference.py) are both this.
 - **trainer**, the training jobs' service account: reads and writes the datasets and checkpoints buckets, and reads
   the models bucket. It may not put or delete a model: the models bucket is Triton's repository, polled every minute,
   and a primary replicates it to the DR peer, so a job's mistake there would reach production in both regions.
@@ -14,7 +16,7 @@ their outputs first).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 # Every action a writer of objects needs (multipart uploads included), and none that removes a version.
 OBJECT_WRITES = ("s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
@@ -31,18 +33,35 @@ def _via_s3(region: str) -> Dict[str, Dict[str, str]]:
     return {"StringEquals": {"kms:ViaService": f"s3.{region}.amazonaws.com"}}
 
 
+# One ARN (str) or several; a policy names them as given: one as a string, several as a list.
+Arns = Union[str, Sequence[str]]
+
+
+def reader_statements(noun: str, bucket_arns: Arns, key_arns: Optional[Arns], region: str,
+                      list_sid: Optional[str] = None) -> List[Dict[str, Any]]:
+    """List and read the objects of `bucket_arns`, and decrypt with `key_arns` only through S3 in `region` (None: the
+    buckets' keys are not the stack's to grant, and no KMS statement is made). Sids: List<noun> (or `list_sid`),
+    Read<noun>, Decrypt<noun>ThroughS3."""
+    if not bucket_arns or (key_arns is not None and not key_arns):
+        raise ValueError("a reader needs at least one bucket, and at least one key when keys are given")
+    statements: List[Dict[str, Any]] = [
+        {"Sid": list_sid or f"List{noun}", "Effect": "Allow", "Action": "s3:ListBucket",
+         "Resource": _each(bucket_arns)},
+        {"Sid": f"Read{noun}", "Effect": "Allow", "Action": "s3:GetObject", "Resource": _each(bucket_arns, _objects)}]
+    if key_arns is not None:
+        statements.append({"Sid": f"Decrypt{noun}ThroughS3", "Effect": "Allow", "Action": "kms:Decrypt",
+                           "Resource": _each(key_arns), "Condition": _via_s3(region)})
+    return statements
+
+
 def trainer_statements(buckets: Sequence[DataBucket], region: str) -> List[Dict[str, Any]]:
     """The trainer's policy: list and read every bucket; write and delete objects only in the writable ones; each key
     used only through S3 in the stack's region (decrypt for all, encrypt only for the writable)."""
     if not buckets:
         raise ValueError("the trainer needs at least one bucket")
     writable = [b for b in buckets if b.writable]
-    statements: List[Dict[str, Any]] = [
-        {"Sid": "ListDataBuckets", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": [b.arn for b in buckets]},
-        {"Sid": "ReadData", "Effect": "Allow", "Action": "s3:GetObject",
-         "Resource": [_objects(b.arn) for b in buckets]},
-        {"Sid": "DecryptDataThroughS3", "Effect": "Allow", "Action": "kms:Decrypt",
-         "Resource": [b.key_arn for b in buckets], "Condition": _via_s3(region)}]
+    statements = reader_statements("Data", [b.arn for b in buckets], [b.key_arn for b in buckets], region,
+                                   list_sid="ListDataBuckets")
     if writable:
         statements += [
             {"Sid": "WriteData", "Effect": "Allow", "Action": list(OBJECT_WRITES),
@@ -78,3 +97,7 @@ def publisher_trust_policy(principal_arns: Sequence[str]) -> Dict[str, Any]:
 
 def _objects(bucket_arn: str, prefix: str = "") -> str:
     return f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
+
+
+def _each(arns: Arns, each=lambda arn: arn) -> Union[str, List[str]]:
+    return each(arns) if isinstance(arns, str) else [each(arn) for arn in arns]
