@@ -32,8 +32,6 @@ sys.path.insert(0, str(ROOT))
 from tests import crds, upstream_records  # noqa: E402
 
 KUEUE = ("kubernetes-sigs/kueue", "v0.19.2", "apis/config/v1beta2/configuration_types.go")
-FSX_CSI = ("kubernetes-sigs/aws-fsx-csi-driver", "helm-chart-aws-fsx-csi-driver-1.17.0",
-           "charts/aws-fsx-csi-driver/values.yaml")
 # The AMI's boot units the gate's own unit hooks into (tests/test_bootstrap.py boots a sandbox with them), at the
 # default AMI release (decisions/nodes/amis.yaml).
 AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
@@ -44,8 +42,9 @@ AL2023_UNITS = ("awslabs/amazon-eks-ami", "v20260714", {
 # The pinned charts' own values.yaml (decisions/catalog/charts.yaml, and the subcharts
 # decisions/observability/monitoring.py and decisions/platform/gpu_operator.py set values in), which
 # tests/chart_values.py holds every Helm value against: (chart, version) -> (repository, the release tag or commit that
-# version was packaged from, the chart's directory). Recorded verbatim, one file each, so that a value's file:line holds
-# in the record as in the source.
+# version was packaged from, the chart's directory). Recorded one file each without the authors' prose
+# (tests/upstream_records.py without_prose: keys, values and commented-out keys, each on its source line), so that a
+# value's file:line holds in the record as in the source.
 CHART_SOURCES = {
     ("aws-node-termination-handler", "0.27.1"): (
         "aws/aws-node-termination-handler", "v1.25.1", "config/helm/aws-node-termination-handler"),
@@ -93,22 +92,18 @@ def _source(repo: str, tag: str, path: str, mirror: Path) -> Tuple[Dict[str, str
     return {"repo": repo, "tag": tag, "path": path, "blob": upstream_records.blob(repo, tag, path, mirror)}, text
 
 
+def _go_fields(repo: str, tag: str, path: str, mirror: Path) -> Dict[str, Any]:
+    """A Go file's source and the JSON field names its struct tags declare."""
+    where, text = _source(repo, tag, path, mirror)
+    return {**where, "fields": sorted(upstream_records.go_field_names(text))}
+
+
 def kueue_fields(mirror: Path) -> Dict[str, Any]:
-    where, text = _source(*KUEUE, mirror)
-    return {**where, "fields": sorted(upstream_records.go_json_fields(text))}
+    return _go_fields(*KUEUE, mirror)
 
 
 def gpu_config_fields(mirror: Path) -> Dict[str, Any]:
-    files = []
-    for repo, tag, path in upstream_records.GO_CONFIG_SOURCES:
-        where, text = _source(repo, tag, path, mirror)
-        files.append({**where, "fields": sorted(upstream_records.go_field_names(text))})
-    return {"files": files}
-
-
-def fsx_csi_values(mirror: Path) -> Dict[str, Any]:
-    where, text = _source(*FSX_CSI, mirror)
-    return {**where, "keys": upstream_records.yaml_key_lines(text)}
+    return {"files": [_go_fields(repo, tag, path, mirror) for repo, tag, path in upstream_records.GO_CONFIG_SOURCES]}
 
 
 def chart_values(mirror: Path) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -173,9 +168,20 @@ def crd_schemas(mirror: Path) -> Dict[str, Any]:
     return {"crds": out}
 
 
-MAKERS = {"kueue-configuration-fields.json": kueue_fields, "fsx-csi-driver-values.json": fsx_csi_values,
-          upstream_records.GO_CONFIG_FIELDS: gpu_config_fields,
-           "al2023-units.json": al2023_units, crds.RECORD: crd_schemas}
+MAKERS = {"kueue-configuration-fields.json": kueue_fields, upstream_records.GO_CONFIG_FIELDS: gpu_config_fields,
+          "al2023-units.json": al2023_units, crds.RECORD: crd_schemas}
+
+
+def _write_or_check(path: Path, text: str, check: bool, stale: List[str]) -> None:
+    """Write `text` to `path`, or with `check` write nothing and add the path (under tests/upstream/) to `stale` when
+    the file is not `text`."""
+    if check:
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            stale.append(str(path.relative_to(upstream_records.RECORDS)))
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path.relative_to(ROOT)} ({len(text):,} bytes)")
 
 
 def main(argv=None) -> int:
@@ -197,29 +203,15 @@ def main(argv=None) -> int:
             else:
                 (directory / name).unlink()
     for name, text in files.items():
-        path = directory / name
-        if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                stale.append(f"chart-values/{name}")
-        else:
-            directory.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)} ({len(text):,} bytes)")
+        _write_or_check(directory / name, text, args.check, stale)
     for name, make in {upstream_records.CHART_VALUES_INDEX: lambda _: index, **MAKERS}.items():
         try:
             fresh = make(args.mirror)
         except RecordError as err:
             print(f"{name}: {err}", file=sys.stderr)
             return 2
-        path = upstream_records.RECORDS / name
-        text = json.dumps(fresh, indent=1, sort_keys=True) + "\n"
-        if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                stale.append(name)
-        else:
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)} ({len(text):,} bytes)")
+        _write_or_check(upstream_records.RECORDS / name, json.dumps(fresh, indent=1, sort_keys=True) + "\n",
+                        args.check, stale)
     if stale:
         print(f"stale: {', '.join(stale)}; run without --check to write them", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
-"""Holds the Helm values the program sets against the pinned chart's own values.yaml (recorded verbatim from the
-chart's repository at its release tag in tests/upstream/chart-values/, by scripts/upstream_records.py, which names
-each file's source in tests/upstream/chart-values.json), and models what the pinned charts render for Prometheus
+"""Holds the Helm values the program sets against the pinned chart's own values.yaml (recorded without the authors'
+prose from the chart's repository at its release tag in tests/upstream/chart-values/, by scripts/upstream_records.py,
+which names each file's source in tests/upstream/chart-values.json), and models what the pinned charts render for Prometheus
 from those values: the Prometheus CR's selectors, and each chart's ServiceMonitors and Services."""
 from __future__ import annotations
 

@@ -377,8 +377,7 @@ def test_bad_arguments_fail_before_anything_is_registered(change, message):
 def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_before_the_claim(run):
     from components.cluster import SYSTEM_NODE_LABELS
     from decisions.catalog import charts
-    from tests import upstream_records
-    from tests.chart_values import set_paths
+    from tests.chart_values import assert_values_confirmed, set_paths
 
     release = run.one("kubernetes:helm.sh/v3:Release")
     pin = charts.chart(charts.FSX_CSI_DRIVER)
@@ -387,12 +386,11 @@ def test_the_csi_driver_is_the_pinned_chart_with_its_controller_on_system_nodes_
     assert release.inputs["repositoryOpts"] == {"repo": pin.repository}
     assert release.inputs["values"] == {"controller": {"nodeSelector": SYSTEM_NODE_LABELS}}
     assert release.urn in run.one("kubernetes:core/v1:PersistentVolumeClaim").dependencies
-    # Every value set is a key of the chart's values.yaml at its tag, at the line the code cites (the record of
-    # that file's keys: tests/upstream/, held against the chart's source by test_upstream_records.py).
-    recorded = upstream_records.record("fsx-csi-driver-values.json")
-    assert recorded["tag"] == f"helm-chart-aws-fsx-csi-driver-{pin.version}"
+    # Every value set is a key of the pinned chart's values.yaml, at the line the code cites
+    # (tests/upstream/chart-values/, held against the chart's source by scripts/upstream_records.py --check), and every
+    # path the code cites is set.
+    assert_values_confirmed(release.inputs["values"], pin, lustre.CSI_VALUE_PATHS)
     assert sorted(set_paths(release.inputs["values"], lustre.CSI_VALUE_PATHS)) == sorted(lustre.CSI_VALUE_PATHS)
-    assert {path: recorded["keys"].get(path) for path in lustre.CSI_VALUE_PATHS} == lustre.CSI_VALUE_PATHS
 
 
 @pytest.mark.parametrize("stack, expected", [

@@ -2,8 +2,9 @@
 
 What users rely on: no page, comment or printed line sends them to material outside the repository (the notes the
 project was built from, a reference directory next to the clone); facts cite their public primary sources instead.
-The tests read the pinned charts' values.yaml from the repository's own record (tests/upstream/chart-values/), which
-is each chart's file at its release tag, byte for byte. Walking the docs leaves nothing `git status` shows as new.
+The tests read the pinned charts' values.yaml from the repository's own record (tests/upstream/chart-values/): each
+chart's file at its release tag without the authors' prose (every key and value, and each commented-out key, on its
+source line; the comment lines blanked). Walking the docs leaves nothing `git status` shows as new.
 """
 from __future__ import annotations
 
@@ -99,7 +100,10 @@ def test_no_file_refers_to_material_outside_the_repository():
 
 # --- the chart values the tests hold Helm values against -------------------------------------------------------------
 
-def test_every_pinned_chart_has_its_values_recorded_from_its_source():
+def test_every_pinned_chart_has_a_values_record_indexed_with_its_source_and_without_prose():
+    """Each pinned chart has one values record, indexed with its source (repository, tag, path, blob), unchanged since
+    the script wrote it, and holding no prose. That the record is what the source gives now is
+    test_upstream_records.py's (scripts/upstream_records.py --check)."""
     index = upstream_records.record(upstream_records.CHART_VALUES_INDEX)["charts"]
     expected = {upstream_records.chart_values_name(chart, version): (chart, version)
                 for chart, version in upstream_records.pinned_charts()}
@@ -110,10 +114,11 @@ def test_every_pinned_chart_has_its_values_recorded_from_its_source():
     for name, entry in index.items():
         assert set(entry) == {"chart", "version", "repo", "tag", "path", "blob", "recordedBlob"}
         assert entry["path"].endswith("/values.yaml") and entry["repo"].count("/") == 1
-        # The file is what was made from the source's blob (scripts/upstream_records.py --check holds the two).
+        # The file is the one the script wrote (its blob id is in the index, written in the same run): not edited
+        # by hand since.
         data = (upstream_records.CHART_VALUES_DIR / name).read_bytes()
         assert upstream_records.git_blob_id(data) == entry["recordedBlob"], \
-            f"{name} is not what {entry['repo']} {entry['tag']}:{entry['path']} gave: {upstream_records.RERECORD}"
+            f"{name} is not the file the index was written with: {upstream_records.RERECORD}"
         # Without the authors' prose: a comment line left is a commented-out key.
         kept = upstream_records.CHART_COMMENT_LINES.get((entry["chart"], entry["version"]), ())
         prose = [line for number, line in enumerate(data.decode().splitlines(), start=1)

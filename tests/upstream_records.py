@@ -10,7 +10,6 @@ Records, each with its sources' repository, tag, path and blob:
   objects use (an object that uses another field fails until the record is made again, from the source);
 - kueue-configuration-fields.json: the JSON field names Kueue's config API declares;
 - gpu-config-fields.json: the JSON field names of the device plugin's and mig-parted's config APIs (GO_CONFIG_SOURCES);
-- fsx-csi-driver-values.json: every key path of the chart's values.yaml (not into lists) with its line;
 - chart-values/<chart>-<version>.yaml: each pinned chart's own values.yaml without its prose (`without_prose`: every
   key, value and commented-out key on its own line, the authors' comments left out), for the charts
   decisions/catalog/charts.yaml pins and the subcharts decisions/observability/monitoring.py and
@@ -120,8 +119,13 @@ GO_CONFIG_FIELDS = "gpu-config-fields.json"
 
 
 def go_field_names(source: str) -> Set[str]:
-    """The JSON names a Go file's struct tags declare, hyphenated ones included (`json:"mig-configs"`)."""
-    return set(re.findall(r'json:"([A-Za-z-]+)[,"]', source))
+    """The JSON names a Go file's struct tags declare (`json:"name,omitempty"`), hyphenated ones included
+    (`json:"mig-configs"`); `json:"-"` (a field left out of JSON) names none."""
+    return set(re.findall(r'json:"([A-Za-z][A-Za-z-]*)[,"]', source))
+
+
+# tests/test_kueue.py's name for go_field_names.
+go_json_fields = go_field_names
 
 
 def recorded_go_fields(repo: str, tag: str, path: str) -> Set[str]:
@@ -162,28 +166,6 @@ def blob(repo: str, tag: str, path: str, mirror: Optional[Path] = None) -> str:
 def record(name: str) -> Dict[str, Any]:
     """A record in tests/upstream/ by file name."""
     return json.loads((RECORDS / name).read_text(encoding="utf-8"))
-
-
-def go_json_fields(source: str) -> Set[str]:
-    """The JSON names a Go file's struct tags declare (`json:"name,omitempty"`)."""
-    return set(re.findall(r'json:"([A-Za-z]+)[,"]', source))
-
-
-def yaml_key_lines(text: str) -> Dict[str, int]:
-    """Each key path of a YAML document's mappings ("controller.nodeSelector"), not into lists -> its line."""
-    lines: Dict[str, int] = {}
-
-    def walk(node, prefix):
-        for key, value in node.value:
-            path = f"{prefix}{key.value}"
-            lines[path] = key.start_mark.line + 1
-            if isinstance(value, yaml.MappingNode):
-                walk(value, path + ".")
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if isinstance(root, yaml.MappingNode):
-        walk(root, "")
-    return lines
 
 
 def without_descriptions(node: Any) -> Any:

@@ -25,7 +25,6 @@ from decisions.nodes.pools import CA_PREFIX
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 RELEASE_NAME = "cluster-autoscaler"
-PRIORITY_CONFIGMAP = "cluster-autoscaler-priority-expander"
 
 DESCRIBE_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups",
