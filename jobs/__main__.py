@@ -155,6 +155,7 @@ _ReadableDumper.add_representer(str, lambda dumper, text: dumper.represent_scala
 
 def render(args) -> dict:
     from decisions.config.errors import ConfigError
+    from decisions.nodes.pools import queue_flavor
     from decisions.platform import acceptance, kueue, mpijob
     from decisions.platform.tenancy import TRAINING_NAMESPACE
     from decisions.storage import lustre
@@ -168,8 +169,8 @@ def render(args) -> dict:
     if args.pool not in pools:
         raise UnknownPool(f"stack {args.stack} has no pool {args.pool!r}; its pools: {', '.join(pools)}")
     pool = pools[args.pool]
-    if not kueue.flavors([pool], spec.catalog):
-        queue_pools = [p.spec.name for p in spec.pools if kueue.flavors([p], spec.catalog)]
+    if not queue_flavor(pool):
+        queue_pools = [p.spec.name for p in spec.pools if queue_flavor(p)]
         raise ValueError(f"pool {args.pool} is an inference pool; the training queue does not place jobs there "
                          f"(its pools in stack {args.stack}: {', '.join(queue_pools) or 'none'})")
     if args.command == "nccl-acceptance":
@@ -178,7 +179,9 @@ def render(args) -> dict:
             judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT)
     if args.checkpoint_uri and not args.checkpoint_uri.startswith("s3://"):
         raise ValueError(f"--checkpoint-uri {args.checkpoint_uri!r} is not an s3:// URI")
-    env, volumes = job_options.parse_env(args.env), job_options.parse_volumes(args.volume)
+    # PET_* only where torchrun reads them.
+    reserved = job_options.TORCHRUN_ENV_PREFIXES if args.command == "pytorch-job" else None
+    env, volumes = job_options.parse_env(args.env, reserved), job_options.parse_volumes(args.volume)
     lustre_configured = spec.storage.lustre is not None
     storage = dict(mounts_lustre=lustre.mounts_lustre(pool, lustre_configured), lustre_configured=lustre_configured,
                    env=env, volumes=volumes)
@@ -209,10 +212,9 @@ def _multi_node_pool(args, spec, pool) -> None:
     mode = pool.spec.gpu_sharing.mode
     if pool.efa and mode == "none":
         return
-    from decisions.platform import kueue
+    from decisions.nodes.pools import queue_flavor
 
-    fit = [p.spec.name for p in spec.pools if p.efa and p.spec.gpu_sharing.mode == "none"
-           and kueue.flavors([p], spec.catalog)]
+    fit = [p.spec.name for p in spec.pools if p.efa and p.spec.gpu_sharing.mode == "none" and queue_flavor(p)]
     why = "EFA is off" if not pool.efa else f"GPU sharing mode {mode!r}"
     raise ValueError(f"pool {pool.name}: {why}; {args.command} runs over several whole nodes through EFA and needs "
                      f"an EFA pool of whole GPUs (stack {args.stack} has {', '.join(fit) or 'none'}); for work on one "

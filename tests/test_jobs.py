@@ -123,6 +123,16 @@ def test_single_node_jobs_start_again_after_a_disruption(which):
       "--checkpoint-uri", "/local/dir", "--", "true"], "--checkpoint-uri '/local/dir' is not an s3:// URI"),
     (["mpijob", "--stack", "prod-us-east-1", "--pool", "train-h100", "--name", "x", "--image", "i", "--workers", "5",
       "--", "true"], "5 worker(s) do not fit its maxNodes 4"),
+    # What job and pytorch-job refuse, mpijob refuses too (decisions/platform/job_options.check_job).
+    (["mpijob", "prod-us-east-1", "--pool", "train-h100", "--name", "Big_Run", "--image", "i", "--", "true"],
+     "python -m jobs mpijob: job name 'Big_Run': a DNS-1035 label"),
+    (["mpijob", "prod-us-east-1", "--pool", "train-h100", "--name", "x", "--image", "i", "--scratch", "2TB",
+      "--", "true"], "python -m jobs mpijob: scratch size '2TB' is not a Kubernetes quantity"),
+    (["mpijob", "prod-us-east-1", "--pool", "train-h100", "--name", "a" * 55, "--image", "i", "--", "true"],
+     f"job name '{'a' * 55}' is too long: a DNS-1035 label (lower-case letters, digits, '-', starting with a letter) "
+     "of at most 54 characters with 2 worker(s)"),
+    (["pytorch-job", "prod-us-east-1", "--pool", "train-h100", "--name", "x", "--image", "i", "--env", "PET_NNODES=4",
+      "--", "t.py"], "python -m jobs pytorch-job: --env 'PET_NNODES=4': PET_* variables are set by pytorch-job's own"),
     (["pytorch-job", "--stack", "prod-us-east-1", "--pool", "finetune-a100-40gb-spot", "--name", "x", "--image", "i",
       "--", "train.py"], "pool finetune-a100-40gb-spot: EFA is off"),
     (["pytorch-job", "--stack", "prod-us-east-1", "--pool", "train-h100", "--name", "Big_Run", "--image", "i",
@@ -246,6 +256,17 @@ def test_every_template_mounts_the_stacks_storage_and_takes_env_and_volumes(comm
     assert any(line.startswith("#   /scratch  emptyDir ") for line in comment)
 
 
+@pytest.mark.parametrize("command", ["job", "mpijob"])
+def test_pet_variables_are_the_users_where_no_torchrun_of_the_templates_reads_them(command):
+    """Only pytorch-job sets torchrun's PET_* options (refused there: test_mistakes_get_one_line_and_exit_2); job and
+    mpijob hand them to the program like any --env."""
+    result = jobs(command, "prod-eu-west-1", "--pool", "train-a100", "--name", "bert", "--image", "i",
+                  "--env", "PET_NNODES=4", "--", "torchrun", "t.py")
+    assert result.returncode == 0, result.stderr
+    _, env = _program(yaml.safe_load(result.stdout))
+    assert env["PET_NNODES"] == "4"
+
+
 def test_the_nccl_acceptance_test_has_no_opening_comment():
     result = jobs("nccl-acceptance", "prod-us-east-1", "--pool", "train-h100")
     assert result.returncode == 0 and result.stdout.startswith("apiVersion:"), result.stderr
@@ -262,12 +283,22 @@ def test_a_stack_without_lustre_says_so():
 
 
 # --- checkpoints: one story across the templates and the docs --------------------------------------------------------
+@pytest.mark.parametrize("command", ["job", "mpijob", "pytorch-job"])
+def test_every_template_hands_the_program_the_checkpoint_dir(command, capsys):
+    from decisions.platform import job_options
+    from jobs.__main__ import main
+
+    assert main([command, "prod-eu-west-1", "--pool", "train-a100", "--name", "bert", "--image", "i", "--", "t.py"]) == 0
+    _, env = _program(yaml.safe_load(capsys.readouterr().out))
+    assert env[job_options.CHECKPOINT_DIR_ENV] == job_options.CHECKPOINT_DIR == "/scratch/checkpoints"
+    assert job_options.CHECKPOINT_URI_ENV not in env           # without --checkpoint-uri
+
+
 def test_checkpoint_paths_agree_across_the_templates_and_the_docs():
     from decisions.platform import job_options
     from decisions.storage import buckets
     from tests.conftest import STACKS
 
-    assert job_options.CHECKPOINT_DIR == "/scratch/checkpoints" and jobset.CHECKPOINT_DIR == job_options.CHECKPOINT_DIR
     docs = {page: (ROOT / "docs" / page).read_text() for page in ("training.md", "storage.md")}
     # Every local checkpoint path the docs name is the templates' CHECKPOINT_DIR; none falls back elsewhere.
     for page, text in docs.items():

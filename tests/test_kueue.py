@@ -5,7 +5,7 @@ chart values. The component: test_training.py."""
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Mapping, Optional, Set
 
 import pytest
 import yaml
@@ -16,8 +16,9 @@ from decisions.catalog.catalog import load_catalog
 from decisions.config.model import NodePool
 from decisions.config.validate import ResolvedPool
 from decisions.nodes import boot
-from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, POOL_LABEL, Taint, autoscaler_priority, node_labels, \
-    node_taints, toleration
+from decisions.nodes.pods import system_placement, tolerates
+from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, POOL_LABEL, QUEUE_LABEL, Taint, autoscaler_priority, \
+    node_labels, node_taints, queue_flavor, toleration
 from decisions.platform import kueue, mpijob
 from decisions.platform.tenancy import TRAINING_NAMESPACE
 from plan.stackfile import load_stack
@@ -78,6 +79,14 @@ def test_the_queue_order_is_the_autoscalers_order_even_with_a_pool_given_its_own
     assert order[0] == "small-l4"
     weights = [autoscaler_priority(pools[name]) for name in order]
     assert weights == sorted(weights, reverse=True)
+
+
+def test_a_pool_has_a_flavor_exactly_when_queue_flavor_names_one():
+    """jobs/__main__.py asks decisions.nodes.pools.queue_flavor whether a pool is the queue's, where it once built the
+    pool's Flavor: the two must agree on every pool, shipped or not."""
+    pools = list(POOLS) + [p for stack in STACKS for p in load_stack(stack)[1].pools]
+    for p in pools:
+        assert bool(kueue.flavors([p], catalog)) == (queue_flavor(p) is not None), p.spec.name
 
 
 def test_inference_pools_are_not_in_the_queue():
@@ -202,18 +211,6 @@ def test_at_most_64_queue_pools():
 # resources the queue does not cover are skipped under IgnoreUndeclared (lines 802-812). No preemption, borrowing,
 # affinity terms or topology.
 
-def _tolerates(tolerations: Sequence[Mapping[str, str]], taint: Mapping[str, str]) -> bool:
-    """k8s.io/api core/v1 Toleration.ToleratesTaint, for the Equal and Exists operators."""
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint["effect"]:
-            continue
-        if t.get("operator") == "Exists" and (not t.get("key") or t["key"] == taint["key"]):
-            return True
-        if t.get("key") == taint["key"] and t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
 def _pod_requests(pod: Mapping[str, Any], count: int) -> Dict[str, int]:
     total: Dict[str, int] = {}
     for container in pod.get("containers", ()):
@@ -233,7 +230,8 @@ def admitted(pod: Mapping[str, Any], count: int, queue: Mapping[str, Any], flavo
     for entry in group["flavors"]:
         spec = flavor_specs[entry["name"]]
         tolerations = [*pod.get("tolerations", ()), *spec.get("tolerations", ())]
-        if any(not _tolerates(tolerations, taint) for taint in spec.get("nodeTaints", ())
+        # k8s.io/api core/v1 Toleration.ToleratesTaint, as the scheduler decides it (decisions/nodes/pods.tolerates).
+        if any(not tolerates(tolerations, Taint(**taint)) for taint in spec.get("nodeTaints", ())
                if taint["effect"] in ("NoSchedule", "NoExecute")):
             continue
         labels = spec.get("nodeLabels", {})
@@ -349,14 +347,14 @@ def webhook_outcome(obj: Mapping[str, Any], config: Mapping[str, Any], local_que
     selector = config["managedJobsNamespaceSelector"]["matchLabels"]
     if not selector.items() <= namespace_labels.items():
         return None
-    queue = obj["metadata"].get("labels", {}).get(kueue.QUEUE_LABEL)
+    queue = obj["metadata"].get("labels", {}).get(QUEUE_LABEL)
     if queue is None and kueue.DEFAULT_LOCAL_QUEUE in local_queues:
         queue = kueue.DEFAULT_LOCAL_QUEUE
     return (queue is not None or config["manageJobsWithoutQueueName"]), queue
 
 
 def _unlabelled(obj):
-    labels = {k: v for k, v in obj["metadata"].get("labels", {}).items() if k != kueue.QUEUE_LABEL}
+    labels = {k: v for k, v in obj["metadata"].get("labels", {}).items() if k != QUEUE_LABEL}
     return {**obj, "metadata": {**obj["metadata"], "labels": labels}}
 
 
@@ -381,7 +379,7 @@ def test_every_kind_of_job_is_queued_with_or_without_the_label(kind):
     config = kueue.manager_configuration("ami")
     obj = _objects()[kind]
     queues = set(kueue.LOCAL_QUEUES)
-    labelled = {**obj, "metadata": {**obj["metadata"], "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}}}
+    labelled = {**obj, "metadata": {**obj["metadata"], "labels": {QUEUE_LABEL: kueue.LOCAL_QUEUE}}}
     assert webhook_outcome(labelled, config, queues, TRAINING_LABELS) == (True, kueue.LOCAL_QUEUE)
     assert webhook_outcome(_unlabelled(obj), config, queues, TRAINING_LABELS) == (True, kueue.DEFAULT_LOCAL_QUEUE)
     # Created while Kueue does not know the default queue yet: held until it is given one, not run.
@@ -390,18 +388,26 @@ def test_every_kind_of_job_is_queued_with_or_without_the_label(kind):
     assert webhook_outcome(_unlabelled(obj), config, queues, {"kubernetes.io/metadata.name": "inference"}) is None
 
 
-def test_the_templates_name_a_queue_that_feeds_the_cluster_queue():
-    mpi = _objects()["MPIJob"]
-    assert mpi["metadata"]["labels"][kueue.QUEUE_LABEL] in kueue.LOCAL_QUEUES
+@pytest.mark.parametrize("command", ["nccl-acceptance", "mpijob", "pytorch-job", "job"])
+def test_the_templates_name_a_queue_that_feeds_the_cluster_queue(command, capsys):
+    """The queue each `python -m jobs` template is rendered into is the program's choice (jobs/__main__.py): one of
+    the LocalQueues the stack creates, each feeding the training ClusterQueue."""
+    from jobs.__main__ import main
+
+    program = [] if command == "nccl-acceptance" else ["--name", "llm", "--image", "i", "--", "train.py"]
+    assert main([command, "prod-us-east-1", "--pool", "train-h100", *program]) == 0
+    manifest = yaml.safe_load(capsys.readouterr().out)
+    queue = manifest["metadata"]["labels"][QUEUE_LABEL]
+    assert queue == kueue.LOCAL_QUEUE and queue in kueue.LOCAL_QUEUES
+    assert kueue.local_queue_spec() == {"clusterQueue": kueue.CLUSTER_QUEUE}
 
 
 # --- priorities ---------------------------------------------------------------------------------------------------
 
 def test_production_preempts_experiments_within_the_one_queue():
     classes = {p.name: p.value for p in kueue.PRIORITY_CLASSES}
-    assert classes == {"production": 1000, "experiment": 0}
     # A job without the label runs at Kueue's default priority (pkg/constants/constants.go:41): an experiment.
-    assert classes["experiment"] == 0
+    assert classes == {"production": 1000, "experiment": 0}
     queue = kueue.cluster_queue_spec(FLAVORS)
     # clusterqueue_types.go:546-560: LowerPriority preempts only lower-priority workloads of the same ClusterQueue.
     assert queue["preemption"] == {"withinClusterQueue": "LowerPriority"}
@@ -410,6 +416,15 @@ def test_production_preempts_experiments_within_the_one_queue():
     # The label jobs set (pkg/controller/constants/constants.go:48).
     assert kueue.PRIORITY_LABEL == "kueue.x-k8s.io/priority-class"
     assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) for name in classes)
+
+
+def test_the_program_creates_no_priority_class_that_would_displace_kueues_default(stack_runs):
+    """A job without the priority label gets the value of the cluster's globalDefault PriorityClass before Kueue's own
+    0 (kubernetes-sigs/kueue v0.19.2 pkg/util/priority/priority.go:116-146): `experiment` is what such a job runs as
+    only while the program creates none."""
+    for stack, run in stack_runs.items():
+        token = re.compile(r"kubernetes:scheduling\.k8s\.io/v\w+:PriorityClass")
+        assert not [r.name for r in run.resources if token.fullmatch(r.type)], stack
 
 
 # --- Kueue's configuration and chart values ---------------------------------------------------------------
@@ -449,11 +464,13 @@ def _configuration_fields() -> Set[str]:
     (tests/upstream/, checked against the source by test_upstream_records.py)."""
     recorded = upstream_records.record("kueue-configuration-fields.json")
     source = upstream_records.show(recorded["repo"], recorded["tag"], recorded["path"])
-    return upstream_records.go_json_fields(source) if source is not None else set(recorded["fields"])
+    return upstream_records.go_field_names(source) if source is not None else set(recorded["fields"])
 
 
-def _keys(node: Any, skip_values_of=("frameworks", "managedJobsNamespaceSelector")) -> Set[str]:
-    """Every key in the Configuration, but not inside framework names or Kubernetes types (a LabelSelector)."""
+def _keys(node: Any,
+          skip_values_of=("frameworks", "managedJobsNamespaceSelector", "groupKindConcurrency")) -> Set[str]:
+    """Every key in the Configuration, but not inside framework names, Kubernetes types (a LabelSelector) or maps keyed
+    by kind (groupKindConcurrency)."""
     if isinstance(node, dict):
         return set(node) | {k for key, value in node.items() if key not in skip_values_of for k in _keys(value)}
     return set()
@@ -468,10 +485,43 @@ def test_every_configuration_key_is_a_field_of_kueues_v1beta2_api():
     assert not unknown, f"not in config.kueue.x-k8s.io/v1beta2: {unknown}"
 
 
+def _chart_default_configuration() -> Dict[str, Any]:
+    """The Configuration the pinned chart ships as managerConfig.controllerManagerConfigYaml (its values.yaml, as
+    recorded in tests/upstream/chart-values/)."""
+    return yaml.safe_load(merged_values(charts.chart(charts.KUEUE), {})["managerConfig"]["controllerManagerConfigYaml"])
+
+
+def _restates(ours: Any, chart: Any) -> bool:
+    """Whether `ours` sets everything `chart` sets, to the same values (maps may add keys)."""
+    if isinstance(chart, dict):
+        return isinstance(ours, dict) and all(key in ours and _restates(ours[key], value)
+                                              for key, value in chart.items())
+    return ours == chart
+
+
+def test_the_manager_configuration_restates_the_chart_defaults_group_kind_concurrency():
+    chart = _chart_default_configuration()["controller"]["groupKindConcurrency"]
+    assert kueue.manager_configuration("ami")["controller"]["groupKindConcurrency"] == chart
+    assert dict(kueue.CHART_GROUP_KIND_CONCURRENCY) == chart
+
+
+@pytest.mark.parametrize("source", ["ami", "install"])
+def test_the_manager_configuration_restates_every_setting_of_the_charts_default(source):
+    """The chart's value is the whole file, so a setting of its default left out here would silently fall back to
+    Kueue's built-in default instead."""
+    chart, ours = _chart_default_configuration(), kueue.manager_configuration(source)
+    differ = sorted(key for key, value in chart.items() if not _restates(ours.get(key), value))
+    # The one deliberate difference: only the frameworks with an operator here (kueue.INTEGRATIONS), each of them one
+    # the chart enables too.
+    assert differ == ["integrations"], f"the chart's default sets these differently or not at all here: {differ}"
+    assert set(ours["integrations"]["frameworks"]) < set(chart["integrations"]["frameworks"])
+
+
 def test_kueue_values_are_in_the_pinned_chart_and_run_the_manager_on_system_nodes():
     values = kueue.kueue_values(SYSTEM_NODE_LABELS, "ami")
     assert_values_confirmed(values, charts.chart(charts.KUEUE), kueue.KUEUE_VALUE_PATHS)
     assert values["controllerManager"]["nodeSelector"] == SYSTEM_NODE_LABELS
+    assert values["controllerManager"] == system_placement(SYSTEM_NODE_LABELS)      # its taint tolerated
     assert yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"]) == kueue.manager_configuration("ami")
 
 

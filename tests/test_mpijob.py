@@ -165,6 +165,20 @@ def test_names_leave_room_for_every_worker_pod_name(workers, longest):
     assert len(f"{manifest['metadata']['name']}-worker-{workers - 1}") <= 63
     with pytest.raises(ValueError, match="too long"):
         job(p, name="a" * (longest + 1), workers=workers)
+    with pytest.raises(ValueError, match=f"at most {longest} characters with {workers} worker"):
+        job(p, name="a" * (longest + 1), workers=workers)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(name="Llama"), "job name 'Llama': a DNS-1035 label"),
+    (dict(name="7b"), "job name '7b': a DNS-1035 label"),
+    (dict(program=[]), "no program: give the command mpirun runs and its arguments after --"),
+    (dict(scratch="2TB"), "scratch size '2TB' is not a Kubernetes quantity"),
+])
+def test_jobs_the_other_templates_refuse_are_refused_here_too(overrides, message):
+    """decisions/platform/job_options.check_job, as single_job and jobset apply it."""
+    with pytest.raises(ValueError, match=message):
+        job(**overrides)
 
 
 def test_the_template_validates_against_the_mpijob_crd():
@@ -181,8 +195,8 @@ def test_the_launcher_script_passes_shellcheck(tmp_path):
 
 @pytest.mark.parametrize("capacity", ["reserved", "spot"])
 def test_the_launcher_runs_on_the_jobs_pool_beside_a_worker(capacity):
-    """Kueue gives the CPU-only launcher no flavor, so without its own placement it would land on the system nodes
-    (decisions/platform/mpijob.py, "Where the launcher runs")."""
+    """Kueue gives the CPU-only launcher no flavor, so without its own placement it would fit no node: GPU and system
+    nodes are all tainted (decisions/platform/mpijob.py, "Where the launcher runs")."""
     from decisions.platform import acceptance
 
     p = pool(capacity=capacity)
@@ -196,6 +210,7 @@ def test_the_launcher_runs_on_the_jobs_pool_beside_a_worker(capacity):
         # It takes no GPU: the node's GPUs stay its worker's.
         assert not {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} & set(
             launcher_pod["containers"][0]["resources"].get("requests", {}))
+        assert launcher_pod["containers"][0]["resources"] == mpijob.LAUNCHER_RESOURCES
         # Preferably on a node of one of its own workers, whose image is already there: mpi-operator v0.8.0 labels
         # every pod of an MPIJob with its name and role (pkg/controller/mpi_job_controller.go lines 1743-1749).
         [term] = launcher_pod["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]

@@ -9,7 +9,7 @@ import pytest
 from decisions.catalog.catalog import load_catalog
 from decisions.config.model import NodePool
 from decisions.config.validate import ResolvedPool
-from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, toleration
+from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, QUEUE_LABEL, Taint, toleration
 from decisions.platform import job_options, jobset, kueue, single_job
 from decisions.platform.job_options import UserVolume
 from decisions.platform.pod_security import check_pod_spec
@@ -74,7 +74,7 @@ def test_kueue_admits_it_to_its_pool_only(name):
     p = POOLS[name]
     manifest = job(p)
     [flavor] = kueue.flavors([p], CATALOG)
-    assert manifest["metadata"]["labels"][kueue.QUEUE_LABEL] == "training"
+    assert manifest["metadata"]["labels"][QUEUE_LABEL] == "training"
     assert pod(manifest)["nodeSelector"] == {"gpu-cloud.io/pool": flavor.node_labels["gpu-cloud.io/pool"]}
     tolerated = pod(manifest)["tolerations"]
     assert all(toleration(taint) in tolerated for taint in flavor.node_taints)
@@ -140,6 +140,17 @@ def test_cpu_memory_and_shm_follow_the_share_of_the_node(p, gpus, cpu, memory, l
     assert c["resources"]["limits"]["memory"] == limit
     [shm] = [v for v in pod(job(p, gpus=gpus))["volumes"] if v["name"] == "shm"]
     assert shm["emptyDir"]["sizeLimit"] == f"{min(16, int(limit.removesuffix('Gi')) // 2)}Gi"
+
+
+def test_a_whole_node_job_asks_what_a_multi_node_templates_pod_asks():
+    from decisions.platform import mpijob
+
+    p = pool(efa=True)
+    requests, multi = container(job(p))["resources"]["requests"], mpijob.whole_node_resources(p)["requests"]
+    assert (requests["cpu"], requests["memory"]) == (multi["cpu"], multi["memory"])
+    [shm] = [v for v in pod(job(p))["volumes"] if v["name"] == "shm"]
+    assert shm == mpijob.SHM_VOLUME                             # the most /dev/shm any template gives
+    assert job(p)["spec"]["backoffLimit"] == jobset.DEFAULT_MAX_RESTARTS      # as pytorch-job's restarts
 
 
 def test_scratch_is_the_jobs_share_of_a_whole_nodes():
@@ -230,8 +241,18 @@ def test_env_options_are_parsed_in_order(items, expected):
 ])
 def test_bad_env_options_are_refused_naming_the_flag(item, message):
     with pytest.raises(ValueError) as error:
-        job_options.parse_env([item])
+        job_options.parse_env([item], job_options.TORCHRUN_ENV_PREFIXES)      # as pytorch-job parses them
     assert str(error.value).startswith(f"--env {item!r}: ") and message in str(error.value)
+
+
+def test_pet_variables_are_refused_only_where_torchrun_reads_them():
+    # job and mpijob (jobs/__main__.py) pass no reserved prefixes: PET_* is the user's there.
+    assert job_options.parse_env(["PET_NNODES=4"]) == {"PET_NNODES": "4"}
+    with pytest.raises(ValueError, match="PET_\\* variables are set by pytorch-job's own options"):
+        job_options.parse_env(["PET_NNODES=4"], job_options.TORCHRUN_ENV_PREFIXES)
+    # CHECKPOINT_URI stays every template's own.
+    with pytest.raises(ValueError, match="use --checkpoint-uri"):
+        job_options.parse_env(["CHECKPOINT_URI=s3://b/x"])
 
 
 def test_a_variable_given_twice_is_refused():

@@ -4,6 +4,8 @@ standing parts (judge ConfigMap, its service account, the NVLink-check CronJobs,
 account that starts their runs)."""
 from __future__ import annotations
 
+import inspect
+
 import pulumi
 import pulumi_kubernetes as kubernetes
 import pytest
@@ -12,6 +14,7 @@ from components.platform.training import TrainingOperators, TrainingOperatorsArg
 from decisions.catalog import charts
 from decisions.config.model import NodePool
 from decisions.config.validate import ResolvedPool
+from decisions.nodes.pods import SYSTEM_NODE_LABELS, system_placement
 from decisions.platform import acceptance, kueue
 from tests.conftest import run_component, run_stack, stack_config, validate_kubernetes
 from tests.crds import crd_schema, validate_against_crd
@@ -80,7 +83,7 @@ def test_the_mpi_operator_and_jobset_controller_are_patched_onto_the_system_node
     MANIFEST_DEPLOYMENTS): with the system nodes tainted they would run nowhere. Each manifest skips its own wait; a
     server-side apply patch of its Deployment, after it, selects the system nodes and tolerates their taint, and Kueue
     waits for both patches."""
-    from decisions.nodes.pods import SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, tolerates
+    from decisions.nodes.pods import SYSTEM_NODE_TAINT, tolerates
 
     patches = {p.name: p for p in run.of_type("kubernetes:apps/v1:DeploymentPatch")}
     release = run.one(RELEASE)
@@ -94,6 +97,7 @@ def test_the_mpi_operator_and_jobset_controller_are_patched_onto_the_system_node
         assert set(spec) == {"template"} and set(spec["template"]) == {"spec"}
         assert spec["template"]["spec"]["nodeSelector"] == SYSTEM_NODE_LABELS
         assert tolerates(spec["template"]["spec"]["tolerations"], SYSTEM_NODE_TAINT)
+        assert spec["template"]["spec"] == system_placement(SYSTEM_NODE_LABELS)     # as every system-node pod
         assert manifest.urn in patch.dependencies and patch.urn in release.dependencies, key
     assert kueue.MANIFEST_DEPLOYMENTS == {"mpi-operator": ("mpi-operator", "mpi-operator"),
                                           "jobset": ("jobset-system", "jobset-controller-manager")}
@@ -304,8 +308,14 @@ def test_the_webhook_probe_is_a_job_pulumi_waits_for_with_a_stated_timeout(run):
     deadline = job.inputs["spec"]["activeDeadlineSeconds"]
     assert kueue.WEBHOOK_PROBE_DEADLINE_S < deadline < kueue.WEBHOOK_PROBE_TIMEOUT_S == 600
     assert job.delete_before_replace          # a new Kueue version replaces the Job under its fixed name
+    # A probe that failed is replaced by the next `pulumi up`, not waited on again: pulumi-kubernetes keeps awaiting
+    # an unready resource without it (the Job's docstring in the pinned pulumi-kubernetes 4.34.2).
+    assert job.inputs["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
+    assert '"pulumi.com/replaceUnready": "true" annotation' in inspect.getsource(kubernetes.batch.v1.Job)
     pod = job.inputs["spec"]["template"]
     assert pod["metadata"]["labels"]["kueue-version"] == charts.chart(charts.KUEUE).app_version
+    # On the system nodes, tolerating their taint, as Kueue's manager.
+    assert {key: pod["spec"][key] for key in ("nodeSelector", "tolerations")} == system_placement(SYSTEM_NODE_LABELS)
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["DEADLINE_SECONDS"] == str(kueue.WEBHOOK_PROBE_DEADLINE_S)
     script = next(r for r in run.of_type("kubernetes:core/v1:ConfigMap")

@@ -124,10 +124,6 @@ def go_field_names(source: str) -> Set[str]:
     return set(re.findall(r'json:"([A-Za-z][A-Za-z-]*)[,"]', source))
 
 
-# tests/test_kueue.py's name for go_field_names.
-go_json_fields = go_field_names
-
-
 def recorded_go_fields(repo: str, tag: str, path: str) -> Set[str]:
     """The JSON field names `path` declared at `tag`, from the record (scripts/upstream_records.py --check holds it
     against the source)."""

@@ -29,6 +29,7 @@ from pulumi_kubernetes.helm.v3 import Release
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
 from decisions.catalog import charts
+from decisions.nodes.pods import system_placement
 from decisions.platform import acceptance, kueue
 from decisions.platform.tenancy import TRAINING_NAMESPACE
 
@@ -118,7 +119,7 @@ class TrainingOperators(pulumi.ComponentResource):
         """A server-side apply patch that places a release manifest's Deployment on the system nodes, tolerating
         their taint (decisions/platform/kueue.py MANIFEST_DEPLOYMENTS)."""
         namespace, deployment = kueue.MANIFEST_DEPLOYMENTS[key]
-        placement = kueue.manifest_deployment_placement(SYSTEM_NODE_LABELS)["template"]["spec"]
+        placement = system_placement(SYSTEM_NODE_LABELS)
         return kubernetes.apps.v1.DeploymentPatch(
             name, metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(name=deployment, namespace=namespace),
             spec=kubernetes.apps.v1.DeploymentSpecPatchArgs(template=kubernetes.core.v1.PodTemplateSpecPatchArgs(
@@ -151,7 +152,10 @@ class TrainingOperators(pulumi.ComponentResource):
         return kubernetes.batch.v1.Job(
             f"{name}-webhook-ready",
             metadata=kubernetes.meta.v1.ObjectMetaArgs(name=job["metadata"]["name"], namespace=namespace.metadata.name,
-                                                       labels=job["metadata"]["labels"]),
+                                                       labels=job["metadata"]["labels"],
+                                                       # replaceUnready: a failed probe is replaced on the next up
+                                                       # (decisions/platform/kueue.py WEBHOOK_PROBE_ANNOTATIONS).
+                                                       annotations=job["metadata"]["annotations"]),
             spec=job["spec"],
             # A new Kueue or probe replaces the Job under the same name, so the old one goes first.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release, configmap, binding],
@@ -161,9 +165,11 @@ class TrainingOperators(pulumi.ComponentResource):
 
 class WorkloadPriorityClass(pulumi.CustomResource):
     """A Kueue WorkloadPriorityClass. Its fields sit beside metadata, not under spec, which Python's
-    kubernetes.apiextensions.CustomResource cannot carry; the provider takes any top-level field under the type token,
-    as the Node SDK's CustomResource sends them (pulumi-kubernetes v4.32.0 sdk/nodejs/apiextensions/customResource.ts
-    lines 86-97, 130)."""
+    kubernetes.apiextensions.CustomResource cannot carry (it sends apiVersion, kind, metadata and spec only:
+    pulumi-kubernetes 4.34.2, as requirements.txt pins it, pulumi_kubernetes/apiextensions/CustomResource.py lines
+    143-157); the provider takes any top-level field under the type token, as the Node SDK's CustomResource sends
+    them (the same release's npm package @pulumi/kubernetes 4.34.2 apiextensions/customResource.js lines 84-86 and 96,
+    customResource.d.ts line 75)."""
 
     def __init__(self, resource_name: str, opts: Optional[pulumi.ResourceOptions] = None, *,
                  metadata: kubernetes.meta.v1.ObjectMetaArgs, value: int, description: str):

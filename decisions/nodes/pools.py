@@ -25,6 +25,12 @@ ASG_TAG_KEY_MAX = 128     # EC2 Auto Scaling tag keys: 1 to 128 characters
 # Names the node's pool; each Kueue flavor selects its pool's nodes by it (decisions/platform/kueue.py).
 POOL_LABEL = f"{LABEL_PREFIX}pool"
 QUEUE_WORKLOADS = ("training", "general")   # pools whose nodes the training queue (Kueue) places jobs on
+# Spelt once for decisions/platform/kueue.py and the job templates (mpijob, jobset, single_job, acceptance), here
+# because kueue imports acceptance, which imports mpijob: neither can import the other's. The label a job names its
+# LocalQueue by (kubernetes-sigs/kueue v0.19.2 pkg/controller/constants/constants.go:23), and the EFA device plugin's
+# resource.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
 
 # Priority-expander weights (higher wins): capacity that is already paid for first, then spot, then on-demand.
 DEFAULT_PRIORITY = {"reserved": 50, "capacity-block": 50, "spot": 30, "on-demand": 10}

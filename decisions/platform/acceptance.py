@@ -15,18 +15,19 @@ exits with the verdict, so the Job's (and the MPIJob's) own status is the verdic
 """
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from decisions.catalog.catalog import NcclScope
-from decisions.nodes.pools import GPU_RESOURCE, queue_flavor
+from decisions.nodes.pools import GPU_RESOURCE, POOL_LABEL, QUEUE_LABEL, queue_flavor
 from decisions.platform import pod_security
 from decisions.platform.jobset import IGNORE_DISRUPTIONS
-from decisions.platform.mpijob import (GENERATE_NAME_MAX, LAUNCHER_MEMORY_LIMIT, POOL_LABEL, QUEUE_LABEL, SHM_MOUNT,
-                                       SHM_VOLUME, bounded_name, check_pool, efa_env, efa_mpijob, env_list,
-                                       mpirun_command, node_selector, tolerations)
+from decisions.platform.mpijob import (GENERATE_NAME_MAX, LAUNCHER_RESOURCES, SHM_MOUNT, SHM_VOLUME, bounded_name,
+                                       check_pool, efa_env, efa_mpijob, env_list, mpirun_command, node_selector,
+                                       tolerations)
 
 # nccl-tests image, maintained by AWS (aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/
 # nccl-tests.Dockerfile, whose build args match the tag): CUDA 12.8.1, EFA installer 1.43.2 (libfabric under
@@ -155,8 +156,9 @@ def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: st
     launcher = {
         "name": "launcher", "image": image, "command": ["bash", "-c", _run_script(mpirun)],
         "env": env_list(efa_env(pool)),
-        # mpirun and one ssh client per worker: tens of MiB; the limit leaves room for a slow collective's logs.
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": LAUNCHER_MEMORY_LIMIT}},
+        # As the training template's launcher: mpirun and one ssh client per worker, with room for a slow collective's
+        # logs.
+        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
         # Root: the operator's SSH keys are under /root/.ssh (decisions/platform/pod_security.WAIVERS). /tmp: Open MPI's
         # session directory; /results: the output the judge reads.
         "securityContext": pod_security.container_security_context(None),

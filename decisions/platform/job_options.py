@@ -18,7 +18,8 @@ CHECKPOINT_DIR (`/scratch/checkpoints`: fast, lost with the pod), copy them to C
 POSIX.1-2017 Base Definitions, 8.1 "Environment Variable Definition"), the only kind the MPI template can hand to its
 ranks: they start through sshd with none of the container's environment, and `mpirun -x KEY` forwards each by
 name. A KEY the template also sets replaces the template's value (NCCL_DEBUG=WARN quiets NCCL's log), except those
-the template derives from its own options (RESERVED_ENV), which are refused with the option to use instead.
+the template derives from its own options (RESERVED_ENV; for pytorch-job also TORCHRUN_ENV_PREFIXES), which are
+refused with the option to use instead.
 
 `--volume CLAIM:/path[:ro]`: a PersistentVolumeClaim of the training namespace (where the jobs run), mounted at
 /path, read-only with `:ro`.
@@ -38,18 +39,22 @@ CHECKPOINT_DIR = f"{SCRATCH_MOUNT_PATH}/checkpoints"
 DATA_VOLUME = "data"
 SHM_PATH = "/dev/shm"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Names a template sets from its own options: KEY -> what to use instead. PET_*: torchrun's options, which
-# pytorch-job derives from --nodes, the pool and the job's name (decisions/platform/jobset.torchrun_env).
+# Names every template sets from its own options: KEY -> what to use instead.
 RESERVED_ENV: Mapping[str, str] = {CHECKPOINT_URI_ENV: "--checkpoint-uri"}
-RESERVED_ENV_PREFIXES: Mapping[str, str] = {"PET_": "pytorch-job's own options (--nodes; torchrun's PET_ settings)"}
+# Prefixes pytorch-job alone sets, refused only there (parse_env's reserved_prefixes): PET_* are torchrun's options,
+# which it derives from --nodes, the pool and the job's name (decisions/platform/jobset.torchrun_env). Nothing reads
+# them in `job` or `mpijob`, which run no torchrun of theirs.
+TORCHRUN_ENV_PREFIXES: Mapping[str, str] = {"PET_": "pytorch-job's own options (--nodes; torchrun's PET_ settings)"}
 # A PersistentVolumeClaim's name: a DNS-1123 subdomain (Kubernetes, "Object Names and IDs").
 CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 CLAIM_NAME_MAX = 253
 USER_VOLUME_PREFIX = "volume-"
 
 
-# A job's name is a DNS-1035 label; a size is a Kubernetes quantity.
+# A job's name is a DNS-1035 label; a size is a Kubernetes quantity (a plain number, or with a binary or decimal
+# suffix).
 JOB_NAME = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL_MAX = 63          # a DNS label's length; each template's pod names, built from the job's name, are ones
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?")
 
 
@@ -59,8 +64,9 @@ def check_job(name: str, name_max: str, max_name_length: int, scratch: str, max_
     `max_name_length` characters (`name_max` says why that many), a scratch size that is no quantity, a negative
     restart count, no program (`program_hint`: what to give after --)."""
     if not JOB_NAME.fullmatch(name) or len(name) > max_name_length:
-        raise ValueError(f"job name {name!r}: a DNS-1035 label (lower-case letters, digits, '-', starting with a "
-                         f"letter) of at most {name_max}")
+        too_long = " is too long" if JOB_NAME.fullmatch(name) else ""
+        raise ValueError(f"job name {name!r}{too_long}: a DNS-1035 label (lower-case letters, digits, '-', starting "
+                         f"with a letter) of at most {name_max}")
     if not QUANTITY.fullmatch(scratch):
         raise ValueError(f"scratch size {scratch!r} is not a Kubernetes quantity (such as 2Ti or 500Gi)")
     if max_restarts < 0:
@@ -69,8 +75,9 @@ def check_job(name: str, name_max: str, max_name_length: int, scratch: str, max_
         raise ValueError(f"no program: give {program_hint} after --")
 
 
-def parse_env(items: Sequence[str]) -> Dict[str, str]:
-    """`--env KEY=VALUE` options as {KEY: VALUE}, in order; a ValueError naming the option for a bad one."""
+def parse_env(items: Sequence[str], reserved_prefixes: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """`--env KEY=VALUE` options as {KEY: VALUE}, in order; a ValueError naming the option for a bad one.
+    `reserved_prefixes`: name prefixes the template sets itself (prefix -> what sets them), refused too."""
     env: Dict[str, str] = {}
     for item in items:
         key, equals, value = item.partition("=")
@@ -81,7 +88,7 @@ def parse_env(items: Sequence[str]) -> Dict[str, str]:
                              "not starting with a digit)")
         if key in RESERVED_ENV:
             raise ValueError(f"--env {item!r}: the template sets {key} itself; use {RESERVED_ENV[key]}")
-        for prefix, instead in RESERVED_ENV_PREFIXES.items():
+        for prefix, instead in (reserved_prefixes or {}).items():
             if key.startswith(prefix):
                 raise ValueError(f"--env {item!r}: {prefix}* variables are set by {instead}")
         if key in env:

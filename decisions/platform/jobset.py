@@ -53,19 +53,17 @@ from typing import List, Mapping, Optional, Sequence
 
 from decisions.nodes.scratch import SCRATCH_MOUNT_PATH, allocatable_ephemeral_storage_gib, node_ephemeral_storage_gib, \
     raid0_instance_store
+from decisions.nodes.pools import POOL_LABEL, QUEUE_LABEL
 from decisions.platform import job_options, pod_security
-from decisions.platform.job_options import (  # noqa: F401 (their home)
-    CHECKPOINT_DIR, CHECKPOINT_DIR_ENV, CHECKPOINT_URI_ENV)
-from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT, POOL_LABEL, QUEUE_LABEL, ROOT_VOLUME_SCRATCH, SHM_MOUNT, \
-    SHM_VOLUME, TRAINING_TTL_S, check_pool, efa_env, env_list, nearest_switch_preference, node_selector, tolerations, \
-    whole_node_resources
+from decisions.platform.job_options import DNS_LABEL_MAX
+from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT, ROOT_VOLUME_SCRATCH, SHM_MOUNT, SHM_VOLUME, TRAINING_TTL_S, \
+    check_pool, efa_env, env_list, nearest_switch_preference, node_selector, tolerations, whole_node_resources
 from decisions.storage import lustre
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 NODE_JOB = "node"                     # the one replicated Job: one pod per node
 RDZV_PORT = 29500                     # torchrun's --master-port default (torch/distributed/run.py)
 NODE_RANK_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-DNS_LABEL_MAX = 63
 POD_NAME_SUFFIX = len("-abcde")       # what the Job controller appends; jobset_webhook.go lines 243-256 count it
 
 # A pod that failed because it was disrupted (the DisruptionTarget condition), not because of what it ran.
@@ -80,11 +78,12 @@ NODE_LOST_RULE = "node_lost"          # rule names: ^[A-Za-z]([A-Za-z0-9_,:]*[A-
 # Restarts for the program's own failures; node losses do not count.
 DEFAULT_MAX_RESTARTS = 3
 
-# A storage quantity as Kubernetes writes one (a plain number, or with a binary or decimal suffix).
-
 # The PyTorch side of the environment, as AWS's FSDP blueprint for EKS sets it (blueprints
-# 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp-hpto.yaml lines 75-102). Left out: TORCH_DISTRIBUTED_DEBUG
-# (DETAIL checks every collective; a debugging setting) and HF_TOKEN (the program's own).
+# 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp-hpto.yaml lines 75-104; its FI_PROVIDER,
+# FI_EFA_USE_DEVICE_RDMA, NCCL_DEBUG and NCCL_SOCKET_IFNAME are mpijob.efa_env's, its trace file is set below). Left
+# out: TORCH_DISTRIBUTED_DEBUG (DETAIL checks every collective; a debugging setting), HF_TOKEN (the program's own) and
+# FI_EFA_ENABLE_SHM_TRANSFER=1 (libfabric's default already, "really a no-op": blueprints
+# 1.architectures/efa-cheatsheet.md line 15).
 TORCH_ENV = {
     "LOGLEVEL": "INFO",                                   # torchrun's own log
     "FI_EFA_FORK_SAFE": "1",                              # data-loader workers fork after libfabric registered memory

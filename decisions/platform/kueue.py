@@ -47,13 +47,14 @@ as
 
 Priorities
 ----------
-A job picks its WorkloadPriorityClass with PRIORITY_LABEL; without it (and without a pod priorityClassName), it
-runs at Kueue's default priority 0 (pkg/util/priority/priority.go:88-125, pkg/constants/constants.go:41), which
-`experiment` names. A `production` job that finds no flavor free preempts lower-priority jobs of the queue
-(preemption.withinClusterQueue: LowerPriority; apis/kueue/v1beta2/clusterqueue_types.go:546-560, default Never),
-after trying every flavor without preempting (flavorFungibility.whenCanPreempt defaults to TryNextFlavor,
-clusterqueue_types.go:468-479). There is one team queue, so no cohort and no fair sharing: they divide quota
-between ClusterQueues.
+A job picks its WorkloadPriorityClass with PRIORITY_LABEL; without it (and without a pod priorityClassName), Kueue
+gives it the value of the cluster's globalDefault PriorityClass, or where there is none its default priority 0
+(pkg/util/priority/priority.go:88-94 and 116-146, pkg/constants/constants.go:38-41). This program creates no
+PriorityClass, so such a job runs at 0, which `experiment` names. A `production` job that finds no flavor free
+preempts lower-priority jobs of the queue (preemption.withinClusterQueue: LowerPriority;
+apis/kueue/v1beta2/clusterqueue_types.go:546-560, default Never), after trying every flavor without preempting
+(flavorFungibility.whenCanPreempt defaults to TryNextFlavor, clusterqueue_types.go:468-479). There is one team queue,
+so no cohort and no fair sharing: they divide quota between ClusterQueues.
 
 Queue depth
 -----------
@@ -79,10 +80,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 import yaml
 
 from decisions.nodes import boot
-from decisions.nodes.pods import system_placement, system_tolerations
-from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, LABEL_PREFIX, POOL_LABEL, QUEUE_WORKLOADS, \
-    REPLICATED_MODES, Taint, autoscaler_priority, efa_devices, node_labels, offered_gpu_resources, queue_flavor, \
-    toleration
+from decisions.nodes.pods import system_placement
+from decisions.nodes.pools import EFA_RESOURCE, GPU_TAINT, INTERRUPTIBLE_TAINT, LABEL_PREFIX, POOL_LABEL, \
+    QUEUE_WORKLOADS, REPLICATED_MODES, Taint, autoscaler_priority, efa_devices, node_labels, offered_gpu_resources, \
+    queue_flavor, toleration
 from decisions.platform import pod_security
 from decisions.platform.acceptance import JUDGE_IMAGE
 from decisions.platform.tenancy import TRAINING_NAMESPACE
@@ -99,10 +100,10 @@ LOCAL_QUEUE = "training"                        # in decisions.platform.tenancy.
 # Kueue's DefaultLocalQueueName (pkg/controller/constants/constants.go:25-27): what a job without a queue gets.
 DEFAULT_LOCAL_QUEUE = "default"
 LOCAL_QUEUES = (LOCAL_QUEUE, DEFAULT_LOCAL_QUEUE)
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"       # constants.go:23
+# The label a job names its LocalQueue by (constants.go:23) is decisions/nodes/pools.QUEUE_LABEL, as EFA_RESOURCE:
+# shared with the job templates.
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"   # constants.go:48: names a WorkloadPriorityClass
 API_VERSION = "kueue.x-k8s.io/v1beta2"          # served and stored at v0.19.2 (config/components/crd/bases)
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 CAPACITY_ORDER = ("reserved", "capacity-block", "spot", "on-demand")
 # The node labels a flavor carries: the pool, and what a job may select nodes by without naming a pool. Kueue
 # weighs a pod's node selector only on these keys (module docstring); a ResourceFlavor holds at most 8
@@ -140,6 +141,11 @@ WEBHOOK_PROBE_START_ALLOWANCE_S = 120           # pulling the python image and s
 # How long `pulumi up` waits for the Job to complete: past the Job's own deadline, so the Job's Failed condition
 # (with the probe's log) is what a failed first up reports, not a Pulumi timeout.
 WEBHOOK_PROBE_TIMEOUT_S = WEBHOOK_PROBE_DEADLINE_S + WEBHOOK_PROBE_START_ALLOWANCE_S + 180
+# A probe that failed once would fail every later `pulumi up`: by default pulumi-kubernetes keeps waiting for a
+# resource that did not become ready, and this annotation has the next update replace it instead, so the probe runs
+# again (the Job's docstring: pulumi-kubernetes 4.34.2, as requirements.txt pins it, pulumi_kubernetes/batch/v1/Job.py
+# lines 126-129).
+WEBHOOK_PROBE_ANNOTATIONS: Mapping[str, str] = {"pulumi.com/replaceUnready": "true"}
 # A dry-run create needs the create permission itself (the API server authorizes it like a real one).
 WEBHOOK_PROBE_RBAC_RULES = ({"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]},)
 
@@ -167,6 +173,16 @@ KUEUE_VALUE_PATHS: Mapping[str, int] = {
     "controllerManager.nodeSelector": 105,
     "controllerManager.tolerations": 107,
     "managerConfig.controllerManagerConfigYaml": 119,
+}
+# The chart default configuration's controller.groupKindConcurrency (values.yaml lines 132-139): concurrent
+# reconciles per kind, restated in manager_configuration() because the chart's value is the whole file.
+CHART_GROUP_KIND_CONCURRENCY: Mapping[str, int] = {
+    "Job.batch": 5,
+    "Pod": 5,
+    "Workload.kueue.x-k8s.io": 10,
+    "LocalQueue.kueue.x-k8s.io": 5,
+    "ClusterQueue.kueue.x-k8s.io": 5,
+    "ResourceFlavor.kueue.x-k8s.io": 1,
 }
 
 
@@ -293,13 +309,16 @@ def manager_configuration(driver_source: str) -> Dict[str, Any]:
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
-        # As in the chart's default (values.yaml lines 120-142): the ports its Services and probes expect.
+        # As in the chart's default (charts/kueue/values.yaml lines 120-142): the ports its Services and probes expect,
+        # its leader election, controller concurrency and client rate limits.
         "health": {"healthProbeBindAddress": ":8081"},
         # Per flavor and resource: quota, reserved and admitted use (configuration_types.go:182-185; reported at
         # pkg/cache/scheduler/clusterqueue.go:562-579), for the training-queue dashboard.
         "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
         "webhook": {"port": 9443},
         "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        # values.yaml lines 132-139, as the chart sets them.
+        "controller": {"groupKindConcurrency": dict(CHART_GROUP_KIND_CONCURRENCY)},
         "clientConnection": {"qps": 300, "burst": 500},
         # Nothing in the training namespace bypasses the queue (module docstring): DEFAULT_LOCAL_QUEUE takes jobs
         # without the label, and this holds any the defaulting missed.
@@ -332,7 +351,7 @@ def kueue_values(system_node_labels: Mapping[str, str], driver_source: str) -> D
     """Helm values for the kueue chart: the manager on the system nodes, with manager_configuration()."""
     return {
         # On the system nodes, tolerating their taint (decisions/nodes/pods.py); the chart tolerates nothing by default.
-        "controllerManager": {"nodeSelector": dict(system_node_labels), "tolerations": system_tolerations()},
+        "controllerManager": system_placement(system_node_labels),
         "managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(manager_configuration(driver_source),
                                                                          sort_keys=False)},
     }
@@ -343,17 +362,13 @@ def kueue_values(system_node_labels: Mapping[str, str], driver_source: str) -> D
 # mpi-operator/mpi-operator, the file's last document) and kubernetes-sigs/jobset v0.12.0
 # config/components/manager/manager.yaml (Deployment controller-manager, which config/default/kustomization.yaml puts in
 # jobset-system with the prefix jobset-). With the system nodes tainted they could run nowhere, so a server-side apply
-# patch of each (its own field manager; the manifests set neither field, so nothing conflicts) places them there.
+# patch of each (its own field manager; the manifests set neither field, so nothing conflicts) places them there:
+# its pod template's spec is decisions.nodes.pods.system_placement (components/platform/training.py).
 # manifest key (decisions/catalog/charts.yaml) -> (namespace, Deployment name)
 MANIFEST_DEPLOYMENTS: Mapping[str, Tuple[str, str]] = {
     "mpi-operator": ("mpi-operator", "mpi-operator"),
     "jobset": ("jobset-system", "jobset-controller-manager"),
 }
-
-
-def manifest_deployment_placement(system_node_labels: Mapping[str, str]) -> Dict[str, Any]:
-    """The `spec` of the patch that puts a release manifest's Deployment on the system nodes."""
-    return {"template": {"spec": system_placement(system_node_labels)}}
 
 
 def webhook_probe_configmap(namespace: str = NAMESPACE) -> Dict[str, Any]:
@@ -371,7 +386,8 @@ def webhook_probe_job(system_node_labels: Mapping[str, str], kueue_version: str,
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": WEBHOOK_PROBE, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/name": WEBHOOK_PROBE, "app.kubernetes.io/part-of": "gpu-cloud"}},
+                     "labels": {"app.kubernetes.io/name": WEBHOOK_PROBE, "app.kubernetes.io/part-of": "gpu-cloud"},
+                     "annotations": dict(WEBHOOK_PROBE_ANNOTATIONS)},
         "spec": {
             # The probe retries by itself until its deadline; a second pod only for a lost node or an eviction.
             "backoffLimit": 1,
@@ -382,7 +398,7 @@ def webhook_probe_job(system_node_labels: Mapping[str, str], kueue_version: str,
                                              hashlib.sha256(script.encode()).hexdigest()}},
                 "spec": {
                     "serviceAccountName": WEBHOOK_PROBE, "restartPolicy": "Never",
-                    "nodeSelector": dict(system_node_labels), "tolerations": system_tolerations(),
+                    **system_placement(system_node_labels),
                     "securityContext": pod_security.pod_security_context(),
                     "containers": [{
                         "name": "probe", "image": WEBHOOK_PROBE_IMAGE,

@@ -16,44 +16,46 @@ What EFA jobs need, and where it is set
 
 Where the launcher runs
 -----------------------
-On the job's own pool, beside one of its workers (launcher_placement). It asks only CPU and memory, which the
-queue does not cover, so Kueue assigns its pod set no flavor and adds no node selector (kubernetes-sigs/kueue
-v0.19.2 pkg/scheduler/flavorassigner/flavorassigner.go lines 803-812, quotaCheckStrategy IgnoreUndeclared). Left
-alone it could only land on the untainted system nodes, whose root volumes are EKS's managed-node-group default
-(20 GiB: components/cluster.py sets no disk size) and cannot hold a training image. So the template gives it the
-pool's selector and tolerations itself, and a preferred affinity for a node running one of the job's workers, where
-the image is already pulled. The operator hides that node's GPUs from the launcher (NVIDIA_VISIBLE_DEVICES empty:
-kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go lines 1600-1606).
-`runLauncherAsWorker` (v0.8.0 pkg/apis/kubeflow/v2beta1/types.go lines 176-180) is the other way: the launcher
-becomes the first host of the hostfile (mpi_job_controller.go lines 1319-1327) and Kueue counts whatever its
-template requests (Kueue's pkg/controller/jobs/mpijob/mpijob_controller.go lines 113-133), so it would have to take
-a whole node and run ranks itself, and the launcher's ssh wait would have to skip its own hostfile line. The side
+On the job's own pool, beside one of its workers (launcher_placement). It asks only CPU and memory, which the queue
+does not cover, so Kueue assigns its pod set no flavor and adds no node selector (kubernetes-sigs/kueue v0.19.2
+pkg/scheduler/flavorassigner/flavorassigner.go lines 803-812, quotaCheckStrategy IgnoreUndeclared). Left alone it
+would fit no node: every GPU node carries the GPU taint, and the system nodes CriticalAddonsOnly, which a team pod
+may not tolerate (decisions/nodes/pods.py SYSTEM_NODE_TAINT, decisions/platform/tenancy.py); their root volumes,
+EKS's managed-node-group default (20 GiB: components/cluster.py sets no disk size), could not hold a training image
+anyway. So the template gives it the pool's selector and tolerations itself, and a preferred affinity for a node
+running one of the job's workers, where the image is already pulled. The operator hides that node's GPUs from the
+launcher (NVIDIA_VISIBLE_DEVICES empty: kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go lines
+1600-1606). `runLauncherAsWorker` (v0.8.0 pkg/apis/kubeflow/v2beta1/types.go lines 176-180) is the other way: the
+launcher becomes the first host of the hostfile (mpi_job_controller.go lines 1319-1327) and Kueue counts whatever its
+template requests (Kueue's pkg/controller/jobs/mpijob/mpijob_controller.go lines 113-133), so it would have to take a
+whole node and run ranks itself, and the launcher's ssh wait would have to skip its own hostfile line. The side
 launcher keeps the two roles apart and costs no node.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import shlex
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from decisions.nodes.pools import GPU_RESOURCE, POOL_LABEL, efa_devices, node_taints, toleration
+from decisions.nodes.pools import EFA_RESOURCE, GPU_RESOURCE, POOL_LABEL, QUEUE_LABEL, efa_devices, node_taints, \
+    toleration
 from decisions.platform import job_options, pod_security
+from decisions.platform.job_options import DNS_LABEL_MAX
 
 API_VERSION = "kubeflow.org/v2beta1"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 MPIRUN = "/opt/amazon/openmpi/bin/mpirun"       # Open MPI as the EFA installer puts it in images
 HOSTFILE = "/etc/mpi/hostfile"                  # where mpi-operator v0.8.0 mounts it (configMountPath)
 # Labels mpi-operator v0.8.0 puts on an MPIJob's pods (pkg/apis/kubeflow/v2beta1/constants.go lines 42-45).
 MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
-SHM_SIZE = "16Gi"
+SHM_SIZE_GIB = 16
+SHM_SIZE = f"{SHM_SIZE_GIB}Gi"
 SHM_VOLUME = {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}}
 SHM_MOUNT = {"name": "shm", "mountPath": "/dev/shm"}
 # GPUDirect RDMA over EFA (device RDMA) exists on p4d and later.
 DEVICE_RDMA_FAMILIES = frozenset({"p4d", "p4de", "p5", "p5e", "p5en", "p6-b200"})
-# Worker pods are named <job>-worker-<i>, which must be a DNS-1035 label (at most 63 characters).
-DNS_LABEL_MAX = 63
+# Worker pods are named <job>-worker-<i>, which must be a DNS-1035 label (at most DNS_LABEL_MAX characters).
 GENERATED_SUFFIX = 5            # what the API server appends to a generateName
 GENERATE_NAME_MAX = DNS_LABEL_MAX - len("-worker-9") - GENERATED_SUFFIX     # 49: fits jobs of up to 10 workers
 
@@ -150,9 +152,14 @@ def mpirun_command(pool, workers: int, program: Sequence[str], forward: Sequence
             *forward, *program]
 
 
+WHOLE_NODE_CPU_REQUEST = 16
 WHOLE_NODE_MEMORY_REQUEST_GIB = 64
 WHOLE_NODE_MEMORY_SHARE = 0.9
 LAUNCHER_MEMORY_LIMIT = "2Gi"       # mpirun and one ssh client per worker: tens of MiB, ample for hundreds of ranks
+# Every MPIJob launcher here (the training template's, the NCCL test's): CPU and memory only, which the queue does
+# not cover (module docstring).
+LAUNCHER_RESOURCES: Mapping[str, Mapping[str, str]] = {"requests": {"cpu": "500m", "memory": "512Mi"},
+                                                       "limits": {"memory": LAUNCHER_MEMORY_LIMIT}}
 
 
 def whole_node_memory_limit_gib(pool) -> int:
@@ -166,7 +173,7 @@ def whole_node_resources(pool) -> Dict[str, Dict[str, Any]]:
     """Every GPU and EFA device of one node of the pool, requested and limited alike, and most of its memory
     (whole_node_memory_limit_gib)."""
     gpus, efa = pool.gpus_per_node, efa_devices(pool)
-    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": "16",
+    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": str(WHOLE_NODE_CPU_REQUEST),
                          "memory": f"{WHOLE_NODE_MEMORY_REQUEST_GIB}Gi"},
             "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "memory": f"{whole_node_memory_limit_gib(pool)}Gi"}}
 
@@ -249,7 +256,6 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
 # A training job retries mpirun this often (the launcher Job's backoffLimit) before it fails for good.
 TRAINING_BACKOFF_LIMIT = 6
 TRAINING_TTL_S = 7 * 86400      # a finished job stays a week for its logs and status
-CHECKPOINT_ENV = job_options.CHECKPOINT_URI_ENV
 # Without the RAID0 array a pod's scratch is on the node's root volume (500 GiB, components/nodes/nodepool.py
 # ROOT_VOLUME_GIB), which also holds the images.
 ROOT_VOLUME_SCRATCH = "100Gi"
@@ -302,10 +308,14 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
       retry wait `worker_wait_s` and fail, until the backoff limit fails the job.
     The JobSet template (decisions/platform/jobset.py) is the one Kueue requeues.
     """
+    check_pool(pool, workers)
+    scratch = scratch or ROOT_VOLUME_SCRATCH
+    # What the other templates refuse (job_options.check_job); restarts are the launcher's TRAINING_BACKOFF_LIMIT.
+    job_options.check_job(name, f"{max_job_name(workers)} characters with {workers} worker(s)", max_job_name(workers),
+                          scratch, TRAINING_BACKOFF_LIMIT, program, "the command mpirun runs and its arguments")
     env = job_options.job_env(efa_env(pool), checkpoint_uri, dict(env))
     forward = (*POD_IDENTITY_ENV, *env)
     mpirun = mpirun_command(pool, workers, program, forward)
-    scratch = scratch or ROOT_VOLUME_SCRATCH
     worker_volumes, worker_mounts = job_options.job_storage(
         scratch=scratch, mounts_lustre=mounts_lustre, lustre_configured=lustre_configured, user_volumes=volumes,
         shm_volume=SHM_VOLUME, shm_mount=SHM_MOUNT)
@@ -313,7 +323,7 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
         "name": "launcher", "image": image,
         "command": ["bash", "-c", wait_for_workers_script(worker_wait_s) + f"exec {shlex.join(mpirun)}\n"],
         "env": env_list(env),
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": LAUNCHER_MEMORY_LIMIT}},
+        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
         # The job's image as its user (root: the operator's SSH keys are under /root/.ssh), writable:
         # decisions/platform/pod_security.
         "securityContext": pod_security.container_security_context(None, read_only_root=False),

@@ -33,22 +33,22 @@ import re
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from decisions.config.model import REPLICATED_MODES
-from decisions.nodes.pools import GPU_RESOURCE, mig_resource, offered_gpu_resources, toleration
+from decisions.nodes.pools import GPU_RESOURCE, POOL_LABEL, QUEUE_LABEL, mig_resource, offered_gpu_resources, \
+    toleration
 from decisions.platform import pod_security
-from decisions.platform.job_options import SHM_PATH, UserVolume, check_job, job_env, job_storage
-from decisions.platform.jobset import IGNORE_DISRUPTIONS
+from decisions.platform.job_options import DNS_LABEL_MAX, SHM_PATH, UserVolume, check_job, job_env, job_storage
+from decisions.platform.jobset import DEFAULT_MAX_RESTARTS, IGNORE_DISRUPTIONS
 from decisions.platform.kueue import SHARED_GPU_TAINT
-from decisions.platform.mpijob import (JOB_SERVICE_ACCOUNT, POOL_LABEL, QUEUE_LABEL, TRAINING_TTL_S,
+# A whole node asks what the multi-node templates' pods ask (mpijob.whole_node_resources), /dev/shm at most theirs.
+from decisions.platform.mpijob import (JOB_SERVICE_ACCOUNT, SHM_SIZE_GIB, TRAINING_TTL_S, WHOLE_NODE_CPU_REQUEST,
                                        WHOLE_NODE_MEMORY_REQUEST_GIB, env_list, node_selector, tolerations,
                                        whole_node_memory_limit_gib)
 
 API_VERSION = "batch/v1"
 CONTAINER = "job"
-# A Job's name is part of its pods' names and their job-name label, so at most 63 characters; a DNS label is the
-# form that also makes a valid pod hostname (Kubernetes documentation, "Jobs", Writing a Job spec).
-NAME_MAX = 63
-WHOLE_NODE_CPU_REQUEST = 16            # as decisions/platform/mpijob.whole_node_resources asks for a whole node
-SHM_MAX_GIB = 16                       # decisions/platform/mpijob.SHM_SIZE
+# A Job's name is part of its pods' names and their job-name label, so at most a DNS label's length; a DNS label is
+# the form that also makes a valid pod hostname (Kubernetes documentation, "Jobs", Writing a Job spec).
+NAME_MAX = DNS_LABEL_MAX
 
 
 def gpu_request(pool, catalog, gpus: Optional[int] = None,
@@ -110,14 +110,16 @@ def default_scratch(whole_node_scratch: str, share: float) -> str:
 
 
 def shm_size_gib(memory_limit_gib: int) -> int:
-    """/dev/shm counts against the container's memory: at most half its limit, at most SHM_MAX_GIB."""
-    return max(1, min(SHM_MAX_GIB, memory_limit_gib // 2))
+    """/dev/shm counts against the container's memory: at most half its limit, at most what a whole node's pod of
+    the multi-node templates gets (mpijob.SHM_SIZE_GIB)."""
+    return max(1, min(SHM_SIZE_GIB, memory_limit_gib // 2))
 
 
 def single_node_job(pool, catalog, *, name: str, namespace: str, queue_name: str, image: str,
                     program: Sequence[str], scratch: str, mounts_lustre: bool, lustre_configured: bool,
                     gpus: Optional[int] = None, mig_profile: Optional[str] = None, checkpoint_uri: str = "",
-                    env: Mapping[str, str] = (), volumes: Sequence[UserVolume] = (), max_restarts: int = 3) -> dict:
+                    env: Mapping[str, str] = (), volumes: Sequence[UserVolume] = (),
+                    max_restarts: int = DEFAULT_MAX_RESTARTS) -> dict:
     """`program` on one node of `pool` (a decisions.config.validate.ResolvedPool) as a Job in `queue_name`. `scratch`:
     the /scratch emptyDir's size (a Kubernetes quantity; single_job.default_scratch scales a whole node's);
     `mounts_lustre`: mount the claim lustre-data at /data; `env`, `volumes`: the user's --env and --volume."""
