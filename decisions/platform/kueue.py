@@ -144,7 +144,9 @@ WEBHOOK_PROBE_TIMEOUT_S = WEBHOOK_PROBE_DEADLINE_S + WEBHOOK_PROBE_START_ALLOWAN
 # A probe that failed once would fail every later `pulumi up`: by default pulumi-kubernetes keeps waiting for a
 # resource that did not become ready, and this annotation has the next update replace it instead, so the probe runs
 # again (the Job's docstring: pulumi-kubernetes 4.34.2, as requirements.txt pins it, pulumi_kubernetes/batch/v1/Job.py
-# lines 126-129).
+# lines 126-129). The provider replaces only a Job whose live status is not ready, and deletes the named Job before
+# creating it again (pulumi/pulumi-kubernetes v4.32.0 provider/pkg/provider/provider.go lines 1622-1660): a probe that
+# succeeded is left alone on every later `up`.
 WEBHOOK_PROBE_ANNOTATIONS: Mapping[str, str] = {"pulumi.com/replaceUnready": "true"}
 # A dry-run create needs the create permission itself (the API server authorizes it like a real one).
 WEBHOOK_PROBE_RBAC_RULES = ({"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["create"]},)
