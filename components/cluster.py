@@ -29,7 +29,6 @@ Decisions, with the reason each was taken:
 """
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import re
@@ -47,6 +46,7 @@ from decisions.config.model import IAM_ROLE_ARN
 from decisions.nodes.pods import NODEGROUP_TAINT_EFFECTS, SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, \
     SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
 from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS
+from decisions.platform.tenancy import access_entry_suffix
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of the secrets key can be cancelled
@@ -156,12 +156,6 @@ def _source_suffix(source: str) -> str:
     return re.sub(r"[^\w-]", "-", source)
 
 
-def _admin_suffix(arn: str) -> str:
-    """Stable, readable resource-name suffix for an admin role: its name plus a short hash of the ARN."""
-    role_name = re.sub(r"[^\w-]", "-", arn.rsplit("/", 1)[-1])[:40]
-    return f"{role_name}-{hashlib.sha256(arn.encode()).hexdigest()[:6]}"
-
-
 class EksCluster(pulumi.ComponentResource):
     """An EKS cluster ready for GPU node pools (see the module docstring)."""
 
@@ -264,7 +258,8 @@ class EksCluster(pulumi.ComponentResource):
         # --- admins and the deployer: access entries, cluster scope -------------------------------
         # The deployer (whoever runs Pulumi; the cluster creator gets nothing under API authentication) needs
         # admin to install the Helm releases: its own entry, unless it is one of the admin roles already.
-        admins = {_admin_suffix(arn): arn for arn in args.admin_role_arns}
+        # Named as team roles' access entries are (the role's name and a short hash of its ARN): stable, readable.
+        admins = {access_entry_suffix(arn): arn for arn in args.admin_role_arns}
         if args.deployer_arn not in args.admin_role_arns:
             admins["deployer"] = args.deployer_arn
         admin_grants: List[pulumi.Resource] = []

@@ -160,6 +160,17 @@ def test_one_cluster_admin_access_entry_per_admin_role(private_run):
     assert all(e.inputs["clusterName"] == BASE.name for e in entries)
 
 
+
+def test_admin_access_entries_keep_their_names_and_share_the_team_entries_suffix(private_run):
+    """An access entry's resource name is its URN: a new name would replace the entry (and drop the admin's access
+    while it is recreated). The admins' entries are named as the teams' are (decisions/platform/tenancy.py)."""
+    from decisions.platform.tenancy import access_entry_suffix
+
+    names = {e.inputs["principalArn"]: e.name for e in private_run.of_type("aws:eks/accessEntry:AccessEntry")}
+    assert names == {ADMINS[0]: "cluster-admin-PlatformAdmin-c6a068", ADMINS[1]: "cluster-admin-BreakGlass-9b95c5"}
+    assert all(name == f"cluster-admin-{access_entry_suffix(arn)}" for arn, name in names.items())
+
+
 # --- add-ons ---------------------------------------------------------------------------------------
 
 def test_every_pinned_addon_is_installed_at_its_pinned_version(versioned_run):
@@ -319,6 +330,15 @@ def test_the_toleration_check_tells_a_matching_toleration_from_a_near_miss():
     assert not tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], SYSTEM_NODE_TAINT)
     assert not tolerates([{"key": "node-role.kubernetes.io/control-plane", "operator": "Equal", "value": "",
                            "effect": "NoSchedule"}], SYSTEM_NODE_TAINT)
+    # The operator defaults to Equal and the value to "": no value matches only a taint whose value is empty.
+    from decisions.nodes.pools import Taint
+    keyed = Taint("gpu-cloud.io/example", "", "NoSchedule")
+    assert tolerates([{"key": "gpu-cloud.io/example"}], keyed)
+    assert tolerates([{"key": "gpu-cloud.io/example", "operator": "Equal", "value": ""}], keyed)
+    assert not tolerates([{"key": "gpu-cloud.io/example", "value": "true"}], keyed)
+    assert not tolerates([{"key": "gpu-cloud.io/example"}], SYSTEM_NODE_TAINT)
+    assert tolerates([{"key": "", "operator": "Exists", "effect": "NoSchedule"}], SYSTEM_NODE_TAINT)
+    assert not tolerates([{"key": "", "operator": "Exists", "effect": "NoExecute"}], SYSTEM_NODE_TAINT)
 
 
 def test_system_node_role_has_no_cni_permissions(private_run):

@@ -31,6 +31,7 @@ from decisions.catalog import charts
 from decisions.catalog.catalog import load_catalog
 from decisions.config.model import NodePool
 from decisions.config.validate import ResolvedPool, load_stack_spec
+from decisions.nodes.pods import tolerates
 from decisions.nodes.pools import Taint, mig_layout, mig_resource, node_labels, node_taints, offered_gpu_resources
 from decisions.observability import dcgm, monitoring
 from decisions.platform import gpu_operator, tenancy
@@ -110,19 +111,6 @@ def _device_plugin_configs(run) -> Dict[str, Dict[str, Any]]:
 def _mig_manager_config(run) -> Dict[str, Any]:
     (text,) = run.one(CONFIGMAP, "gpu-mig-config").inputs["data"].values()
     return yaml.safe_load(text)
-
-
-def _tolerates(tolerations: List[Mapping[str, str]], taint: Taint) -> bool:
-    """Kubernetes' toleration matching (core/v1 Toleration.ToleratesTaint)."""
-    for t in tolerations:
-        if t.get("effect") not in (None, "", taint.effect):
-            continue
-        if t.get("operator", "Equal") == "Exists":
-            if not t.get("key") or t["key"] == taint.key:
-                return True
-        elif t.get("key") == taint.key and t.get("value", "") == taint.value:
-            return True
-    return False
 
 
 # --- the releases -----------------------------------------------------------------------------------------
@@ -497,7 +485,7 @@ def test_every_operand_tolerates_every_gpu_node_taint(run):
     for pool in POOLS:
         for taint in node_taints(pool):
             for where, tolerations in lists.items():
-                assert _tolerates(tolerations, taint), f"{where} does not tolerate {taint} of pool {pool.name}"
+                assert tolerates(tolerations, taint), f"{where} does not tolerate {taint} of pool {pool.name}"
 
 
 def test_gpu_node_taints_start_with_the_gpu_taint_and_list_each_once():

@@ -126,14 +126,42 @@ def test_every_pod_spec_holds_every_rule(pod_specs):
     assert broken == []
 
 
-def test_every_waiver_is_used_and_has_a_reason(pod_specs):
+def _declared_and_used(pod_specs):
+    """Every (workload, container, rule) WAIVERS declares, and those some pod spec needs (pod_security.waivers_in_use:
+    without the waiver, check_pod_spec reports a new problem of its rule for its container)."""
     used = {key for _, workload, pod in pod_specs for key in pod_security.waivers_in_use(workload, pod)}
-    declared = {(w, c, r) for w, by_container in WAIVERS.items() for c, rules in by_container.items() for r in rules}
+    declared = {(w, c, r) for w, by_container in pod_security.WAIVERS.items() for c, rules in by_container.items()
+                for r in rules}
+    return declared, used
+
+
+def test_every_waiver_is_used_and_has_a_reason(pod_specs):
+    declared, used = _declared_and_used(pod_specs)
     assert declared == used
     for workload, container, rule in declared:
         assert rule in RULES and len(WAIVERS[workload][container][rule].reason) > 40
     assert all(len(reason) > 40 for reason in API_CALLERS.values())
     assert set(API_CALLERS) <= {workload for _, workload, _ in pod_specs}
+
+
+def test_a_waiver_no_pod_needs_is_not_used(pod_specs, monkeypatch):
+    """Triton's container exists and is waived (non-root), yet it has a read-only root: a read-only-root waiver for it
+    is stale, and so is a "*" seccomp waiver for the repair controller, whose containers all run RuntimeDefault."""
+    planted = {("triton", "triton", "read-only-root"), ("node-repair", "*", "seccomp")}
+    waivers = {**WAIVERS, "triton": {"triton": {**WAIVERS["triton"]["triton"], "read-only-root": Waiver("x" * 50)}},
+               "node-repair": {"*": {"seccomp": Waiver("x" * 50)}}}
+    monkeypatch.setattr(pod_security, "WAIVERS", waivers)
+    declared, used = _declared_and_used(pod_specs)
+    assert declared - used == planted
+    assert ("triton", "triton", "non-root") in used
+
+
+def test_a_waiver_for_every_container_is_used_when_a_container_needs_it(pod_specs, monkeypatch):
+    """The single-node Job's waivers, restated for "*": each still lets its container pass, so each is used."""
+    monkeypatch.setattr(pod_security, "WAIVERS", {**WAIVERS, "single-node-job": {"*": WAIVERS["single-node-job"]["job"]}})
+    declared, used = _declared_and_used(pod_specs)
+    assert declared == used
+    assert {("single-node-job", "*", rule) for rule in WAIVERS["single-node-job"]["job"]} <= used
 
 
 def test_third_party_pods_are_exactly_the_listed_charts_and_manifests(stack_runs):

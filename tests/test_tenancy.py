@@ -155,6 +155,29 @@ def test_quota_refuses_what_it_cannot_size():
         tenancy.gpu_quota(POOLS, "research")
 
 
+@pytest.mark.parametrize("decide", [
+    lambda ns: tenancy.gpu_quota(POOLS, ns), lambda ns: tenancy.cpu_memory_quota(POOLS, ns),
+    lambda ns: tenancy.container_defaults(POOLS, ns), lambda ns: tenancy.network_policies(ns, VPC_CIDR),
+], ids=["gpu-quota", "cpu-memory-quota", "container-defaults", "network-policies"])
+def test_every_per_namespace_decision_refuses_a_namespace_that_is_no_teams(decide):
+    with pytest.raises(ValueError, match=r"^'research' is not a team namespace; team namespaces: training, inference$"):
+        decide("research")
+    assert decide("training") is not None
+
+
+def test_a_gpu_quota_reads_the_catalog_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tenancy, "load_catalog", lambda: calls.append(1) or load_catalog())
+    assert tenancy.gpu_quota(POOLS, "training") and len(POOLS) > 1
+    assert len(calls) == 1
+
+
+def test_the_cpu_memory_quota_has_exactly_its_items_each_at_its_resources_amount():
+    for hard in tenancy.cpu_memory_quotas(POOLS).values():
+        assert tuple(hard) == tenancy.CPU_MEMORY_QUOTA_ITEMS
+        assert hard["requests.memory"] == hard["limits.memory"]
+
+
 # --- access entries (decisions/platform/tenancy.py)
 # ---------------------------------------------------------------------
 
@@ -358,18 +381,29 @@ def test_the_api_server_refuses_team_pods_that_reach_their_host(run):
                           ["pods", "pods/ephemeralcontainers"], tenancy.host_isolation_validations())
 
 
-def _cel_refusals(kind: str, spec, validations) -> List[str]:
-    """The messages of `validations` an object of `kind` with `spec` breaks, evaluated with a CEL interpreter."""
+def _cel_refusals(kind: str, spec, validations, *, operation: str = "CREATE", metadata=None) -> List[str]:
+    """The messages of `validations` an object of `kind` with `spec` (and `metadata`) breaks in a request of
+    `operation`, evaluated with a CEL interpreter given the variables the API server gives a ValidatingAdmissionPolicy
+    that these rules use: `object`, and `request` (its `operation`). An expression that errors, or yields anything
+    but a boolean, fails the test (the API server would refuse the object: failurePolicy Fail)."""
     import celpy
+    from celpy.celtypes import BoolType
     env = celpy.Environment()
-    obj = celpy.json_to_cel({"apiVersion": "v1", "kind": kind, "spec": spec})
-    return [message for expression, message in validations
-            if not env.program(env.compile(expression)).evaluate({"object": obj})]
+    activation = {"object": celpy.json_to_cel({"apiVersion": "v1", "kind": kind, "metadata": metadata or {},
+                                               "spec": spec}),
+                  "request": celpy.json_to_cel({"operation": operation})}
+    refused = []
+    for expression, message in validations:
+        result = env.program(env.compile(expression)).evaluate(activation)
+        assert isinstance(result, BoolType), (expression, result)
+        if not result:
+            refused.append(message)
+    return refused
 
 
-def _refusals(pod_spec) -> List[str]:
-    """The messages of the host isolation rules a Pod with `pod_spec` breaks."""
-    return _cel_refusals("Pod", pod_spec, tenancy.host_isolation_validations())
+def _refusals(pod_spec, **request) -> List[str]:
+    """The messages of the host isolation rules a Pod with `pod_spec` breaks (`request`: operation, metadata)."""
+    return _cel_refusals("Pod", pod_spec, tenancy.host_isolation_validations(), **request)
 
 
 def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
@@ -384,7 +418,7 @@ def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
     assert _refusals({"containers": [launcher(manifest)]}) == []
 
 
-@pytest.mark.parametrize("change, refused", [
+HOST_CASES = [
     ({"hostNetwork": True}, "spec.hostNetwork is not allowed in team namespaces"),
     ({"hostPID": True}, "spec.hostPID is not allowed in team namespaces"),
     ({"hostIPC": True}, "spec.hostIPC is not allowed in team namespaces"),
@@ -397,7 +431,10 @@ def test_the_programs_own_team_pods_pass_host_isolation(stack_runs):
      "hostPort on containers is not allowed in team namespaces"),
     ({"ephemeralContainers": [{"name": "e", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
      "ephemeralContainers may add only these capabilities"),
-])
+]
+
+
+@pytest.mark.parametrize("change, refused", HOST_CASES)
 def test_each_way_onto_the_host_is_refused(change, refused):
     harmless = {"containers": [{"name": "c", "ports": [{"containerPort": 80}],
                                 "securityContext": {"privileged": False, "capabilities": {"add": ["IPC_LOCK"]}}}],
@@ -443,21 +480,165 @@ def test_a_toleration_of_the_system_nodes_taint_is_refused(toleration, refused):
     assert _refusals({"containers": [{"name": "c"}]}) == _refusals({"containers": [{"name": "c"}], "tolerations": []}) == []
 
 
+NODE_NAME_REFUSAL = "spec.nodeName may not be set when a pod is created in team namespaces"
+
+
+@pytest.mark.parametrize("spec, operation, refused", [
+    ({"containers": [{"name": "c"}], "nodeName": "ip-10-0-0-1.ec2.internal"}, "CREATE", True),    # past the scheduler
+    ({"containers": [{"name": "c"}], "nodeName": "ip-10-0-0-1.ec2.internal"}, "UPDATE", False),   # once bound
+    ({"containers": [{"name": "c"}], "nodeName": ""}, "CREATE", False),
+    ({"containers": [{"name": "c"}]}, "CREATE", False),
+    ({"containers": [{"name": "c"}]}, "UPDATE", False),
+], ids=["named-on-create", "named-on-update", "empty-on-create", "unset-on-create", "unset-on-update"])
+def test_a_pod_created_on_a_named_node_is_refused(spec, operation, refused):
+    """A pod created with spec.nodeName skips the scheduler, and with it the system nodes' NoSchedule taint; every
+    update of a scheduled pod carries the nodeName the scheduler bound it to (through pods/binding, which the policy
+    does not match) and passes."""
+    found = _refusals(spec, operation=operation)
+    assert found == ([tenancy.NODE_NAME_MESSAGE] if refused else [])
+    if refused:
+        assert found[0].startswith(NODE_NAME_REFUSAL) and "spec.nodeName" in found[0]
+
+
+def test_the_node_name_rule_runs_where_pods_are_created_and_teams_cannot_bind(run):
+    """The policy sees pod creates and updates; binding (pods/binding) is neither matched nor granted to a team."""
+    spec = run.one(POLICY, "tenancy-host-isolation").inputs["spec"]
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert {"CREATE", "UPDATE"} <= set(rule["operations"]) and "pods" in rule["resources"]
+    assert "pods/binding" not in rule["resources"]
+    assert not [r for r in _all_rules(run) if "pods/binding" in r["resources"]]
+    assert (tenancy.NODE_NAME_MESSAGE in
+            [v["message"] for v in spec["validations"] if "request.operation" in v["expression"]])
+
+
+def _container(**fields):
+    return {"name": "c", **fields}
+
+
+def _in_each_list(field: str, value, message: str):
+    """The same container change in each container list, with the message each list's rule gives."""
+    return [({lists: [_container(**{field: value})]}, None, f"{lists}[*]{message}")
+            for lists in tenancy.CONTAINER_LISTS]
+
+
+def _context(**context):
+    return dict(securityContext=context)
+
+
+BASELINE_REFUSALS = "in team namespaces (Pod Security baseline)"
+# One refused pod per baseline rule the policy adds: (pod spec, metadata, the start of the one message it gets).
+BASELINE_CASES = [
+    ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, None,
+     "spec.securityContext.seccompProfile.type other than RuntimeDefault or Localhost"),
+    ({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}, None,
+     "spec.securityContext.appArmorProfile.type other than RuntimeDefault or Localhost"),
+    ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, None, "spec.securityContext.seLinuxOptions with"),
+    ({"securityContext": {"seLinuxOptions": {"user": "system_u"}}}, None, "spec.securityContext.seLinuxOptions with"),
+    ({"securityContext": {"seLinuxOptions": {"role": "system_r"}}}, None, "spec.securityContext.seLinuxOptions with"),
+    ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, None,
+     "spec.securityContext.windowsOptions.hostProcess"),
+    ({"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"},
+                                      {"name": "kernel.msgmax", "value": "65536"}]}}, None,
+     "spec.securityContext.sysctls may set only these"),
+    ({}, {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}},
+     "metadata.annotations container.apparmor.security.beta.kubernetes.io/*"),
+    *_in_each_list("securityContext", {"seccompProfile": {"type": "Unconfined"}},
+                   ".securityContext.seccompProfile.type other than RuntimeDefault or Localhost"),
+    *_in_each_list("securityContext", {"appArmorProfile": {"type": "Unconfined"}},
+                   ".securityContext.appArmorProfile.type other than RuntimeDefault or Localhost"),
+    *_in_each_list("securityContext", {"seLinuxOptions": {"level": "s0:c1,c2", "type": "unconfined_t"}},
+                   ".securityContext.seLinuxOptions with"),
+    *_in_each_list("securityContext", {"windowsOptions": {"hostProcess": True}},
+                   ".securityContext.windowsOptions.hostProcess"),
+    *_in_each_list("securityContext", {"procMount": "Unmasked"}, ".securityContext.procMount other than Default"),
+    *_in_each_list("readinessProbe", {"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}},
+                   " probes and lifecycle handlers may not name a host"),
+    *_in_each_list("lifecycle", {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}},
+                   " probes and lifecycle handlers may not name a host"),
+]
+# Pod Security baseline's safe sysctls as of Kubernetes 1.32 (Pod Security Standards, "Baseline", Sysctls), written
+# out rather than read from tenancy.SAFE_SYSCTLS so that a shorter list there fails.
+BASELINE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
+# What baseline allows stays allowed: the profiles it names, SELinux's container types and level, the safe sysctls,
+# the AppArmor annotations' allowed values, probes on the pod's own address.
+BASELINE_ALLOWED = {
+    "containers": [_container(
+        securityContext={"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"},
+                         "appArmorProfile": {"type": "Localhost", "localhostProfile": "p"},
+                         "seLinuxOptions": {"type": "container_engine_t", "level": "s0:c1,c2"},
+                         "windowsOptions": {"hostProcess": False}, "procMount": "Default"},
+        livenessProbe={"httpGet": {"path": "/health", "port": 8000, "host": ""}},
+        readinessProbe={"tcpSocket": {"port": 8001}}, lifecycle={"preStop": {"sleep": {"seconds": 5}}})],
+    "initContainers": [_container(securityContext={"seccompProfile": {"type": "RuntimeDefault"},
+                                                   "appArmorProfile": {"type": "RuntimeDefault"},
+                                                   "seLinuxOptions": {"type": "container_t", "user": "", "role": ""}})],
+    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "appArmorProfile": {"type": "RuntimeDefault"},
+                        "seLinuxOptions": {"type": "container_init_t"},
+                        "sysctls": [{"name": name, "value": "1"} for name in BASELINE_SYSCTLS]},
+    "ephemeralContainers": [_container(securityContext={"seLinuxOptions": {"type": "container_kvm_t"}})],
+}
+BASELINE_ALLOWED_METADATA = {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "runtime/default",
+                                             "container.apparmor.security.beta.kubernetes.io/d": "localhost/p",
+                                             "container.apparmor.security.beta.kubernetes.io/e": "",
+                                             "example.com/other": "unconfined"}}
+
+
+def test_what_pod_security_baseline_allows_is_admitted():
+    assert _refusals(BASELINE_ALLOWED, metadata=BASELINE_ALLOWED_METADATA) == []
+    assert _refusals(BASELINE_ALLOWED, operation="UPDATE", metadata=BASELINE_ALLOWED_METADATA) == []
+
+
+@pytest.mark.parametrize("change, metadata, refused", BASELINE_CASES,
+                         ids=[f"{i}-{refused.split()[0]}" for i, (_, _, refused) in enumerate(BASELINE_CASES)])
+def test_each_rest_of_pod_security_baseline_is_refused(change, metadata, refused):
+    """Each baseline rule the policy adds for training (which has no Pod Security label), in each container list."""
+    pod = {"containers": [_container()], **change}
+    (message,) = _refusals(pod, metadata=metadata)
+    assert message.startswith(refused) and BASELINE_REFUSALS in message, message
+    assert _refusals(pod, operation="UPDATE", metadata=metadata) == [message]     # creates and updates alike
+
+
+def test_every_host_isolation_rule_has_a_pod_it_refuses():
+    """One refused pod per rule (a rule no case breaks could be dropped or broken unseen)."""
+    messages = [message for _, message in tenancy.host_isolation_validations()]
+    assert len(set(messages)) == len(messages)
+    base = {"containers": [_container()]}
+    refused = {m for change, _ in HOST_CASES for m in _refusals({**base, **change})}
+    refused |= {m for change, metadata, _ in BASELINE_CASES for m in _refusals({**base, **change}, metadata=metadata)}
+    refused |= set(_refusals({**base, "tolerations": [{"operator": "Exists"}]}))
+    refused |= set(_refusals({**base, "nodeName": "ip-10-0-0-1.ec2.internal"}))
+    refused |= {m for lists in ("initContainers", "ephemeralContainers") for m in _refusals(
+        {**base, lists: [_container(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}, "privileged": True},
+                                    ports=[{"containerPort": 80, "hostPort": 80}])]})}
+    refused |= set(_refusals({**base, "containers": [_container(
+        ports=[{"containerPort": 80, "hostPort": 80}], securityContext={"capabilities": {"add": ["NET_ADMIN"]}})]}))
+    assert sorted(set(messages) - refused) == []
+
+
 def _team_pod_specs(run):
     """(where, pod spec) of every pod template the program registers in a team namespace, and of the MPIJobs its
     across-node starters create."""
-    from tests.test_pod_security import mpijob_pods
+    return [(where, spec) for where, _, spec in _team_pod_templates(run)]
 
+
+def _team_pod_templates(run):
+    """(where, pod metadata, pod spec) of what _team_pod_specs lists."""
     for resource in run.resources:
         template = _pod_template(resource)
         if template is None or resource.inputs["metadata"].get("namespace") not in tenancy.TEAM_NAMESPACES:
             continue
-        yield f"{run.stack}/{resource.name}", template
+        spec = resource.inputs["spec"]
+        outer = spec["jobTemplate"]["spec"] if resource.type.endswith(":CronJob") else spec
+        yield f"{run.stack}/{resource.name}", outer["template"].get("metadata") or {}, template
         for container in template["containers"]:
             for env in container.get("env") or []:
                 if env["name"] == "MPIJOB":
-                    for role, spec in mpijob_pods("nccl-efa", json.loads(env["value"])):
-                        yield f"{run.stack}/{resource.name} MPIJOB {role}", spec
+                    for role, replica in json.loads(env["value"])["spec"]["mpiReplicaSpecs"].items():
+                        yield (f"{run.stack}/{resource.name} MPIJOB nccl-efa-{role.lower()}",
+                               replica["template"].get("metadata") or {}, replica["template"]["spec"])
 
 
 @pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1", "dev"])
@@ -477,6 +658,9 @@ def test_the_programs_own_team_pods_stay_off_the_system_nodes(stack_runs, stack)
     for where, pod in found:
         assert _refusals(pod) == [], where
         assert not (pod.get("nodeSelector") or {}).items() >= SYSTEM_NODE_LABELS.items(), where
+    # With their pod metadata (the AppArmor annotations), as created and as later updated.
+    for where, metadata, pod in _team_pod_templates(run):
+        assert _refusals(pod, metadata=metadata) == _refusals(pod, operation="UPDATE", metadata=metadata) == [], where
     names = {where.split("/", 1)[1] for where, _ in found}
     if stack == "prod-us-east-1":
         assert {"inference-deployment", "training-nccl-efa-start-train-h100",
@@ -580,7 +764,7 @@ def test_no_rule_reaches_secrets_exec_or_privilege(run):
         fields = rule["apiGroups"] + rule["resources"] + rule["verbs"]
         assert "*" not in fields, f"wildcard in {rule}"
         assert not {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/ephemeralcontainers",
-                    "roles", "rolebindings", "clusterroles", "clusterrolebindings", "serviceaccounts/token",
+                    "pods/binding", "roles", "rolebindings", "clusterroles", "clusterrolebindings", "serviceaccounts/token",
                     "namespaces", "resourcequotas/status"} & set(rule["resources"]), rule
         assert not {"escalate", "bind", "impersonate", "update", "patch", "deletecollection"} & set(rule["verbs"]), rule
 

@@ -147,7 +147,9 @@ class Tenancy(pulumi.ComponentResource):
                 for policy in policies[ns]]
 
         # Team pods stay off their nodes' host (decisions/platform/tenancy.py: host network, PID and IPC, privileged,
-        # hostPath, hostPort, capabilities), checked by the API server itself on every create and update.
+        # hostPath, hostPort, capabilities) and off the system nodes (their taint's toleration; spec.nodeName on
+        # create), and keep the rest of Pod Security baseline, checked by the API server itself on every create and
+        # update (pods/binding, the scheduler's, is not matched).
         _tenant_admission_policy(f"{name}-host-isolation", tenancy.HOST_ISOLATION_POLICY,
                                  ["pods", "pods/ephemeralcontainers"], tenancy.host_isolation_validations(), child)
         # Team Services carry no externalIPs (decisions/platform/tenancy.py: CVE-2020-8554), in the same namespaces.

@@ -180,8 +180,11 @@ API_CALLERS: Mapping[str, str] = {
 }
 
 
-def _waiver(workload: str, container: str, rule: str) -> Optional[Waiver]:
-    by_container = WAIVERS.get(workload, {})
+WaiverTable = Mapping[str, Mapping[str, Mapping[str, Waiver]]]
+
+
+def _waiver(workload: str, container: str, rule: str, waivers: Optional[WaiverTable] = None) -> Optional[Waiver]:
+    by_container = (WAIVERS if waivers is None else waivers).get(workload, {})
     return by_container.get(container, {}).get(rule) or by_container.get("*", {}).get(rule)
 
 
@@ -194,12 +197,16 @@ def containers_of(pod: Mapping[str, Any]) -> List[Mapping[str, Any]]:
     return [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
 
 
-def check_pod_spec(workload: str, pod: Mapping[str, Any]) -> List[str]:
-    """Every rule `pod` (a pod spec as the API takes it, camelCase) breaks without a waiver, as 'rule: what'."""
+def check_pod_spec(workload: str, pod: Mapping[str, Any], waivers: Optional[WaiverTable] = None) -> List[str]:
+    """Every rule `pod` (a pod spec as the API takes it, camelCase) breaks without a waiver, as 'rule: what'.
+    `waivers`: the waivers to apply, WAIVERS unless given."""
     found: List[str] = []
 
+    def waiver(container: str, rule: str) -> Optional[Waiver]:
+        return _waiver(workload, container, rule, waivers)
+
     def broken(rule: str, container: str, what: str) -> None:
-        if _waiver(workload, container, rule) is None:
+        if waiver(container, rule) is None:
             found.append(f"{rule}: {workload}/{container}: {what}")
 
     projected_token = any(source.get("serviceAccountToken") for volume in pod.get("volumes") or []
@@ -208,10 +215,10 @@ def check_pod_spec(workload: str, pod: Mapping[str, Any]) -> List[str]:
         found.append(f"service-account-token: {workload}: the pod calls no API yet gets a token")
     for container in containers_of(pod):
         name, context = container["name"], container.get("securityContext") or {}
-        uid, waiver = _effective(pod, container, "runAsUser"), _waiver(workload, name, "non-root")
-        if waiver is not None and waiver.uid is not None:
-            if uid != waiver.uid or _effective(pod, container, "runAsNonRoot") is not True:
-                found.append(f"non-root: {workload}/{name}: runs as {uid}, its waiver allows {waiver.uid} only")
+        uid, root_waiver = _effective(pod, container, "runAsUser"), waiver(name, "non-root")
+        if root_waiver is not None and root_waiver.uid is not None:
+            if uid != root_waiver.uid or _effective(pod, container, "runAsNonRoot") is not True:
+                found.append(f"non-root: {workload}/{name}: runs as {uid}, its waiver allows {root_waiver.uid} only")
         elif (_effective(pod, container, "runAsNonRoot") is not True or isinstance(uid, bool)
               or not isinstance(uid, (int, float)) or uid < MIN_UID):
             broken("non-root", name, f"runAsNonRoot {_effective(pod, container, 'runAsNonRoot')}, runAsUser {uid}")
@@ -219,7 +226,7 @@ def check_pod_spec(workload: str, pod: Mapping[str, Any]) -> List[str]:
             broken("seccomp", name, "no RuntimeDefault seccomp profile")
         # A waiver names capabilities that may be added back; ALL is dropped and escalation off for every container.
         capabilities = context.get("capabilities") or {}
-        allowed = set(getattr(_waiver(workload, name, "capabilities"), "capabilities", ()))
+        allowed = set(getattr(waiver(name, "capabilities"), "capabilities", ()))
         extra = sorted(set(capabilities.get("add") or ()) - allowed)
         escalates = context.get("allowPrivilegeEscalation") is not False
         if "ALL" not in (capabilities.get("drop") or ()) or extra or escalates:
@@ -239,9 +246,16 @@ def check_pod_spec(workload: str, pod: Mapping[str, Any]) -> List[str]:
 
 
 def waivers_in_use(workload: str, pod: Mapping[str, Any]) -> Iterable[Tuple[str, str, str]]:
-    """(workload, container, rule) of each waiver that applies to a container of `pod`."""
-    names = {c["name"] for c in containers_of(pod)}
-    for container, rules in WAIVERS.get(workload, {}).items():
-        if container == "*" or container in names:
-            for rule in rules:
+    """(workload, container, rule) of each waiver `pod` needs: without that one waiver, check_pod_spec reports a
+    problem of its rule for its container (for any container, if the waiver's container is "*") that it does not
+    report with every waiver. A waiver whose container merely exists is not thereby used."""
+    declared = WAIVERS.get(workload, {})
+    with_all = set(check_pod_spec(workload, pod))
+    for container, rules in declared.items():
+        for rule in rules:
+            fewer = {name: {r: w for r, w in by_rule.items() if (name, r) != (container, rule)}
+                     for name, by_rule in declared.items()}
+            new = set(check_pod_spec(workload, pod, {**WAIVERS, workload: fewer})) - with_all
+            prefix = f"{rule}: {workload}/" + ("" if container == "*" else f"{container}:")
+            if any(problem.startswith(prefix) for problem in new):
                 yield workload, container, rule

@@ -53,9 +53,10 @@ TENANT_LABEL = "gpu-cloud.io/tenant"
 READINESS_GATE_LABEL = ("elbv2.k8s.aws/pod-readiness-gate-inject", "enabled")
 
 
-# Pod Security Admission's baseline profile (built into the API server): no host namespaces, privileged containers,
-# hostPath, hostPort or capabilities beyond the default set. The training namespace cannot take it (MPI workers add
-# IPC_LOCK: EFA registers pinned memory); the admission policy below holds both team namespaces to the host rules.
+# Pod Security Admission's baseline profile (built into the API server; no version label, so the server's own
+# version's rules). Only inference carries the label: the training namespace cannot take it (MPI workers add IPC_LOCK:
+# EFA registers pinned memory). The admission policy below holds both team namespaces to every baseline rule but that
+# one (capabilities: baseline's list plus IPC_LOCK), and to two rules of its own (system nodes' toleration, nodeName).
 POD_SECURITY_BASELINE = ("pod-security.kubernetes.io/enforce", "baseline")
 
 
@@ -86,6 +87,80 @@ CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 SYSTEM_TOLERATION_MESSAGE = (f"spec.tolerations may not tolerate the system nodes' taint {SYSTEM_NODE_TAINT.key} "
                              "(by its key, or by an empty key with operator Exists) in team namespaces: the system "
                              "nodes run the cluster's add-ons")
+# A pod created with spec.nodeName is bound to that node without the scheduler ("the scheduler ignores the Pod and the
+# kubelet on the named node tries to place the Pod on that node": Kubernetes docs, Assigning Pods to Nodes, "nodeName"),
+# and a NoSchedule taint is the scheduler's alone: it lets "all pods submitted to Kubelet without going through the
+# scheduler" start (k8s.io/api core/v1 types.go, TaintEffectNoSchedule), and the kubelet's own admission checks only
+# NoExecute taints (kubernetes/kubernetes pkg/kubelet/lifecycle/predicate.go: "Kubelet is only interested in the
+# NoExecute taint"). So a team, which can list node names (NODE_READER_RULES), could otherwise put a pod on the system
+# nodes without any toleration. Refused on CREATE only: the scheduler binds through the pods/binding subresource, which
+# the policy does not match (and TEAM_RULES do not grant), and every later UPDATE of a scheduled pod (the Job
+# controller removing its finalizer, an ephemeral container) carries the nodeName it was bound to. `request` is one of
+# the variables ValidatingAdmissionPolicy's CEL is given (Kubernetes docs, Validating Admission Policy, "Validation
+# expression": object, oldObject, request, params, namespaceObject, authorizer); request.operation is the admission
+# request's (CREATE, UPDATE, ...). The API server keeps spec.nodeName immutable on update anyway.
+NODE_NAME_MESSAGE = ("spec.nodeName may not be set when a pod is created in team namespaces: it binds the pod to a "
+                     "node past the scheduler, which alone enforces the system nodes' taint")
+
+# The rest of Pod Security's baseline (Kubernetes docs, Pod Security Standards, "Baseline"; the checks are
+# kubernetes/kubernetes staging/src/k8s.io/pod-security-admission/policy/check_*.go), for training, which has no
+# Pod Security label, and restated for inference. Each allowed set is baseline's at Kubernetes 1.35:
+# - Seccomp (check_seccompProfile_baseline.go): securityContext.seccompProfile.type undefined, RuntimeDefault or
+#   Localhost, pod and every container (Unconfined turns the syscall filter off);
+# - AppArmor (check_appArmorProfile.go; the appArmorProfile field is GA in 1.30): appArmorProfile.type undefined,
+#   RuntimeDefault or Localhost, pod and every container, and the older per-container annotations
+#   container.apparmor.security.beta.kubernetes.io/<name> empty, runtime/default or localhost/<profile>;
+# - SELinux (check_seLinuxOptions.go): seLinuxOptions.type undefined or one of SELINUX_TYPES (container_engine_t since
+#   1.31), user and role unset, pod and every container;
+# - /proc mount type (check_procMount_baseline.go): procMount undefined or Default. Baseline 1.35 also admits any
+#   procMount in a pod with hostUsers: false (a user namespace); this policy does not: stricter, and no team pod needs
+#   an unmasked /proc;
+# - Sysctls (check_sysctls.go): spec.securityContext.sysctls only SAFE_SYSCTLS (the kubelet's safe set: namespaced,
+#   isolated from other pods; the list as of 1.32);
+# - HostProcess (check_windowsHostProcess.go): windowsOptions.hostProcess not true, pod and every container;
+# - Host probes and lifecycle hooks (check_hostProbesAndhostLifecycle.go, baseline since 1.34): no httpGet or tcpSocket
+#   host in a probe or lifecycle handler: the kubelet connects from the node, so a host there reaches any address
+#   the node can, past the pod's NetworkPolicies.
+# None of gpu-cloud's own team pods sets any of these but the RuntimeDefault seccomp profile
+# (decisions/platform/pod_security.py).
+SECCOMP_PROFILE_TYPES = ("RuntimeDefault", "Localhost")
+APPARMOR_PROFILE_TYPES = ("RuntimeDefault", "Localhost")
+APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
+SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+LIFECYCLE_HOOKS = ("postStart", "preStop")
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
+
+
+def _unset_or(base: str, path: str, test: str) -> str:
+    """CEL true when a field on `path` (dotted, below `base`) is unset, or `test` holds of it (`test` names the field
+    `{0}`, or `{}`)."""
+    fields = path.split(".")
+    unset = [f"!has({base}.{'.'.join(fields[:i + 1])})" for i in range(len(fields))]
+    return "(" + " || ".join(unset + [test.format(f"{base}.{path}")]) + ")"
+
+
+def _security_context_rules(base: str) -> List[Tuple[str, str]]:
+    """(CEL, what it refuses) of the baseline rules a pod's and a container's securityContext share."""
+    selinux = ("((!has({0}.type) || {0}.type == '' || {0}.type in " + _cel_list(SELINUX_TYPES) + ") && "
+               "(!has({0}.user) || {0}.user == '') && (!has({0}.role) || {0}.role == ''))")
+    return [
+        (_unset_or(base, "securityContext.seccompProfile.type", "{} in " + _cel_list(SECCOMP_PROFILE_TYPES)),
+         f"securityContext.seccompProfile.type other than {' or '.join(SECCOMP_PROFILE_TYPES)}"),
+        (_unset_or(base, "securityContext.appArmorProfile.type", "{} in " + _cel_list(APPARMOR_PROFILE_TYPES)),
+         f"securityContext.appArmorProfile.type other than {' or '.join(APPARMOR_PROFILE_TYPES)}"),
+        (_unset_or(base, "securityContext.seLinuxOptions", selinux),
+         f"securityContext.seLinuxOptions with a user, a role or a type other than {', '.join(SELINUX_TYPES)}"),
+        (_unset_or(base, "securityContext.windowsOptions.hostProcess", "!{}"),
+         "securityContext.windowsOptions.hostProcess"),
+    ]
 
 
 def host_isolation_validations() -> List[Tuple[str, str]]:
@@ -96,8 +171,23 @@ def host_isolation_validations() -> List[Tuple[str, str]]:
                   f"(!has(t.key) || t.key != '{SYSTEM_NODE_TAINT.key}') && "
                   "((has(t.key) && t.key != '') || !has(t.operator) || t.operator != 'Exists'))",
                   SYSTEM_TOLERATION_MESSAGE))
+    rules.append(("request.operation != 'CREATE' || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+                  NODE_NAME_MESSAGE))
     rules.append(("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
                   "hostPath volumes are not allowed in team namespaces"))
+    # The rest of Pod Security baseline (see above), pod level first, then each container list.
+    rules += [(expression, f"spec.{what} is not allowed in team namespaces (Pod Security baseline)")
+              for expression, what in _security_context_rules("object.spec")]
+    rules.append((_unset_or("object.spec", "securityContext.sysctls", "{}.all(s, s.name in "
+                            + _cel_list(SAFE_SYSCTLS) + ")"),
+                  "spec.securityContext.sysctls may set only these in team namespaces (Pod Security baseline): "
+                  + ", ".join(SAFE_SYSCTLS)))
+    annotation = "object.metadata.annotations[k]"
+    rules.append(("!has(object.metadata.annotations) || object.metadata.annotations.all(k, "
+                  f"!k.startsWith('{APPARMOR_ANNOTATION_PREFIX}') || {annotation} == '' || "
+                  f"{annotation} == 'runtime/default' || {annotation}.startsWith('localhost/'))",
+                  f"metadata.annotations {APPARMOR_ANNOTATION_PREFIX}* other than runtime/default or "
+                  "localhost/<profile> are not allowed in team namespaces (Pod Security baseline)"))
     allowed = ", ".join(f"'{cap}'" for cap in ALLOWED_CAPABILITIES)
     for containers in CONTAINER_LISTS:
         each = f"!has(object.spec.{containers}) || object.spec.{containers}.all(c, "
@@ -110,6 +200,17 @@ def host_isolation_validations() -> List[Tuple[str, str]]:
                     f"!has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(x, x in [{allowed}]))",
              f"{containers} may add only these capabilities: {', '.join(ALLOWED_CAPABILITIES)}"),
         ]
+        rules += [(each + expression + ")", f"{containers}[*].{what} is not allowed in team namespaces (Pod Security "
+                                            "baseline)") for expression, what in _security_context_rules("c")]
+        rules.append((each + _unset_or("c", "securityContext.procMount", "{} == 'Default'") + ")",
+                      f"{containers}[*].securityContext.procMount other than Default is not allowed in team namespaces "
+                      "(Pod Security baseline)"))
+        hosts = [_unset_or("c", f"{handler}.{action}.host", "{} == ''")
+                 for handler in (*PROBES, *(f"lifecycle.{hook}" for hook in LIFECYCLE_HOOKS))
+                 for action in ("httpGet", "tcpSocket")]
+        rules.append((each + " && ".join(hosts) + ")",
+                      f"{containers}[*] probes and lifecycle handlers may not name a host in team namespaces (Pod "
+                      "Security baseline): the kubelet would connect there from the node"))
     return rules
 
 
@@ -136,13 +237,19 @@ NAMESPACE_WORKLOADS: Mapping[str, Tuple[str, ...]] = {
     INFERENCE_NAMESPACE: ("inference", "general"),
 }
 
+
+def _require_team_namespace(namespace: str) -> None:
+    if namespace not in TEAM_NAMESPACES:
+        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+
+
 def gpu_quota(pools: Sequence, namespace: str) -> Dict[str, str]:
     """ResourceQuota `hard` for `namespace`: per GPU resource of the cluster, what its pools offer at maxNodes."""
-    if namespace not in NAMESPACE_WORKLOADS:
-        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    _require_team_namespace(namespace)
+    catalog = load_catalog()
     totals = {GPU_RESOURCE: 0}
     for pool in pools:
-        for resource, per_node in offered_gpu_resources(pool, load_catalog()).items():
+        for resource, per_node in offered_gpu_resources(pool, catalog).items():
             totals.setdefault(resource, 0)
             if pool.spec.workload in NAMESPACE_WORKLOADS[namespace]:
                 totals[resource] += per_node * pool.spec.max_nodes
@@ -174,8 +281,7 @@ MIB_PER_GIB = 1024
 
 
 def _pools_of(pools: Sequence, namespace: str) -> List:
-    if namespace not in NAMESPACE_WORKLOADS:
-        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    _require_team_namespace(namespace)
     return [pool for pool in pools if pool.spec.workload in NAMESPACE_WORKLOADS[namespace]]
 
 
@@ -185,7 +291,8 @@ def cpu_memory_quota(pools: Sequence, namespace: str) -> Dict[str, str]:
     for pool in _pools_of(pools, namespace):
         cpu += pool.spec.max_nodes * max(t.vcpu for t in pool.types)
         memory_mib += pool.spec.max_nodes * max(t.memory_gib for t in pool.types) * MIB_PER_GIB
-    return {"requests.cpu": str(cpu), "requests.memory": f"{memory_mib}Mi", "limits.memory": f"{memory_mib}Mi"}
+    amounts = {"cpu": str(cpu), "memory": f"{memory_mib}Mi"}
+    return {item: amounts[item.split(".", 1)[1]] for item in CPU_MEMORY_QUOTA_ITEMS}
 
 
 def cpu_memory_quotas(pools: Sequence) -> Dict[str, Dict[str, str]]:
@@ -373,8 +480,7 @@ def network_policies(namespace: str, vpc_cidr: str) -> Tuple[NetworkPolicyRules,
 
     `vpc_cidr`: where the inference load balancer's addresses are (its nodes, or its ENIs in IP mode).
     """
-    if namespace not in TEAM_NAMESPACES:
-        raise ValueError(f"{namespace!r} is not a team namespace; team namespaces: {', '.join(TEAM_NAMESPACES)}")
+    _require_team_namespace(namespace)
     vpc = str(ipaddress.IPv4Network(vpc_cidr, strict=True))
     policies = [
         # No rules: with both types listed, every pod of the namespace gets only what the other policies allow.
