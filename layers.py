@@ -41,8 +41,8 @@ from components.storage.replication import ReplicatedBucket, Replication, Replic
 from decisions.config import preflight
 from decisions.config.deployer import AWS_PROVIDER_KEYS, AwsSettings, aws_settings
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
-from decisions.config.model import SECRET_KEYS, SECTIONS
-from decisions.config.validate import NAMESPACE, StackSpec, budget_issues, load_stack_spec, stack_warnings
+from decisions.config.model import NAMESPACE, SECRET_KEYS, SECTIONS
+from decisions.config.validate import StackSpec, budget_issues, load_stack_spec, stack_warnings
 from decisions.network.zones import AccountZones, ZoneLayout, reservation_table, resolve_layout, zone_table
 from decisions.nodes import autoscaling, boot
 from decisions.nodes import pools as pool_rules
@@ -52,7 +52,7 @@ from decisions.serving import failover, lb_controller
 from decisions.serving import triton as triton_rules
 from decisions.storage import buckets as bucket_rules
 from decisions.storage import lustre as lustre_rules, replication
-from plan.stackfile import peer_cidr
+from plan.stackfile import read_peer_cidr
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,8 @@ class Stack:
     account_id: str
     partition: str
     dns_suffix: str                 # the partition's DNS suffix (service principals)
+    reverse_dns_prefix: str         # the partition's reverse DNS prefix (interface endpoint service names)
+    ami_id: str                     # the node image's AMI in the region (read_ami_id), read once in prepare
 
     @property
     def with_aws(self) -> pulumi.ResourceOptions:
@@ -107,49 +109,80 @@ def _aws_config() -> dict:
 
 
 def prepare() -> Stack:
-    """Read and validate the stack, then check it against the account; every mistake is one RunError listing them."""
+    """Read and validate the stack, then check it against the account; every mistake is one RunError listing them.
+
+    The checks against the account run together and their mistakes are raised once: the transit gateway
+    (read_account), the deployer's access entry, and the node image's AMI parameter need nothing from one another.
+    What needs the account's answers waits for them: when read_account refuses (the transit gateway), the zones,
+    quotas, endpoints, budget and Lustre checks do not run, and the Lustre zone is checked only once the zones
+    resolved (resolve_layout). The config's own mistakes (load_stack_spec, the user-data size) come first, alone:
+    nothing is read from the account for a config that does not parse."""
     try:
         keys = _project_config()
         settings = aws_settings(_aws_config())
+        peer, peer_warning = read_peer_cidr(keys)
         spec = load_stack_spec(keys, stack=pulumi.get_stack(), region=settings.region,
-                               project=pulumi.get_project(), peer_cidr=peer_cidr(keys))
+                               project=pulumi.get_project(), peer_cidr=peer)
         check_user_data_fits(spec)
-        # One AWS provider for everything, reads included: it is the stack's `aws:` identity (an explicit provider
-        # does not read `aws:` config itself), so ARNs name the right account and the deployer is who runs it.
-        aws_provider = aws.Provider(
-            "aws", region=spec.region, profile=settings.profile,
-            assume_roles=[aws.ProviderAssumeRoleArgs(**settings.assume_role)] if settings.assume_role else None,
-            allowed_account_ids=list(settings.allowed_account_ids) or None,
-            default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
-        reads = pulumi.InvokeOptions(provider=aws_provider)
-        pool_names = [pool.name for pool in spec.pools]   # errors name the pool beside its index
-        account = read_account(spec, reads)
-        layout = resolve_layout(spec, account)   # zones, offerings, reservations, subnet room
-        preflight_warnings = preflight.check_account(spec, account)   # vCPU quotas, interface endpoint zones
-        over_budget = budget_issues(spec, account.reservations)      # reservations at the size EC2 bills
-        if over_budget:
-            raise ConfigError(over_budget, pool_names=pool_names)
-        if spec.storage.lustre is not None:   # the file system's zone: where the training pools are
-            zone_problems = lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa)
-            if zone_problems:
-                raise ConfigError([ConfigIssue(key_path(NAMESPACE, parts), message)
-                                   for parts, message in zone_problems], pool_names=pool_names)
-        deployer_arn = read_deployer(reads)
-        # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
-        teams_with_deployer = [team for team, access in spec.tenancy.teams if deployer_arn in access.role_arns]
-        if teams_with_deployer:
-            raise ConfigError([ConfigIssue(f"{NAMESPACE}:tenancy.teams.{team}.roleArns", f"{deployer_arn} runs "
-                                           "Pulumi and so has a cluster-admin access entry; give the team another role")
-                               for team in teams_with_deployer])
     except ConfigError as error:
         raise pulumi.RunError(str(error)) from None
-    for warning in stack_warnings(spec, date.today()) + list(layout.warnings) + preflight_warnings:
+    # One AWS provider for everything, reads included: it is the stack's `aws:` identity (an explicit provider
+    # does not read `aws:` config itself), so ARNs name the right account and the deployer is who runs it.
+    aws_provider = aws.Provider(
+        "aws", region=spec.region, profile=settings.profile,
+        assume_roles=[aws.ProviderAssumeRoleArgs(**settings.assume_role)] if settings.assume_role else None,
+        allowed_account_ids=list(settings.allowed_account_ids) or None,
+        default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
+    reads = pulumi.InvokeOptions(provider=aws_provider)
+    pool_names = [pool.name for pool in spec.pools]   # errors name the pool beside its index
+    issues: List[ConfigIssue] = []
+
+    def gather(check):
+        """The check's answer, or None with its mistakes added to the others."""
+        try:
+            return check()
+        except ConfigError as error:
+            issues.extend(error.issues)
+            return None
+
+    account = gather(lambda: read_account(spec, reads))   # raises only for the transit gateway
+    layout, preflight_warnings = None, []
+    if account is not None:
+        layout = gather(lambda: resolve_layout(spec, account))   # zones, offerings, reservations, subnet room
+        preflight_warnings = gather(lambda: preflight.check_account(spec, account)) or []  # quotas, endpoint zones
+        issues.extend(budget_issues(spec, account.reservations))      # reservations at the size EC2 bills
+        if layout is not None and spec.storage.lustre is not None:   # the file system's zone: the training pools'
+            issues.extend(ConfigIssue(key_path(NAMESPACE, parts), message) for parts, message in
+                          lustre_rules.zone_issues(spec.pools, layout.pool_zones, spec.storage.lustre.efa))
+    deployer_arn = read_deployer(reads)
+    # The deployer has its own admin entry; EKS allows one entry per role, so it cannot also be a team's.
+    issues.extend(ConfigIssue(f"{NAMESPACE}:tenancy.teams.{team}.roleArns", f"{deployer_arn} runs Pulumi and so "
+                              "has a cluster-admin access entry; give the team another role")
+                  for team, access in spec.tenancy.teams if deployer_arn in access.role_arns)
+    # The nodes' AMI, read once for every pool: a release without its parameter in the region fails here, before the
+    # VPC and the cluster are registered, not halfway through `pulumi up`.
+    ami_id = gather(lambda: _read_ami(spec, reads))
+    if issues:
+        raise pulumi.RunError(str(ConfigError(issues, pool_names=pool_names)))
+    for warning in ([peer_warning] if peer_warning else []) + stack_warnings(spec, date.today()) + \
+            list(layout.warnings) + preflight_warnings:
         pulumi.log.warn(warning)
     partition = aws.get_partition(opts=reads)
     return Stack(spec=spec, settings=settings, webhook_url=keys.get("alertWebhookUrl") or None,
                  aws_provider=aws_provider, account=account, layout=layout, deployer_arn=deployer_arn,
                  account_id=aws.get_caller_identity(opts=reads).account_id, partition=partition.partition,
-                 dns_suffix=partition.dns_suffix)
+                 dns_suffix=partition.dns_suffix, reverse_dns_prefix=partition.reverse_dns_prefix, ami_id=ami_id)
+
+
+def _read_ami(spec: StackSpec, reads: pulumi.InvokeOptions) -> str:
+    """The node image's AMI in the stack's region (read_ami_id); a parameter SSM does not have is a config mistake."""
+    try:
+        return read_ami_id(spec.node_image, reads)
+    except Exception as error:  # an invoke error: no such parameter in this region, or not allowed to read it
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError([ConfigIssue(f"{NAMESPACE}:gpuDriver", f"the AMI of release {spec.node_image.ami_name} "
+                                       f"could not be read from SSM ({spec.node_image.ssm_parameter}) in "
+                                       f"{spec.region}: {first_line}")]) from None
 
 
 def foundation(stack: Stack) -> Foundation:
@@ -158,7 +191,9 @@ def foundation(stack: Stack) -> Foundation:
     tgw = spec.network.transit_gateway
     network = Network("network", NetworkArgs(
         cidr=spec.network.cidr, zones=layout.zones, nat_gateways=spec.network.nat_gateways,
-        cluster_name=spec.cluster_name, flow_log_retention_days=retention, transit_gateway_id=tgw.id if tgw else None,
+        cluster_name=spec.cluster_name, flow_log_retention_days=retention, region=spec.region,
+        account_id=stack.account_id, partition=stack.partition, dns_suffix=stack.dns_suffix,
+        reverse_dns_prefix=stack.reverse_dns_prefix, transit_gateway_id=tgw.id if tgw else None,
         transit_routes=tgw.routes if tgw else ()), opts=stack.with_aws)
     cluster = EksCluster("cluster", ClusterArgs(
         name=spec.cluster_name, kubernetes_version=spec.cluster.kubernetes_version,
@@ -196,15 +231,14 @@ def compute(stack: Stack, base: Foundation) -> List[GpuNodePool]:
     node_drain = NodeDrain("node-drain", NodeDrainArgs(
         cluster_name=cluster.cluster_name, region=spec.region, asg_names=asg_names, asg_arn_patterns=asg_arn_patterns),
         opts=base.with_cluster)
-    ami_id = read_ami_id(spec.node_image, pulumi.InvokeOptions(provider=stack.aws_provider))
     connection = ClusterConnection(
         name=cluster.cluster_name, endpoint=cluster.endpoint, certificate_authority=cluster.certificate_authority,
         service_cidr=cluster.service_cidr, security_group_id=cluster.cluster_security_group_id)
     artifacts = base.buckets["artifacts"]
     node_pools = [GpuNodePool(pool.name, NodePoolArgs(
         pool=pool, cluster_name=name, cluster=connection, region=spec.region, account_id=stack.account_id,
-        partition=stack.partition, vpc_id=base.network.vpc_id, subnet_ids=base.network.private_subnet_ids,
-        zones=stack.layout.pool_zones[pool.name], image=spec.node_image, ami_id=ami_id,
+        partition=stack.partition, dns_suffix=stack.dns_suffix, vpc_id=base.network.vpc_id,
+        subnet_ids=base.network.private_subnet_ids, zones=stack.layout.pool_zones[pool.name], image=spec.node_image, ami_id=stack.ami_id,
         nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
         artifact_bucket=artifacts.bucket_name, artifact_key_arn=artifacts.key_arn,
         lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None),

@@ -49,6 +49,13 @@ class NetworkArgs:
     nat_gateways: str            # "one-per-az" | "single"
     cluster_name: str            # EKS cluster name, for kubernetes.io/cluster/<name> subnet tags
     flow_log_retention_days: int
+    # The stack's region, account and partition as prepare read them once (layers.Stack): names, ARNs, policies and
+    # endpoint service names, with no invoke of the component's own.
+    region: str
+    account_id: str
+    partition: str                  # "aws", "aws-cn", "aws-us-gov"
+    dns_suffix: str                 # "amazonaws.com", ...: service principals
+    reverse_dns_prefix: str         # "com.amazonaws", ...: interface endpoint service names
     transit_gateway_id: Optional[str] = None     # an existing transit gateway to attach the private subnets to
     transit_routes: Tuple[str, ...] = ()         # networks reached through it (the deployer's runners, ...)
 
@@ -97,11 +104,7 @@ class Network(pulumi.ComponentResource):
         super().__init__("gpu-cloud:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # Plain values from the caller's provider (no apply needed for names or policies).
-        invoke = pulumi.InvokeOptions(parent=self)
-        region = aws.get_region(opts=invoke).region
-        account = aws.get_caller_identity(opts=invoke).account_id
-        partition = aws.get_partition(opts=invoke)
+        region, account, partition = args.region, args.account_id, args.partition
 
         self.vpc = aws.ec2.Vpc(f"{name}-vpc", cidr_block=args.cidr, enable_dns_support=True,
                                enable_dns_hostnames=True, tags=_tags(f"{name}-vpc"), opts=child)
@@ -173,7 +176,7 @@ class Network(pulumi.ComponentResource):
                 for zone, rt in private_rts.items() for cidr in args.transit_routes]
 
         # --- VPC endpoints ---------------------------------------------------------------------
-        service_prefix = f"{partition.reverse_dns_prefix}.{region}"
+        service_prefix = f"{args.reverse_dns_prefix}.{region}"
         aws.ec2.VpcEndpoint(f"{name}-vpce-s3", vpc_id=self.vpc.id, service_name=f"{service_prefix}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[rt.id for rt in private_rts.values()],
                             tags=_tags(f"{name}-vpce-s3"), opts=child)
@@ -192,10 +195,10 @@ class Network(pulumi.ComponentResource):
                 security_group_ids=[self.endpoint_security_group.id], tags=_tags(f"{name}-vpce-{short}"), opts=child)
 
         # --- flow logs: all traffic, to a log group encrypted with its own key --------------------
-        log_group_arns = log_group_arn(partition.partition, region, account, "*")
+        log_group_arns = log_group_arn(partition, region, account, "*")
         # The group has a fixed name, so the key can name it: CloudWatch Logs may use the key for this group only.
         flow_log_group = flow_log_group_name(args.cluster_name)
-        key_policy = log_group_key_policy(partition.partition, partition.dns_suffix, region, account, flow_log_group)
+        key_policy = log_group_key_policy(partition, args.dns_suffix, region, account, flow_log_group)
         self.flow_log_key = aws.kms.Key(
             f"{name}-flow-logs-key", description=f"{name}: VPC flow log encryption", enable_key_rotation=True,
             deletion_window_in_days=30, policy=key_policy, tags=_tags(f"{name}-flow-logs-key"),
@@ -207,7 +210,7 @@ class Network(pulumi.ComponentResource):
             kms_key_id=self.flow_log_key.arn,
             tags=_tags(f"{name}-flow-logs"), opts=child)
 
-        flow_log_arns = f"arn:{partition.partition}:ec2:{region}:{account}:vpc-flow-log/*"
+        flow_log_arns = f"arn:{partition}:ec2:{region}:{account}:vpc-flow-log/*"
         flow_role = aws.iam.Role(
             f"{name}-flow-logs-role", description=f"{name}: VPC flow logs delivery to CloudWatch Logs",
             assume_role_policy=json.dumps({

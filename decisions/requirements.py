@@ -19,10 +19,11 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from decisions.catalog.data_files import read_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS_PATH = Path(__file__).with_name("requirements.yaml")
@@ -68,7 +69,7 @@ def _is_test_id(text: str) -> bool:
 
 def load_requirements(path: Path = REQUIREMENTS_PATH) -> Tuple[Requirement, ...]:
     """The ledger's rows, checked: known statuses, `why` unless met, tests named as pytest ids, ids unique."""
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("requirements"), list):
         raise ValueError(f"{path.name}: needs a `requirements` list")
     rows = tuple(Requirement.model_validate(row) for row in data["requirements"])
@@ -126,8 +127,23 @@ def default_alert_rule(alert: str) -> Dict[str, Any]:
 
 
 def stack_setting(stack: str, key: str) -> Any:
-    """A key of a shipped stack file (stacks/Pulumi.<stack>.yaml), as written."""
-    return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"][key]
+    """A key of a shipped stack file (stacks/Pulumi.<stack>.yaml) as the Pulumi CLI hands it to the program:
+    plan.stackfile.load_stack_config (yaml.v3's scalars, UTF-8, Pulumi.yaml defaults)."""
+    from plan.stackfile import load_stack_config
+    return load_stack_config(stack)[key]
+
+
+def choices(model: str, field: str) -> Tuple[Any, ...]:
+    """The values a Literal field of a config model accepts (`model`: "module:Class"), read from its annotation:
+    what validation lets through, not a list kept beside it."""
+    module_name, _, class_name = model.partition(":")
+    annotation = getattr(importlib.import_module(module_name), class_name).model_fields[field].annotation
+    while get_origin(annotation) is not Literal:   # Optional[Literal[...]], Annotated[Literal[...], ...]
+        inner = [a for a in get_args(annotation) if a is not type(None)]
+        if not inner:
+            raise ValueError(f"{model}.{field} is not a Literal field")
+        annotation = inner[0]
+    return get_args(annotation)
 
 
 # --- the page -------------------------------------------------------------------------------------------------------

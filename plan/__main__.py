@@ -234,7 +234,7 @@ def dr_pair(primary: str, secondary: str) -> int:
     """Check two stacks as a DR pair (decisions/serving/dr_pair.py), each validated as a plan validates it, and print
     the pair and its recovery time; a pair that does not hold exits 2 with every reason, by stack and key path."""
     from decisions.config.errors import ConfigError, key_path
-    from decisions.config.validate import NAMESPACE
+    from decisions.config.model import NAMESPACE
     from decisions.serving import dr_pair as rules
     from decisions.storage import replication
     from plan.stackfile import StackFileError, load_stack
@@ -275,6 +275,7 @@ def dr_pair(primary: str, secondary: str) -> int:
     for term in at_minimum.terms:
         lines.append(f"  {term.name:<10} {term.seconds:>6,} s  {term.why}")
         lines += _term_lines(term.parts, "    ")
+    lines += _not_counted_lines(at_minimum)
     lines.append(f"  {'total':<10} {at_minimum.seconds:>6,} s  ({at_minimum.seconds / 60:.1f} min)")
     at_maximum = rules.recovery(p_spec, s_spec, p.ceiling)
     if at_maximum.terms is None:
@@ -284,12 +285,18 @@ def dr_pair(primary: str, secondary: str) -> int:
         lines.append(f"Carrying its maximum ({p.ceiling} replicas): {at_maximum.seconds:,} s "
                      f"({at_maximum.seconds / 60:.1f} min), of which scale-up {scale_up.seconds:,} s")
         lines += _term_lines(scale_up.parts, "  ")
+        lines += _not_counted_lines(at_maximum)
     print("\n".join(lines))
     return EXIT_OK
 
 
 def _term_lines(terms, indent: str) -> List[str]:
     return [f"{indent}{t.name:<20} {t.seconds:>6,} s  {t.why}" for t in terms]
+
+
+def _not_counted_lines(recovery) -> List[str]:
+    """What takes time and has no term in the total (decisions.serving.dr_pair.Recovery.not_counted)."""
+    return [f"  not counted: {text}" for text in recovery.not_counted]
 
 
 def _summary(verdict) -> dict:

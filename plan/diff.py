@@ -191,9 +191,15 @@ def capacity_and_cost(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[Di
                 for name in list(gpus) + [n for n in cost if n not in gpus]}
 
     def fixed(document):
-        items = (document.get("cost") or {}).get("fixed") or []
-        return {figure: round(sum(i.get(figure) or 0 for i in items), 4) if figure.startswith("hourly") else None
-                for figure in _FIGURES}, any(i.get("hourlyAtMax") is None for i in items)
+        # The totals the document records (cost.fixedCosts, summed from the unrounded figures), not a sum of the
+        # items' rounded ones; a document written before fixedCosts existed has only the items.
+        cost = document.get("cost") or {}
+        items = cost.get("fixed") or []
+        recorded = cost.get("fixedCosts")
+        figures = {figure: (recorded.get(figure) if recorded is not None else
+                            round(sum(i.get(figure) or 0 for i in items), 4)) if figure.startswith("hourly") else None
+                   for figure in _FIGURES}
+        return figures, any(i.get("hourlyAtMax") is None for i in items)
 
     def total(document, rows):
         cost = document.get("cost") or {}

@@ -66,6 +66,9 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
     kms_keys = len(run.of_type(KMS_KEY_TYPE)) if run is not None else None
     estimate = cost.estimate(spec, reservations=reservations, kms_keys=kms_keys)
     committed = estimate.committed_hourly
+    # What the budget is checked on, by the rule the config check and the pack use (decisions/cost/cost.py over_budget).
+    budget_rows = cost.budget_pool_costs(spec.pools, spec.catalog, spec.region, reservations=reservations)
+    gpu_sources = gpu_price_sources(spec)
 
     def both(hourly_desired, hourly_max):
         return {"hourlyAtDesired": cost.per_hour(hourly_desired), "hourlyAtMax": cost.per_hour(hourly_max),
@@ -78,9 +81,13 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         "hoursPerMonth": cost.HOURS_PER_MONTH,
         "complete": estimate.complete,
         "gaps": estimate.gaps,
-        "pricesAsOf": spec.catalog.prices_as_of,
-        "source": f"{spec.catalog.price_source}; fixed costs, spot and commitment discounts, capacity blocks and "
-                  "usage rates: decisions/cost/prices.yaml (each item names its source and date)",
+        # The dates of the GPU on-demand prices the pools are priced at (each pool's basis cites its own).
+        "pricesAsOf": ", ".join(dict.fromkeys(s.as_of for s in gpu_sources)) or "no GPU price recorded",
+        "source": f"GPU on-demand prices: {'; '.join(s.cited for s in gpu_sources) or 'none recorded'} "
+                  "(decisions/catalog/catalog.yaml); "
+                  "fixed costs, spot and commitment discounts, capacity blocks and usage rates: "
+                  "decisions/cost/prices.yaml (each item names its source and date; `weak` marks a single "
+                  "third-party quote)",
         "scope": "GPU pools and fixed costs (control plane, system nodes, root volumes, NAT, endpoints, transit "
                  "gateway, FSx, load balancer); capacity blocks paid upfront and charges by use listed apart",
         "notEstimated": list(cost.NOT_ESTIMATED),
@@ -107,13 +114,14 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
                       for (term, key, hourly, basis), (_, months) in zip(o.terms, cost.COMMITMENT_TERMS)],
         } for o in estimate.commitments],
         "usageBased": [{"item": u.item, "unit": u.unit, "unitUsd": u.unit_usd, "quantity": u.quantity,
-                        "monthly": cost.cents(u.monthly), "source": u.source, "asOf": u.as_of, "gap": u.gap}
+                        "monthly": cost.cents(u.monthly), "source": u.source, "asOf": u.as_of, "weak": u.weak,
+                        "gap": u.gap}
                        for u in estimate.usage],
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
         "budgetCovers": "GPU pools at maxNodes",
-        # what the budget check sums (decisions/config/validate.py): every priced pool at max, a capacity block while it
-        # runs
-        "budgetHourlyAtMax": cost.per_hour(sum(p.hourly_at_max for p in estimate.pools if not p.gap)),
+        # what the budget check sums (decisions/cost/cost.py budget_hourly, as decisions/config/validate.py and the
+        # pack): every priced pool at max, a capacity block while it runs, no commitment's discount
+        "budgetHourlyAtMax": cost.per_hour(cost.budget_hourly(budget_rows)),
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
         "committed": {"hourly": cost.per_hour(committed), "monthly": cost.monthly(committed),
@@ -137,9 +145,20 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         "fixed": [{
             "item": f.item, "unit": f.unit, "quantityAtDesired": f.quantity_at_desired, "quantityAtMax": f.quantity_at_max,
             "unitHourly": None if f.unit_hourly is None else round(f.unit_hourly, 6),
-            **both(f.hourly_at_desired, f.hourly_at_max), "source": f.source, "asOf": f.as_of, "gap": f.gap,
+            **both(f.hourly_at_desired, f.hourly_at_max), "source": f.source, "asOf": f.as_of, "weak": f.weak,
+            "gap": f.gap,
         } for f in estimate.fixed],
     }
+
+
+def gpu_price_sources(spec: StackSpec) -> List[Any]:
+    """Where the on-demand prices of the stack's pools were read, and when (decisions/catalog/catalog.yaml
+    priceSources, or an offer's own): each once, in pool order; the region's entry when no pool has a price."""
+    found = [spec.catalog.price_source(t.name, spec.region) for pool in spec.pools for t in pool.types
+             if t.regions.get(spec.region) is not None and t.regions[spec.region].on_demand_usd is not None]
+    found = list(dict.fromkeys(s for s in found if s is not None))
+    region = spec.catalog.price_sources.get(spec.region)
+    return found or ([region] if region else [])
 
 
 def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
@@ -591,7 +610,8 @@ def _usage_lines(usage) -> List[str]:
     if not usage:
         return []
     body = [[u["item"], u["unit"], "no price" if u["unitUsd"] is None else f"${u['unitUsd']:g}",
-             "-" if u["monthly"] is None else _usd(u["monthly"]), u["asOf"] or u["gap"]] for u in usage]
+             "-" if u["monthly"] is None else _usd(u["monthly"]),
+             (u["asOf"] + (cost.WEAK if u.get("weak") else "")) if u["asOf"] else u["gap"]] for u in usage]
     lines = ["", "Charged by use (not in the totals; a month at the stack's quantity where it fixes one; sources in "
                  "decisions/cost/prices.yaml and the plan document):"]
     return lines + _table(["item", "per", "unit price", "a month", "rate as of"], body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import yaml
 
@@ -237,23 +237,33 @@ def _type_name(schema: Dict[str, Any]) -> str:
 
 def peer_cidr(keys: Dict[str, Any]) -> Optional[str]:
     """The VPC CIDR of the DR peer stack named in `dr.peerStack` (`org/gpu-cloud/<stack>`), read from its
-    stack file beside this one; None without a peer, or when its file or CIDR is missing."""
+    stack file beside this one; None without a peer, or when its file or CIDR is missing (read_peer_cidr says why)."""
+    return read_peer_cidr(keys)[0]
+
+
+def read_peer_cidr(keys: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
+    """(the DR peer's VPC CIDR, a warning): the warning when `dr.peerStack` names a peer whose stack file cannot be
+    read, or sets no network.cidr, so that the check that the two VPCs do not overlap did not run."""
     peer = (keys.get("dr") or {}).get("peerStack") if isinstance(keys.get("dr"), dict) else None
     if not isinstance(peer, str):
-        return None
+        return None, None
+    skipped = "the check that this stack's network.cidr does not overlap the peer's VPC was skipped"
     try:
         network = load_stack_config(peer.rsplit("/", 1)[-1]).get("gpu-cloud:network")
-    except StackFileError:
-        return None
+    except StackFileError as error:
+        return None, f"gpu-cloud:dr.peerStack: the stack file of {peer} could not be read ({error}); {skipped}"
     cidr = network.get("cidr") if isinstance(network, dict) else None
-    return cidr if isinstance(cidr, str) else None
+    if not isinstance(cidr, str):
+        return None, f"gpu-cloud:dr.peerStack: the stack file of {peer} sets no gpu-cloud:network.cidr; {skipped}"
+    return cidr, None
 
 
 def load_stack(stack: str, path: Optional[Path] = None):
     """A stack's config and its validated spec, with no cloud account (what the plan and `python -m jobs` read).
     Raises StackFileError or decisions.config.errors.ConfigError."""
     from decisions.config.deployer import aws_settings
-    from decisions.config.validate import NAMESPACE, load_stack_spec
+    from decisions.config.model import NAMESPACE
+    from decisions.config.validate import load_stack_spec
 
     from decisions.config.errors import ConfigError
 

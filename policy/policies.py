@@ -22,6 +22,7 @@ already visible. Each policy says how in `IN_PREVIEW`, which docs/policies.md sh
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,8 +40,12 @@ if str(ROOT) not in sys.path:   # the engine runs the pack from policy/; decisio
     sys.path.insert(0, str(ROOT))
 
 from decisions.catalog.catalog import Catalog, load_catalog  # noqa: E402
+from decisions.config.validate import REQUIRED_TAGS, resource_tags  # noqa: E402
 from decisions.cost import cost  # noqa: E402
+from decisions.nodes.drain import NTH_MANAGED_TAG  # noqa: E402
 from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
+from decisions.observability.logs import PROD_MIN_RETENTION_DAYS  # noqa: E402
+from decisions.storage.buckets import LOG_BUCKET_SSE, LOGS, REPLICATED, bucket_name  # noqa: E402
 
 PACK_NAME = "gpu-cloud"
 PACK_ENFORCEMENT = EnforcementLevel.MANDATORY    # the issue: mandatory unless marked advisory (by config)
@@ -67,8 +72,8 @@ BUCKET_LOGGING = ("aws:s3/bucketLogging:BucketLogging", "aws:s3/bucketLoggingV2:
 BUCKET_REPLICATION = "aws:s3/bucketReplicationConfig:BucketReplicationConfig"
 KMS_KEY = "aws:kms/key:Key"
 LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
-# decisions/observability/logs.py PROD_MIN_RETENTION_DAYS: audit trails are kept a year
-PROD_LOG_RETENTION_DAYS = 365
+# audit trails are kept a year (decisions/observability/logs.py)
+PROD_LOG_RETENTION_DAYS = PROD_MIN_RETENTION_DAYS
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 IAM_ROLE = "aws:iam/role:Role"
 IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
@@ -95,7 +100,8 @@ POD_SPEC_PATHS = {
 }
 
 # --- config (the pack's config schema; the same defaults when a key is left out) ------------------------------
-REQUIRED_TAG_KEYS = ["team", "costCenter", "environment", "stack", "managed-by"]   # what every stack file sets
+# What every stack tags: the keys its gpu-cloud:tags must give, and the ones gpu-cloud adds (decisions/config/validate.py).
+REQUIRED_TAG_KEYS = list(dict.fromkeys([*REQUIRED_TAGS, *resource_tags({}, environment="", stack="")]))
 PUBLIC_LISTENER_PORTS = [80, 443]     # what a load balancer listener may take from anywhere
 GPU_RESOURCE = "nvidia.com/gpu"
 NTH_CHART = "aws-node-termination-handler"
@@ -116,9 +122,10 @@ UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe", "elasticlo
 # ec2:GetSecurityGroupsForVpc are not among them: they take a coip-pool and a vpc resource).
 UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
-# decisions/storage/buckets.py REPLICATED: what a primary prod stack copies
-REPLICATED_PURPOSES = ("checkpoints", "models")
-DR_PEER_REFERENCE = "dr-peer"                       # layers.foundation: the primary's StackReference to its DR peer
+REPLICATED_PURPOSES = REPLICATED                    # what a primary prod stack copies (decisions/storage/buckets.py)
+# layers.foundation's StackReference to the DR peer, named there as a literal (tests/test_policy.py holds this to the
+# name the program registers).
+DR_PEER_REFERENCE = "dr-peer"
 
 
 @lru_cache(maxsize=1)
@@ -724,7 +731,7 @@ def spot_interruption_handling(args: StackValidationArgs, report: ReportViolatio
             continue
         for handler in handlers:
             values = get(handler.props, "values", default={})
-            tag = get(values, "managedTag", default="aws-node-termination-handler/managed")
+            tag = get(values, "managedTag", default=NTH_MANAGED_TAG)
             tagged = {get(t, "key") for t in items(get(pool.asg.props, "tags"))}
             if not known(tag, get(values, "checkASGTagBeforeDraining"), get(pool.asg.props, "tags"), *tagged):
                 continue
@@ -787,16 +794,45 @@ def s3_public_access_blocked(args: StackValidationArgs, report: ReportViolation)
                    f"{', '.join(flags)} all true", bucket.urn)
 
 
-def _log_targets(resources) -> Tuple[List[PolicyResource], set]:
-    """The buckets that receive S3 server access logs: a BucketLogging's targetBucket names them, or comes from them
-    (its property dependency, which a preview gives even before the name is known)."""
+def _stack_and_project(urn: str) -> Tuple[str, str]:
+    """A URN's stack and project: urn:pulumi:<stack>::<project>::<type>::<name>."""
+    head, project = urn.split("::")[:2]
+    return head.rsplit(":", 1)[-1], project
+
+
+_LOG_BUCKET_NAME = re.compile(rf"-(\d{{12}})-{re.escape(LOGS)}$")
+
+
+def log_bucket(bucket: PolicyResource, name: Any) -> Optional[bool]:
+    """Whether `bucket` is the stack's log bucket: its name is decisions.storage.buckets.bucket_name(project, stack,
+    account, LOGS) for the project and stack of its URN and the account its name carries. None while the preview
+    cannot know the name. Only that bucket receives access logs and is SSE-S3; any other bucket a BucketLogging
+    happens to name as its target is held to SSE-KMS and to logging like the rest."""
+    if not known(name):
+        return None
+    found = _LOG_BUCKET_NAME.search(name) if isinstance(name, str) else None
+    if not found:
+        return False
+    stack, project = _stack_and_project(bucket.urn)
+    try:
+        return name == bucket_name(project, stack, found[1], LOGS)
+    except ValueError:
+        return False
+
+
+def _log_target(resources, bucket: PolicyResource, name: Any) -> Optional[bool]:
+    """Whether a BucketLogging names `bucket` as its targetBucket, by value or by property dependency (a preview gives
+    the dependency even before the name is known); None where a logging's target is unknown and could be it."""
     loggings = _by_type(resources, *BUCKET_LOGGING)
-    return ([b for l in loggings for b in l.property_dependencies.get("targetBucket", ())],
-            {get(l.props, "targetBucket") for l in loggings if known(get(l.props, "targetBucket"))})
+    if any(bucket in l.property_dependencies.get("targetBucket", ()) for l in loggings):
+        return True
+    targets = [get(l.props, "targetBucket") for l in loggings]
+    if known(name) and name in targets:
+        return True
+    return None if not known(name, *targets) else False
 
 
 def s3_sse_kms(args: StackValidationArgs, report: ReportViolation) -> None:
-    target_buckets, target_names = _log_targets(args.resources)
     for bucket, name in _buckets(args.resources):
         configs = _for_bucket(args.resources, BUCKET_SSE, bucket, name)
         rules = [rule for c in configs for rule in items(get(c.props, "rules"))]
@@ -804,14 +840,18 @@ def s3_sse_kms(args: StackValidationArgs, report: ReportViolation) -> None:
                      *(get(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") for r in rules)):
             continue
         algorithms = [get(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") for r in rules]
-        if bucket in target_buckets or (known(name) and name in target_names):
+        is_log_bucket = log_bucket(bucket, name)
+        if is_log_bucket is None:
+            continue    # a preview that cannot show the name cannot tell the log bucket from the others
+        if is_log_bucket:
             # S3 server access logging writes only to a target whose default encryption is SSE-S3 (S3 User Guide,
             # "Enabling Amazon S3 server access logging": "Default server-side encryption with AWS Key Management
-            # Service (AWS KMS) keys (SSE-KMS) is not supported"): the log bucket is excepted, and held to AES256.
-            if algorithms != ["AES256"]:
-                report(f"bucket {bucket.name} receives S3 server access logs but its default encryption is "
-                       f"{', '.join(map(str, algorithms)) or 'not set'}: log delivery supports SSE-S3 only; set "
-                       "sse_algorithm \"AES256\" with no KMS key", bucket.urn)
+            # Service (AWS KMS) keys (SSE-KMS) is not supported"): the stack's log bucket alone is excepted, and held
+            # to AES256.
+            if algorithms != [LOG_BUCKET_SSE]:
+                report(f"bucket {bucket.name} is the stack's log bucket, which receives S3 server access logs, but its "
+                       f"default encryption is {', '.join(map(str, algorithms)) or 'not set'}: log delivery supports "
+                       f"SSE-S3 only; set sse_algorithm \"{LOG_BUCKET_SSE}\" with no KMS key", bucket.urn)
             continue
         if not any(get(r, "applyServerSideEncryptionByDefault", "sseAlgorithm") in ("aws:kms", "aws:kms:dsse")
                    and get(r, "applyServerSideEncryptionByDefault", "kmsMasterKeyId") for r in rules):
@@ -850,10 +890,12 @@ def s3_tls_only(args: StackValidationArgs, report: ReportViolation) -> None:
 
 
 def s3_access_logging(args: StackValidationArgs, report: ReportViolation) -> None:
-    target_buckets, targets = _log_targets(args.resources)
     for bucket, name in _buckets(args.resources):
-        if bucket in target_buckets or (known(name) and name in targets):
-            continue    # the log bucket itself: logging it into itself would loop
+        is_log_bucket = log_bucket(bucket, name)
+        if is_log_bucket:
+            continue    # the stack's log bucket itself: logging it into itself would loop
+        if is_log_bucket is None and _log_target(args.resources, bucket, name) is not False:
+            continue    # a name the preview cannot show, of a bucket that may be the log bucket
         if not _for_bucket(args.resources, BUCKET_LOGGING, bucket, name):
             report(f"bucket {bucket.name} has no server access logging: add a BucketLogging into the stack's log "
                    "bucket", bucket.urn)
@@ -955,20 +997,21 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
             report(f"pool {pool.name}: {', '.join(pool.instance_types) or 'no type'} has no price in "
                    "decisions/catalog/catalog.yaml, so the budget cannot be checked", pool.asg.urn)
             continue
+        # No commitment: none is a resource, and the budget is checked without one in the program too
+        # (decisions/cost/cost.py budget_pool_costs).
         priced.append(SimpleNamespace(
             spec=SimpleNamespace(name=pool.name, capacity=pool.capacity, max_nodes=maximum,
-                                 desired_nodes=int(number(get(pool.asg.props, "desiredCapacity")) or 0),
-                                 commitment=None),   # a commitment bills no more than on-demand: errs high
+                                 desired_nodes=int(number(get(pool.asg.props, "desiredCapacity")) or 0)),
             types=[listed[t] for t in types]))
-    rows = cost.pool_costs(priced, catalog(), region)
+    rows = cost.budget_pool_costs(priced, catalog(), region)
     # A pool without a price (a type with no on-demand price in the region, such as p5e.48xlarge) is a gap, as the
     # stack's own budget check has it (decisions/config/validate.py _check_budget): the budget covers the priced pools,
     # and the plan and `pulumi up` warn about the gap with how to price it (decisions/config/validate.py
     # unpriced_pool_warnings). Not a violation: CrossGuard gives a policy's every violation the policy's one enforcement
     # level (pulumi_policy 1.21.0 policy.py: ReportViolation takes a message and a URN only), so a gap reported here
     # would refuse the stack.
-    total = round(sum(r.hourly_at_max for r in rows if not r.gap), 4)    # as the plan sums them
-    if total > float(budget):
+    total = cost.over_budget(rows, float(budget))     # the one rule: in whole cents, as the program checks it
+    if total is not None:
         detail = ", ".join(f"{r.pool} ${r.hourly_at_max:,.2f}" for r in rows if not r.gap)
         gaps = [r.pool for r in rows if r.gap]
         unpriced = f"; not counted, having no price: {', '.join(gaps)}" if gaps else ""
@@ -1051,18 +1094,20 @@ POLICIES = [
     _stack("s3-public-access-blocked", "Buckets block all public access.", s3_public_access_blocked,
            in_preview="a bucket whose block flags are unknown is not judged; settings are found through their "
                       "property dependency on the bucket"),
-    _stack("s3-sse-kms", "Buckets are encrypted with SSE-KMS; a server access log target with SSE-S3, the only "
-                         "encryption log delivery supports.", s3_sse_kms,
-           in_preview="a bucket whose algorithm is unknown is not judged; an unknown key ID counts as set; a log "
-                      "target is found through the logging resources' property dependency on targetBucket"),
+    _stack("s3-sse-kms", "Buckets are encrypted with SSE-KMS; the stack's log bucket with SSE-S3, the only "
+                         "encryption server access log delivery supports.", s3_sse_kms,
+           in_preview="a bucket whose algorithm or name is unknown is not judged; an unknown key ID counts as set; "
+                      "the log bucket is known by its name, which a preview shows, never by what a logging resource "
+                      "targets"),
     _stack("s3-versioning", "Buckets are versioned.", s3_versioning,
            in_preview="a bucket whose versioning status is unknown is not judged"),
     _stack("s3-tls-only", "Bucket policies deny requests without TLS.", s3_tls_only,
            in_preview="a bucket policy that is unknown (it names a bucket the preview creates) is not judged; a "
                       "known one without the TLS statement is reported"),
     _stack("s3-access-logging", "Buckets log access to the log bucket.", s3_access_logging,
-           in_preview="the log bucket is found through the logging resources' property dependency on targetBucket; "
-                      "a bucket with no logging resource is reported"),
+           in_preview="the log bucket is known by its name, which a preview shows; a bucket whose name is unknown "
+                      "and that a logging resource may target is not judged; a bucket with no logging resource is "
+                      "reported"),
     _stack("s3-replication", "A primary prod stack replicates its checkpoints and models buckets to the DR peer.",
            s3_replication,
            in_preview="a bucket whose name or replication rules are unknown is not judged"),

@@ -3,7 +3,9 @@ Savings Plans discounts decisions/cost/prices.yaml's commitmentDiscount lacks fr
 
 For users with AWS credentials (pricing:GetProducts; savingsplans:DescribeSavingsPlansOfferingRates); never run by
 the tests, which check the parsing on saved responses. Usage: python scripts/refresh_prices.py [--write]
-[--savings-plans]. Without --write it prints what would change. --savings-plans prints the commitmentDiscount entries
+[--savings-plans]. Without --write it prints what would change. --write writes every price the API answered with its
+own source and date on its line (REFRESH_SOURCE, today); an offer the API did not answer keeps the price, source and
+date it had (its region's priceSources entry, or its own). --savings-plans prints the commitmentDiscount entries
 (fraction below on-demand per family, 1 and 3 years, no upfront) to paste into decisions/cost/prices.yaml, with their
 source and date; it writes nothing.
 
@@ -66,8 +68,14 @@ def catalog_offers(text: str) -> Dict[Tuple[str, str], Optional[float]]:
             for name, spec in data["instanceTypes"].items() for region, offer in spec["regions"].items()}
 
 
-def update_catalog(text: str, prices: Mapping[Tuple[str, str], float], as_of: str) -> str:
-    """catalog.yaml with the given prices and pricesAsOf replaced in place, comments and layout kept."""
+# What a price read by this script cites (catalog.yaml: an offer's own source and asOf).
+REFRESH_SOURCE = "AWS Price List Query API GetProducts (Linux, shared tenancy, on-demand)"
+
+
+def update_catalog(text: str, prices: Mapping[Tuple[str, str], float], as_of: str,
+                   source: str = REFRESH_SOURCE) -> str:
+    """catalog.yaml with the given prices replaced in place, each dated with its own `source` and `as_of` (an offer
+    not given keeps its price, source and date), comments and layout kept."""
     lines = text.splitlines(keepends=True)
     current_type = None
     for i, line in enumerate(lines):
@@ -78,9 +86,10 @@ def update_catalog(text: str, prices: Mapping[Tuple[str, str], float], as_of: st
         offer = re.match(r"^(\s+)([a-z]{2}-[a-z]+-\d): \{onDemandUsd: ([^}]*)\}(.*)$", line.rstrip("\n"))
         if offer and (current_type, offer[2]) in prices:
             value = prices[(current_type, offer[2])]
-            lines[i] = f"{offer[1]}{offer[2]}: {{onDemandUsd: {value:g}}}{offer[4]}\n"
-    out = "".join(lines)
-    return re.sub(r'^pricesAsOf: "[^"]*"', f'pricesAsOf: "{as_of}"', out, count=1, flags=re.M)
+            # repr, not :g, whose six significant digits would write 21.957642 as 21.9576
+            lines[i] = (f"{offer[1]}{offer[2]}: {{onDemandUsd: {value!r}, source: {json.dumps(source)}, "
+                        f"asOf: {json.dumps(as_of)}}}{offer[4]}\n")
+    return "".join(lines)
 
 
 # The Savings Plans API (DescribeSavingsPlansOfferingRates, shapes as in botocore's savingsplans service-2.json,
@@ -178,10 +187,36 @@ SPOT_PRODUCT = "Linux/UNIX"
 
 def spot_discount(history: Iterable[Mapping], instance_type: str, on_demand: float) -> Optional[float]:
     """The fraction below on-demand at the dearest spot price any zone paid in the history (so the plan errs high),
-    or None when the history has no Linux price for the type."""
+    or None when the history has no Linux price for the type. 0 or less where spot cost as much as on-demand or
+    more: no discount (family_spot_discounts leaves such a family out)."""
     prices = [float(h["SpotPrice"]) for h in history
               if h.get("InstanceType") == instance_type and h.get("ProductDescription") == SPOT_PRODUCT]
     return round(1 - max(prices) / on_demand, 4) if prices else None
+
+
+def family_spot_discounts(history: Iterable[Mapping],
+                          on_demand: Mapping[str, float]) -> Tuple[Dict[str, float], List[str]]:
+    """family -> its smallest spot discount over its types (so the plan errs high), and why a family was left out.
+    prices.yaml's discounts are above 0: a family one of whose types had a spot price at or above on-demand has no
+    discount to write, and falls back to the catalog's defaultSpotDiscount, marked assumed in the plan."""
+    history = list(history)
+    found: Dict[str, List[Tuple[str, float]]] = {}
+    for name, price in sorted(on_demand.items()):
+        fraction = spot_discount(history, name, price)
+        if fraction is not None:
+            found.setdefault(name.split(".")[0], []).append((name, fraction))
+    discounts: Dict[str, float] = {}
+    skipped: List[str] = []
+    for family, fractions in sorted(found.items()):
+        bad = [(name, fraction) for name, fraction in fractions if fraction <= 0]
+        if bad:
+            skipped.append(f"{family}: skipped, no discount: " + ", ".join(
+                f"{name}'s dearest spot price is {-fraction:.2%} above on-demand" if fraction < 0 else
+                f"{name}'s dearest spot price is its on-demand price" for name, fraction in bad)
+                + " (the family falls back to the catalog's defaultSpotDiscount)")
+            continue
+        discounts[family] = min(fraction for _, fraction in fractions)
+    return discounts, skipped
 
 
 def spot_yaml(discounts: Mapping[str, float], region: str, days: int, as_of: str) -> List[str]:
@@ -224,17 +259,21 @@ def main(argv=None) -> int:
         return print_spot_discounts(boto3, args.spot_days)
     client = boto3.client("pricing", region_name="us-east-1")   # the Price List API's endpoint region
     text = CATALOG_PATH.read_text(encoding="utf-8")
-    found = {}
+    answered = {}
     for (instance_type, region), old in sorted(catalog_offers(text).items()):
         new = fetch(client, instance_type, region)
         if new is None:
-            print(f"{instance_type} {region}: no on-demand price in the Price List API (kept {old})")
-        elif new != old:
+            kept = "None" if old is None else f"{old}, its source and date"
+            print(f"{instance_type} {region}: no on-demand price in the Price List API (kept {kept})")
+            continue
+        if new != old:
             print(f"{instance_type} {region}: {old} -> {new}")
-            found[(instance_type, region)] = new
+        answered[(instance_type, region)] = new
     if args.write:
-        CATALOG_PATH.write_text(update_catalog(text, found, date.today().strftime("%Y-%m")), encoding="utf-8")
-        print(f"wrote {CATALOG_PATH}; update priceSource's date there too")
+        today = date.today().isoformat()
+        CATALOG_PATH.write_text(update_catalog(text, answered, today), encoding="utf-8")
+        print(f"wrote {CATALOG_PATH}: {len(answered)} prices the API answered, each dated {today} with its source "
+              f"({REFRESH_SOURCE}); the others keep theirs")
     return 0
 
 
@@ -271,13 +310,10 @@ def print_spot_discounts(boto3, days: int) -> int:
         pages = boto3.client("ec2", region_name=region).get_paginator("describe_spot_price_history").paginate(
             InstanceTypes=sorted(on_demand), ProductDescriptions=[SPOT_PRODUCT], StartTime=start)
         history = [h for page in pages for h in page["SpotPriceHistory"]]
-        discounts: Dict[str, float] = {}
-        for name, price in on_demand.items():
-            found = spot_discount(history, name, price)
-            family = name.split(".")[0]
-            if found is not None:
-                discounts[family] = min(found, discounts.get(family, found))
+        discounts, skipped = family_spot_discounts(history, on_demand)
         print(f"  {region}:")
+        for reason in skipped:
+            print(f"    # {reason}")           # a YAML comment: the printed lines still paste into prices.yaml
         print("\n".join(spot_yaml(discounts, region, days, date.today().isoformat())))
     return 0
 

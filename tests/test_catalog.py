@@ -138,9 +138,52 @@ def test_region_offers_match_the_reference():
     assert CATALOG.instance_types["p5.48xlarge"].regions["us-east-1"].on_demand_usd == 55.04
 
 
+def _catalog_data() -> dict:
+    import yaml
+    from decisions.catalog.catalog import CATALOG_PATH
+    return yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+
+
 def test_prices_carry_source_and_date():
-    assert CATALOG.prices_as_of and "price list" in CATALOG.price_source
+    # Each region's prices name where they were read and when: us-east-1 the karpenter price list, the others the
+    # SkyPilot snapshot (test_every_priced_offer_cites_its_regions_source holds every offer to it).
+    for region in ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1"):
+        assert CATALOG.price_sources[region].as_of and "price list" in CATALOG.price_sources[region].source
     assert 0 < CATALOG.default_spot_discount < 1
+
+
+@pytest.mark.parametrize("change,words", [
+    # a price with no source: the catalog's own check names the type, the offer and the key to add
+    (lambda d: d["priceSources"].pop("eu-west-1"),
+     r"g4dn.12xlarge: regions.eu-west-1.onDemandUsd 4.362 has no source: give the offer its own source and asOf, or "
+     r"add priceSources.eu-west-1"),
+    (lambda d: d["priceSources"]["us-east-1"].pop("asOf"), r"priceSources.us-east-1.asOf\n  Field required"),
+    (lambda d: d["instanceTypes"]["p5.48xlarge"]["regions"]["us-east-1"].update(source="AWS Price List Query API"),
+     r"instanceTypes.`p5.48xlarge`.regions.us-east-1\n  Value error, source and asOf go together"),
+    (lambda d: d.update(defaultSpotDiscount=1), r"defaultSpotDiscount\n  Input should be less than 1"),
+], ids=["price-without-source", "source-without-date", "offer-source-without-asOf", "spot-default-not-a-share"])
+def test_a_price_without_its_source_or_date_is_refused_by_key(change, words):
+    from pydantic import ValidationError
+    from decisions.catalog.catalog import Catalog
+    data = _catalog_data()
+    change(data)
+    with pytest.raises(ValidationError, match=words):
+        Catalog.model_validate(data)
+
+
+def test_an_unpriced_offer_needs_no_source_and_an_offer_may_cite_its_own():
+    from decisions.catalog.catalog import Catalog
+    data = _catalog_data()
+    data["priceSources"].pop("ap-northeast-1")
+    for spec in data["instanceTypes"].values():          # the region's prices gone: nothing left to cite
+        if "ap-northeast-1" in spec["regions"]:
+            spec["regions"]["ap-northeast-1"] = {"onDemandUsd": None}
+    data["instanceTypes"]["g5.12xlarge"]["regions"]["ap-northeast-1"] = {
+        "onDemandUsd": 8.2, "source": "AWS Price List Query API", "asOf": "2026-09-01"}
+    catalog = Catalog.model_validate(data)
+    assert catalog.price_source("g5.12xlarge", "ap-northeast-1").cited == "AWS Price List Query API, 2026-09-01"
+    assert catalog.price_source("g4dn.12xlarge", "ap-northeast-1") is None
+    assert catalog.price_source("g5.12xlarge", "us-east-1") == CATALOG.price_sources["us-east-1"]
 
 
 def test_suggestion_for_typos():
@@ -149,8 +192,16 @@ def test_suggestion_for_typos():
 
 
 def test_efa_cards_never_exceed_network_cards():
-    for itype in CATALOG.instance_types.values():
-        assert itype.efa.cards <= itype.network_cards
+    # The catalog's validator refuses more EFA cards than network cards, naming the type and both keys (so every
+    # loaded type has efa.cards <= networkCards).
+    from pydantic import ValidationError
+    from decisions.catalog.catalog import Catalog
+    data = _catalog_data()
+    data["instanceTypes"]["p4d.24xlarge"]["efa"]["cards"] = 5
+    with pytest.raises(ValidationError, match=r"p4d.24xlarge: efa.cards 5 > networkCards 4"):
+        Catalog.model_validate(data)
+    data["instanceTypes"]["p4d.24xlarge"]["efa"]["cards"] = 4          # as many as the cards: accepted
+    assert Catalog.model_validate(data).instance_types["p4d.24xlarge"].efa.cards == 4
 
 
 # NCCL acceptance, entry by entry, from the published figures themselves (read at the cited tag and line).
@@ -356,12 +407,13 @@ from pathlib import Path  # noqa: E402
 
 SNAPSHOT = Path(__file__).with_name("upstream") / "skypilot-catalog-aws-vms.csv"
 REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1")
-# Prices of the mid-2025 P4/P5 cut, from aws/karpenter-provider-aws (us-east-1 only) and, for p4d in eu-west-1, a
-# figure whose source was not re-found: kept as the catalog has them, not taken from the older snapshot.
+# Prices of the mid-2025 P4/P5 cut, from aws/karpenter-provider-aws (us-east-1 only, the region's priceSources entry),
+# whose file this repository does not record: each is held to the recorded snapshot where it has the offer (a cut
+# price is below the snapshot's pre-cut one) and to its cited source. No other post-cut P price is recorded anywhere
+# in the repository, so every other P offer is null (p4d.24xlarge in eu-west-1 too: its 23.71569 had no source).
 AFTER_THE_CUT = {("p4d.24xlarge", "us-east-1"): 21.957642, ("p4de.24xlarge", "us-east-1"): 27.44705,
                  ("p5.48xlarge", "us-east-1"): 55.04, ("p5en.48xlarge", "us-east-1"): 63.296,
-                 ("p6-b200.48xlarge", "us-east-1"): 113.9328, ("p5e.48xlarge", "us-east-1"): None,
-                 ("p4d.24xlarge", "eu-west-1"): 23.71569}
+                 ("p6-b200.48xlarge", "us-east-1"): 113.9328, ("p5e.48xlarge", "us-east-1"): None}
 
 
 def snapshot_rows():
@@ -394,10 +446,28 @@ def test_every_offer_is_the_snapshots_entry_by_entry():
     for key, price in sorted(catalog.items()):
         if key in AFTER_THE_CUT:
             assert price == AFTER_THE_CUT[key], key
+            if price is not None:
+                assert "aws/karpenter-provider-aws" in CATALOG.price_source(*key).source, key
+            if price is not None and source.get(key) is not None:
+                assert price < source[key], f"{key}: {price} is not below the snapshot's pre-cut {source[key]}"
         elif key[0].startswith("p"):
             assert price is None, f"{key}: the snapshot's {source[key]} predates the P4/P5 price cut"
         else:
             assert price == source[key], key
+
+
+def test_every_priced_offer_cites_its_regions_source():
+    """What the plan cites for a pool's on-demand price (decisions/cost/cost.py basis): us-east-1's from karpenter,
+    every other region's from the 2025-H1 snapshot, never the catalog's one date for all."""
+    for name, itype in CATALOG.instance_types.items():
+        for region, offer in itype.regions.items():
+            if offer.on_demand_usd is None:
+                continue
+            cited = CATALOG.price_source(name, region)
+            if region == "us-east-1":
+                assert "aws/karpenter-provider-aws" in cited.source and cited.as_of == "2026-07-06", name
+            else:
+                assert "skypilot-catalog@27f67dd4" in cited.source and cited.as_of == "2025-H1", (name, region)
 
 
 def test_a_region_lists_exactly_the_types_the_snapshot_offers_there():

@@ -165,6 +165,27 @@ def test_the_capacity_and_cost_difference_names_new_and_removed_pools_and_price_
     assert gone["removed"] and not gone["added"]
 
 
+def test_the_fixed_costs_row_is_the_documents_recorded_total_not_a_sum_of_rounded_items(old):
+    # cost.fixedCosts is summed from the unrounded figures; the items carry each figure rounded to 1/100 cent, so a
+    # sum of them can be off. Whatever the items say, the row shows what the document recorded.
+    recorded = old["cost"]["fixedCosts"]
+    new = copy.deepcopy(old)
+    new["cost"]["fixedCosts"] = dict(recorded, hourlyAtDesired=recorded["hourlyAtDesired"] + 1.0,
+                                     hourlyAtMax=recorded["hourlyAtMax"] + 2.0)
+    rows = {r["pool"]: r for r in capacity_and_cost(old, new)}
+    assert rows["fixed costs"]["hourlyAtDesired"] == {"old": recorded["hourlyAtDesired"],
+                                                       "new": recorded["hourlyAtDesired"] + 1.0}
+    assert rows["fixed costs"]["hourlyAtMax"] == {"old": recorded["hourlyAtMax"], "new": recorded["hourlyAtMax"] + 2.0}
+    line = next(line for line in render_capacity_and_cost(list(rows.values())) if line.startswith("  fixed costs"))
+    assert "(+$2.00)" in line and "(+$1.00)" in line
+    # a document written before fixedCosts existed still compares, from its items
+    older = copy.deepcopy(old)
+    del older["cost"]["fixedCosts"]
+    items = sum(i["hourlyAtMax"] or 0 for i in old["cost"]["fixed"])
+    assert {r["pool"]: r for r in capacity_and_cost(older, old)}["fixed costs"]["hourlyAtMax"]["old"] == \
+        round(items, 4)
+
+
 def test_tags_and_other_lists_of_named_entries_are_compared_by_key(old):
     new = copy.deepcopy(old)
     group = first(new, GROUP)

@@ -224,6 +224,18 @@ def test_what_the_recovery_time_leaves_out_is_the_deployments_own_first_copy(sta
     assert "activeDeadlineSeconds" not in pod           # nothing bounds the copy's time
 
 
+def test_the_pair_report_prints_what_the_recovery_time_leaves_out(capsys):
+    """`python -m plan --dr-pair` prints not_counted after the terms it leaves out of: at the maximum (a new node,
+    new replicas), not at the minimum (no new replica)."""
+    from plan.__main__ import main
+    assert main(["--dr-pair", PRIMARY, SECONDARY]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    not_counted = [i for i, line in enumerate(lines) if line.startswith("  not counted: ")]
+    assert [lines[i] for i in not_counted] == [f"  not counted: {dr_pair.FIRST_COPY_NOT_COUNTED}"]
+    assert not_counted[0] == len(lines) - 1 and lines[not_counted[0] - 1].startswith("  models load ")
+    assert not_counted[0] > next(i for i, line in enumerate(lines) if line.startswith("Carrying its maximum"))
+
+
 @pytest.mark.parametrize("change, scale_up", [
     # one replica idle on its one node: a second fits there, beside the image it already has
     (setting("inference", "triton", "minReplicas", value=1), REACTION + MODELS),

@@ -105,11 +105,83 @@ def test_every_stack_boots_its_pinned_release_and_the_autoscaler_waits_out_the_g
     assert release.inputs["values"]["extraArgs"]["max-node-provision-time"] == "25m0s" and set(hooks) == {1200}
 
 
+def recording():
+    """A monitor factory for run_program that keeps the monitor, so a run that raises still shows what it registered."""
+    from plan.engine import RecordingMonitor
+    kept = []
+
+    def monitor(mocks):
+        kept.append(RecordingMonitor(mocks))
+        return kept[-1]
+    return monitor, kept
+
+
 def test_a_bad_config_registers_nothing_and_fails_cleanly():
+    from tests.conftest import stack_config
+    monitor, kept = recording()
+    config = stack_config("dev", {"gpu-cloud:environment": "qa",
+                                  "gpu-cloud:network": {"cidr": "10.0.0.0/16", "azCnt": 2}})
     with pytest.raises(pulumi.RunError) as raised:
-        run_stack("dev", {"gpu-cloud:environment": "qa", "gpu-cloud:network": {"cidr": "10.0.0.0/16", "azCnt": 2}})
+        run_program(config, stack="dev", monitor=monitor)
     message = str(raised.value)
     assert "gpu-cloud:environment" in message and "gpu-cloud:network.azCnt" in message
+    # Not even the AWS provider: the config is refused before anything is registered.
+    assert len(kept) == 1 and [r.urn for r in kept[0].registrations] == []
+
+
+def test_an_ami_parameter_ssm_does_not_have_fails_before_anything_but_the_provider_is_registered(monkeypatch):
+    """The node image's AMI is read in prepare: a release whose parameter the region lacks is a config mistake
+    found before the VPC, the cluster and the buckets are registered, not a half-built stack."""
+    from plan.engine import GpuCloudMocks
+    from tests.conftest import stack_config
+    answer = GpuCloudMocks.call
+
+    def call(self, args):
+        if args.token == "aws:ssm/getParameter:getParameter":
+            return {}, [("name", f"ParameterNotFound: {args.args['name']}")]
+        return answer(self, args)
+    monkeypatch.setattr(GpuCloudMocks, "call", call)
+    monitor, kept = recording()
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(stack_config("dev"), stack="dev", monitor=monitor)
+    assert "gpu-cloud:gpuDriver: the AMI of release" in str(raised.value)
+    assert "could not be read from SSM (/aws/service/eks/optimized-ami/" in str(raised.value)
+    assert [r.type for r in kept[0].registrations] == ["pulumi:providers:aws"]
+
+
+def test_independent_account_problems_are_one_error():
+    """The transit gateway the account cannot see and a team given the deployer's role need nothing from each
+    other: both are in the one error, not the first alone."""
+    from plan.engine import offline_account
+    from tests.conftest import stack_config
+    account = offline_account("us-east-1", stack_config("dev"))
+    account.transit_gateways = ()
+    account.caller_arn = "arn:aws:sts::123456789012:assumed-role/gpu-cloud-ci/run-7"
+    config = {"gpu-cloud:tenancy": {"teams": {"training": {"roleArns": ["arn:aws:iam::123456789012:role/gpu-cloud-ci"]}}}}
+    with pytest.raises(pulumi.RunError) as raised:
+        run_stack("dev", config, account=account)
+    message = str(raised.value)
+    assert "(2 mistakes)" in message
+    assert "gpu-cloud:network.transitGateway.id: tgw-0c1d2e3f405162738 could not be read" in message
+    assert "gpu-cloud:tenancy.teams.training.roleArns: arn:aws:iam::123456789012:role/gpu-cloud-ci runs Pulumi" in message
+
+
+def test_zone_and_quota_problems_found_in_the_account_are_one_error():
+    """Once the account is read, the zones (resolve_layout) and the quotas (the preflight) are checked side by side."""
+    from plan.engine import offline_account
+    from tests.conftest import stack_config
+    config = stack_config("dev")
+    account = offline_account("us-east-1", config)
+    offered = set().union(*account.offerings.values())
+    account.offerings = {zone: frozenset() for zone in account.offerings}     # no GPU type offered anywhere
+    account.quotas = {code: 0.0 for code in account.quotas}                   # and no vCPU to launch one
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(config, stack="dev", account=account)
+    message = str(raised.value)
+    assert offered and "(2 mistakes)" in message
+    assert "gpu-cloud:nodePools[0].instanceTypes (pool dev-gpu-spot): g6.12xlarge: no zone of network.zones offers it" \
+        in message
+    assert "gpu-cloud:nodePools[0].desiredNodes (pool dev-gpu-spot): the vCPU quota L-3819A6DF" in message
 
 
 def test_program_and_plan_validate_the_same_way(stack_runs):
@@ -356,3 +428,18 @@ def test_operators_get_a_kubeconfig_without_credentials(stack_runs):
         assert user["user"]["exec"]["command"] == "aws" and "get-token" in user["user"]["exec"]["args"]
         assert config["clusters"][0]["name"] == run.outputs["clusterName"] == f"gpu-cloud-{stack}"
         assert not re.search(r'"(token|client-key-data|password)"', run.outputs["kubeconfig"]), stack
+
+
+def test_a_dr_peer_whose_stack_file_cannot_be_read_is_warned_about():
+    """Without the peer's stack file the two VPCs' CIDRs cannot be compared: the run says so instead of skipping
+    the check in silence."""
+    from tests.conftest import stack_config
+    dr = dict(stack_config("prod-eu-west-1")["gpu-cloud:dr"], peerStack="acme/gpu-cloud/prod-nowhere")
+    run = run_stack("prod-eu-west-1", {"gpu-cloud:dr": dr})
+    skipped = [w for w in run.warnings if w.startswith("gpu-cloud:dr.peerStack")]
+    assert len(skipped) == 1 and "acme/gpu-cloud/prod-nowhere" in skipped[0]
+    assert "could not be read" in skipped[0] and "overlap" in skipped[0] and "skipped" in skipped[0]
+
+
+def test_a_readable_dr_peer_gives_no_such_warning(stack_runs):
+    assert not [w for w in stack_runs["prod-eu-west-1"].warnings if w.startswith("gpu-cloud:dr.peerStack")]

@@ -93,12 +93,18 @@ RTA = "aws:ec2/routeTableAssociation:RouteTableAssociation"
 ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 
 
-def _build(region: str, zones, nat_gateways: str, built: dict):
+ACCOUNT = "123456789012"
+AWS_PARTITION = dict(partition="aws", dns_suffix="amazonaws.com", reverse_dns_prefix="com.amazonaws")
+
+
+def _build(region: str, zones, nat_gateways: str, built: dict, partition=None):
     def build():
         provider = aws.Provider("aws", region=region,
                                 default_tags=aws.ProviderDefaultTagsArgs(tags={"team": "ml-platform"}))
         built["network"] = Network(NAME, NetworkArgs(cidr=CIDR, zones=tuple(zones), nat_gateways=nat_gateways,
-                                                     cluster_name=CLUSTER, flow_log_retention_days=RETENTION),
+                                                     cluster_name=CLUSTER, flow_log_retention_days=RETENTION,
+                                                     region=region, account_id=ACCOUNT,
+                                                     **(partition or AWS_PARTITION)),
                                    opts=pulumi.ResourceOptions(provider=provider))
     return build
 
@@ -317,7 +323,8 @@ def test_children_are_parented_named_and_use_the_callers_provider(net):
     ({"zones": ()}, "at least one zone"),
 ])
 def test_bad_args_are_refused(change, message):
-    args = dict(cidr=CIDR, zones=US_ZONES, nat_gateways="single", cluster_name=CLUSTER, flow_log_retention_days=7)
+    args = dict(cidr=CIDR, zones=US_ZONES, nat_gateways="single", cluster_name=CLUSTER, flow_log_retention_days=7,
+                region="us-east-1", account_id=ACCOUNT, **AWS_PARTITION)
     args.update(change)
 
     def build():
@@ -325,3 +332,16 @@ def test_bad_args_are_refused(change, message):
 
     with pytest.raises(Exception, match=message):
         run_component(build)
+
+
+def test_the_network_takes_region_account_and_partition_from_its_args_and_reads_nothing():
+    """The stack's region, account and partition come from prepare (layers.Stack), read once: the component
+    invokes nothing itself, and what it builds follows the partition it is given."""
+    china = dict(partition="aws-cn", dns_suffix="amazonaws.com.cn", reverse_dns_prefix="cn.com.amazonaws")
+    run = run_component(_build("cn-north-1", ("cnn1-az1", "cnn1-az2"), "single", {}, partition=china),
+                        region="cn-north-1")
+    assert run.invokes == []
+    names = {e.inputs["serviceName"] for e in run.of_type(ENDPOINT)}
+    assert "cn.com.amazonaws.cn-north-1.s3" in names and all(n.startswith("cn.com.amazonaws.cn-north-1.") for n in names)
+    key_policy = run.one("aws:kms/key:Key").inputs["policy"]
+    assert "logs.cn-north-1.amazonaws.com.cn" in key_policy and f"arn:aws-cn:iam::{ACCOUNT}:root" in key_policy

@@ -22,7 +22,7 @@ CLUSTER = "gpu-cloud-test"
 ZONES = ("use1-az1", "use1-az2", "use1-az4")
 
 
-def pool_run(pool_fields=None, index=0, mutate=None):
+def pool_run(pool_fields=None, index=0, mutate=None, partition="aws", dns_suffix="amazonaws.com"):
     """Run one GpuNodePool for nodePools[index] of the test config, with pool fields overridden."""
     config = valid_config()
     config["nodePools"][index].update(pool_fields or {})
@@ -38,7 +38,7 @@ def pool_run(pool_fields=None, index=0, mutate=None):
                                       certificate_authority=base64.b64encode(
                                           b"-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n").decode(),
                                       service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
-            region="us-east-1", account_id="123456789012", partition="aws",
+            region="us-east-1", account_id="123456789012", partition=partition, dns_suffix=dns_suffix,
             vpc_id="vpc-0123",
             subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
             ami_id=read_ami_id(spec.node_image, pulumi.InvokeOptions()),
@@ -327,6 +327,15 @@ def test_node_role_may_only_gate_itself():
     assert set(by_sid) == {"CompleteOwnLifecycleAction", "ReportOwnGroupInstanceUnhealthy", "TagSelfWithVerdict",
                            "ReadVerifierBundle", "DecryptVerifierBundle", "PublishGateReport", "EncryptGateReport"}
     assert run.one("aws:eks/accessEntry:AccessEntry").inputs["type"] == "EC2_LINUX"
+
+
+def test_the_kms_conditions_follow_the_partitions_dns_suffix():
+    """aws-cn's S3 endpoint is s3.<region>.amazonaws.com.cn: a hard-coded amazonaws.com would never match there,
+    and no node could read its verifier bundle."""
+    run, _ = pool_run(partition="aws-cn", dns_suffix="amazonaws.com.cn")
+    gate = json.loads(run.one("aws:iam/rolePolicy:RolePolicy").inputs["policy"])
+    conditions = [s["Condition"] for s in gate["Statement"] if s["Sid"] in ("DecryptVerifierBundle", "EncryptGateReport")]
+    assert conditions == [{"StringEquals": {"kms:ViaService": "s3.us-east-1.amazonaws.com.cn"}}] * 2
 
 
 def test_children_are_parented_and_prefixed():

@@ -307,6 +307,113 @@ def test_budget_is_the_stacks_and_its_edge_passes(documents):
     assert {"policyName": "hourly-cost-within-budget", "reason": "no maxHourlyUsd configured"} in verdict["notApplicable"]
 
 
+# dev's GPU pool at maxNodes, as the plan and docs/configuration.md show it: 3 x g6.12xlarge spot = $7.2903... an hour.
+# tests/test_validate.py holds the config check to the same figure.
+DEV_AT_MAX = 7.29
+
+
+def _budget_verdict(document, budget):
+    return [v["message"] for v in run_pack(document, {"hourly-cost-within-budget": {"maxHourlyUsd": budget}})[
+        "violations"] if v["policyName"] == "hourly-cost-within-budget"]
+
+
+def test_the_pack_and_the_config_check_agree_at_the_exact_cent(documents):
+    """A budget written as the cost the plan shows passes the config check AND the pack; one cent less, both refuse.
+    (The pack once compared the unrounded 7.2903 with 7.29 and refused what the config check had accepted.)"""
+    from decisions.config.errors import ConfigError
+    from tests.test_validate import dev_config, load_dev
+    dev = documents[DEV]
+    page = (ROOT / "docs/configuration.md").read_text()
+    assert dev["cost"]["budgetHourlyAtMax"] == 7.2903 and f"cost ${DEV_AT_MAX:.2f}/hour" in page
+    assert "costs $7.2903 an hour, shown $7.29, and\n`maxHourlyUsd: 7.29` passes" in page
+    assert _budget_verdict(dev, DEV_AT_MAX) == []
+    assert load_dev(dev_config(DEV_AT_MAX)).budget.max_hourly_usd == DEV_AT_MAX
+    below = round(DEV_AT_MAX - 0.01, 2)
+    (message,) = _budget_verdict(dev, below)
+    assert f"GPU pools at maxSize cost ${DEV_AT_MAX:.2f}/hour, over the budget of ${below:.2f}/hour" in message
+    with pytest.raises(ConfigError) as raised:
+        load_dev(dev_config(below))
+    assert f"GPU pools at maxNodes cost ${DEV_AT_MAX:.2f}/hour, above the budget ${below:.2f}/hour" in str(raised.value)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_pack_sums_the_budget_figure_the_plan_shows(documents, stack):
+    """The pack sees resources only (no commitment, each reservation at maxSize); the program checks the budget by the
+    same rule (decisions/cost/cost.py over_budget), so for every shipped stack the two totals are one figure."""
+    document = documents[stack]
+    (message,) = _budget_verdict(document, 0.01)
+    shown = re.search(r"GPU pools at maxSize cost \$([\d,.]+)/hour", message)[1]
+    assert shown == f"{document['cost']['budgetHourlyAtMax']:,.2f}"
+    # what the config check would say of the same budget
+    from decisions.config.validate import budget_issues
+    from decisions.network.zones import reservations_from_table
+    from plan.stackfile import load_stack
+    import dataclasses
+    spec = load_stack(stack)[1]
+    spec = dataclasses.replace(spec, budget=spec.budget.model_copy(update={"max_hourly_usd": 0.01}))
+    read = document["outputs"].get("reservations")
+    (issue,) = budget_issues(spec, reservations_from_table(read) if read is not None else None)
+    assert f"cost ${shown}/hour" in issue.message
+
+
+def test_the_packs_constants_are_the_decisions_it_enforces(documents):
+    from decisions.config.validate import REQUIRED_TAGS, resource_tags
+    from decisions.nodes.drain import NTH_MANAGED_TAG
+    from decisions.observability.logs import PROD_MIN_RETENTION_DAYS
+    from decisions.storage import buckets
+    assert pack.PROD_LOG_RETENTION_DAYS == PROD_MIN_RETENTION_DAYS
+    assert tuple(pack.REPLICATED_PURPOSES) == buckets.REPLICATED
+    assert pack.REQUIRED_TAG_KEYS == [*REQUIRED_TAGS, *resource_tags({}, environment="prod", stack="s")]
+    # the StackReference to the DR peer is the one layers.py registers (a literal there)
+    registered = {r["name"] for r in documents[US]["resources"] if r["type"] == pack.STACK_REFERENCE}
+    assert registered == {pack.DR_PEER_REFERENCE}
+    # the handler's default tag, and the log bucket's encryption, are the program's
+    dev = documents[DEV]
+    handler = next(r for r in dev["resources"] if r["name"] == "node-drain-nth")
+    assert handler["inputs"]["values"].get("managedTag", NTH_MANAGED_TAG) == NTH_MANAGED_TAG
+    untagged = _mutate_named(dev, "node-drain-nth", lambda r: r["inputs"]["values"].pop("managedTag", None))
+    assert not {f for f in found(untagged) if f[0] == "spot-interruption-handling"}    # the default is the tag
+    logs = next(r for r in dev["resources"] if r["name"] == "logs-encryption")
+    assert logs["inputs"]["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == buckets.LOG_BUCKET_SSE
+
+
+def test_only_the_stacks_log_bucket_is_excepted_not_any_bucket_a_logging_names(documents):
+    """A BucketLogging pointed at the models bucket by mistake waives neither SSE-KMS nor access logging for it:
+    only the stack's log bucket (decisions.storage.buckets.bucket_name(..., LOGS)) is excepted."""
+    us = documents[US]
+    models = next(r for r in us["resources"] if r["name"] == "models-bucket")
+
+    def retarget(resource):
+        resource["inputs"]["targetBucket"] = models["inputs"]["bucket"]
+        resource["propertyDependencies"]["targetBucket"] = [models["urn"]]
+    misdirected = mutated(us, "artifacts-access-logs", retarget)
+    misdirected = mutated(misdirected, "models-encryption", _set(
+        ["inputs", "rules", 0, "applyServerSideEncryptionByDefault"], {"sseAlgorithm": "AES256"}))
+    misdirected = without(misdirected, "models-access-logs")
+    for view in ("update", "preview"):
+        reported = found_in(misdirected, view)
+        assert {("s3-sse-kms", "models-bucket"), ("s3-access-logging", "models-bucket")} <= reported, view
+        assert not {f for f in reported if f[1] == "logs-bucket"}, view       # the log bucket is still known
+    # ... while the same models bucket, rightly encrypted and logged, is fine as a (misdirected) target
+    assert not {f for f in found(mutated(us, "artifacts-access-logs", retarget)) if f[1] == "models-bucket"}
+
+
+def test_the_log_bucket_is_known_by_its_name_for_the_stack_of_its_urn():
+    from decisions.storage.buckets import LOGS, MODELS, bucket_name
+    from types import SimpleNamespace
+
+    def bucket(stack):
+        return SimpleNamespace(urn=f"urn:pulumi:{stack}::gpu-cloud::gpu-cloud:buckets:SecureBucket$aws:s3/bucket:"
+                                   "Bucket::logs-bucket")
+    name = bucket_name("gpu-cloud", "dev", "123456789012", LOGS)
+    assert pack.log_bucket(bucket("dev"), name) is True
+    assert pack.log_bucket(bucket("prod-us-east-1"), name) is False             # another stack's log bucket
+    assert pack.log_bucket(bucket("dev"), bucket_name("gpu-cloud", "dev", "123456789012", MODELS)) is False
+    assert pack.log_bucket(bucket("dev"), pack.UNKNOWN) is None                # a preview cannot tell
+    long = "a-stack-name-long-enough-to-cut-the-bucket-name"
+    assert pack.log_bucket(bucket(long), bucket_name("gpu-cloud", long, "123456789012", LOGS)) is True
+
+
 def test_config_sets_allowed_types_tags_and_advisory_levels(documents):
     document = documents[US]
     allowed = [t for t in pack.allowed_instance_types_default() if t != "p5.48xlarge"]

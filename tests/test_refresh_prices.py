@@ -66,10 +66,18 @@ def test_the_catalog_is_rewritten_in_place_and_still_loads():
     assert catalog.instance_types["p5.48xlarge"].regions["us-east-1"].on_demand_usd == 50.5
     assert catalog.instance_types["g5.12xlarge"].regions["eu-west-1"].on_demand_usd == 6.4
     assert catalog.instance_types["g5.12xlarge"].regions["us-east-1"].on_demand_usd == 5.672    # untouched
-    assert catalog.prices_as_of == "2026-09"
-    assert "eu-west-1: {onDemandUsd: 6.4}\n" in out
+    # Only what was refreshed is dated: the new prices cite the API and the day; the rest keep their region's.
+    refreshed = catalog.price_source("g5.12xlarge", "eu-west-1")
+    assert (refreshed.source, refreshed.as_of) == (refresh_prices.REFRESH_SOURCE, "2026-09")
+    assert catalog.price_source("p5.48xlarge", "us-east-1").as_of == "2026-09"
+    assert catalog.price_source("g5.12xlarge", "us-east-1") == catalog.price_sources["us-east-1"]
+    assert catalog.price_source("g4dn.12xlarge", "eu-west-1").as_of == "2025-H1"
+    assert catalog.price_sources == Catalog.model_validate(yaml.safe_load(text)).price_sources
+    assert (f'eu-west-1: {{onDemandUsd: 6.4, source: "{refresh_prices.REFRESH_SOURCE}", asOf: "2026-09"}}\n'
+            in out)
     out = refresh_prices.update_catalog(text, {("p4d.24xlarge", "eu-west-1"): 23.5}, "2026-09")
-    assert "eu-west-1: {onDemandUsd: 23.5}    # weak: source not re-found" in out      # the line's comment is kept
+    assert (f'eu-west-1: {{onDemandUsd: 23.5, source: "{refresh_prices.REFRESH_SOURCE}", asOf: "2026-09"}}    # '
+            "offered (snapshot)") in out      # the line's comment is kept
     assert len(out.splitlines()) == len(text.splitlines())
 
 
@@ -145,6 +153,45 @@ def test_the_spot_discount_is_taken_at_the_dearest_zone_of_the_history():
     assert region.spot_discount["p4d"].fraction == 0.499 and "DescribeSpotPriceHistory" in region.spot_discount["p4d"].source
 
 
+def test_a_spot_price_at_or_above_on_demand_is_no_discount_and_its_family_is_skipped_with_the_reason():
+    # p4de: a zone paid the on-demand price (0); g6e: a zone paid more than on-demand (a negative fraction). Neither
+    # loads into prices.yaml (a Discount is above 0), so the family is left out, saying why; p4d keeps its 0.499.
+    history = [spot(11.0), spot(27.44705, "p4de.24xlarge"), spot(5.0, "g6e.12xlarge"),
+               spot(12.0, "g6e.48xlarge", zone="use1-az2"), spot(33.0, "g6e.48xlarge", zone="use1-az4")]
+    on_demand = {"p4d.24xlarge": 21.957642, "p4de.24xlarge": 27.44705, "g6e.12xlarge": 10.49264,
+                 "g6e.48xlarge": 30.13118}
+    assert refresh_prices.spot_discount(history, "p4de.24xlarge", 27.44705) == 0
+    assert refresh_prices.spot_discount(history, "g6e.48xlarge", 30.13118) < 0
+    discounts, skipped = refresh_prices.family_spot_discounts(history, on_demand)
+    assert discounts == {"p4d": 0.499}
+    assert skipped == [
+        "g6e: skipped, no discount: g6e.48xlarge's dearest spot price is 9.52% above on-demand (the family falls back "
+        "to the catalog's defaultSpotDiscount)",
+        "p4de: skipped, no discount: p4de.24xlarge's dearest spot price is its on-demand price (the family falls back "
+        "to the catalog's defaultSpotDiscount)"]
+    from decisions.cost.cost import RegionPrices
+    text = "\n".join(["region:"] + [f"    # {r}" for r in skipped]
+                     + refresh_prices.spot_yaml(discounts, "us-east-1", 90, "2026-12-04"))
+    assert set(RegionPrices.model_validate(yaml.safe_load(text)["region"]).spot_discount) == {"p4d"}
+
+
+def test_the_spot_printout_names_the_skipped_families_as_comments_that_paste(monkeypatch, capsys):
+    import types
+
+    class FakeEc2:
+        def get_paginator(self, _):
+            return types.SimpleNamespace(paginate=lambda **_: [{"SpotPriceHistory": [
+                spot(11.0), spot(30.0, "p4de.24xlarge")]}])
+    monkeypatch.setattr(refresh_prices, "_priced_types",
+                        lambda: ({}, {"us-east-1": {"p4d.24xlarge": 21.957642, "p4de.24xlarge": 27.44705}}))
+    assert refresh_prices.print_spot_discounts(types.SimpleNamespace(client=lambda *a, **k: FakeEc2()), 90) == 0
+    printed = capsys.readouterr().out
+    assert "    # p4de: skipped, no discount: p4de.24xlarge's dearest spot price is 9.30% above on-demand" in printed
+    from decisions.cost.cost import RegionPrices
+    region = RegionPrices.model_validate(yaml.safe_load(printed)["us-east-1"])
+    assert set(region.spot_discount) == {"p4d"}
+
+
 SIX_REGIONS = {"us-east-1", "us-east-2", "us-west-2", "eu-west-1", "eu-central-1", "ap-northeast-1"}
 
 
@@ -178,9 +225,18 @@ def test_a_refresh_reads_every_offer_of_every_region_and_writes_the_new_ones(tmp
     assert written.instance_types["p5.48xlarge"].regions["ap-northeast-1"].on_demand_usd == 71.5
     assert written.instance_types["g6e.12xlarge"].regions["eu-central-1"].on_demand_usd == 13.12002
     assert written.instance_types["p5en.48xlarge"].regions["us-west-2"].on_demand_usd is None
+    # Only what the API answered is dated (today, its source); what it did not answer keeps its region's source.
+    from datetime import date
+    for key in (("p5.48xlarge", "ap-northeast-1"), ("g6e.12xlarge", "eu-central-1")):
+        cited = written.price_source(*key)
+        assert (cited.source, cited.as_of) == (refresh_prices.REFRESH_SOURCE, date.today().isoformat()), key
+    for key in (("g6e.12xlarge", "us-east-1"), ("g5.12xlarge", "eu-west-1")):
+        assert written.price_source(*key) == written.price_sources[key[1]], key
+    assert written.price_sources == Catalog.model_validate(yaml.safe_load(CATALOG_PATH.read_text())).price_sources
     printed = capsys.readouterr().out
     assert "p5.48xlarge ap-northeast-1: None -> 71.5" in printed
     assert "p5en.48xlarge us-west-2: no on-demand price in the Price List API (kept None)" in printed
+    assert "p5.48xlarge us-east-1: no on-demand price in the Price List API (kept 55.04, its source and date)" in printed
 
 
 def test_the_filters_name_each_new_region_by_its_code():

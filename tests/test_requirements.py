@@ -56,7 +56,8 @@ def test_every_figure_the_ledger_holds_is_the_codes():
 @pytest.mark.parametrize("module, name, moved, row", [
     ("decisions.nodes.scratch", "HOT_TIER_READ_IOPS", 400_000, "hot-tier-500k-iops"),
     ("decisions.observability.alert_rules", "QUEUE_DEEP_PENDING", 50, "queue-depth-node-size"),
-    ("decisions.nodes.drain", "SPOT_CHECKPOINT_BUDGET_S", 60, "spot-with-recovery"),
+    ("decisions.nodes.drain", "NODE_DRAIN_GRACE_S", 90, "spot-with-recovery"),
+    ("decisions.nodes.drain", "QUEUE_LONG_POLL_S", 10, "spot-with-recovery"),
 ])
 def test_a_figure_moved_in_the_code_without_its_row_fails(monkeypatch, module, name, moved, row):
     monkeypatch.setattr(f"{module}.{name}", moved)
@@ -71,6 +72,27 @@ def test_a_moved_alert_default_fails_its_row(monkeypatch):
         gpu_temp_c: int = Field(alias="gpuTempC", default=80)
     monkeypatch.setattr(model, "Alerts", Cooler)
     assert [m.split(":", 1)[0] for m in _hold_mismatches()] == ["gpu-temperature-85c"]
+
+
+def test_a_routing_the_config_stops_accepting_fails_its_row(monkeypatch):
+    """The accepted dr.routing values are held from the Literal validation uses, not from a list kept beside it."""
+    from typing import Literal
+
+    from decisions.config import model
+
+    class NoLatency(model.Dr):
+        routing: Literal["failover", "weighted"] = "failover"
+    monkeypatch.setattr(model, "Dr", NoLatency)
+    (mismatch,) = _hold_mismatches()
+    assert mismatch.startswith("dns-round-robin-failover: decisions.requirements:choices('decisions.config.model:Dr', "
+                               "'routing') is ['failover', 'weighted']")
+
+
+def test_no_hold_points_at_a_figure_that_drives_nothing():
+    """Constants that only a docstring, a note or a test read: a hold on them would pass while the behaviour moves."""
+    stated = {"decisions.nodes.drain:SPOT_CHECKPOINT_BUDGET_S", "decisions.platform.acceptance:NCCL_TESTS_MIN_DRIVER_BRANCH",
+              "decisions.nodes.scratch:HOT_TIER_LATENCY_TARGET_US", "decisions.serving.failover:ROUTINGS"}
+    assert [hold.ref for row in ROWS for hold in row.holds if hold.ref in stated] == []
 
 
 def test_every_row_that_is_a_figure_of_the_code_holds_one():

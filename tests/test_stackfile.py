@@ -166,3 +166,19 @@ def test_every_stack_in_the_stack_directory_loads_and_validates():
     for stack in stacks:
         config, spec = load_stack(stack)
         assert spec.stack == stack and config["aws:region"] == spec.region
+
+
+def test_a_dr_peer_whose_cidr_cannot_be_read_comes_with_a_warning(monkeypatch):
+    """The CIDR-overlap check needs the peer's network.cidr: an unreadable peer file or a file without it is said,
+    with the peer's name, and a readable one is not."""
+    import plan.stackfile as stackfile
+    from plan.stackfile import read_peer_cidr
+    assert read_peer_cidr({"dr": {"peerStack": "acme/gpu-cloud/prod-eu-west-1"}}) == ("10.80.0.0/16", None)
+    assert read_peer_cidr({}) == (None, None) and read_peer_cidr({"dr": {"role": "primary"}}) == (None, None)
+    cidr, warning = read_peer_cidr({"dr": {"peerStack": "acme/gpu-cloud/prod-nowhere"}})
+    assert cidr is None and warning.startswith("gpu-cloud:dr.peerStack: the stack file of acme/gpu-cloud/prod-nowhere "
+                                               "could not be read (no stack file at ")
+    assert warning.endswith("the check that this stack's network.cidr does not overlap the peer's VPC was skipped")
+    monkeypatch.setattr(stackfile, "load_stack_config", lambda stack: {"gpu-cloud:network": {"zones": []}})
+    cidr, warning = read_peer_cidr({"dr": {"peerStack": "acme/gpu-cloud/prod-eu-west-1"}})
+    assert cidr is None and "acme/gpu-cloud/prod-eu-west-1 sets no gpu-cloud:network.cidr" in warning

@@ -338,3 +338,22 @@ def test_the_offline_account_offers_a_regions_recorded_zone_ids():
     from plan.engine import offline_account
     account = offline_account("ap-northeast-1", {})
     assert sorted(account.zones) == ["apne1-az1", "apne1-az2", "apne1-az4"]     # no apne1-az3 in the region's list
+
+
+def test_refused_zone_ids_are_recorded_only_for_regions_a_stack_can_use():
+    """A refused zone ID of a region the catalog does not sell GPUs in could only add a second message to a stack
+    already refused for its region (aws:region): unverified entries there would be noise, so there are none."""
+    from decisions.catalog.catalog import load_catalog
+    from decisions.network.zones import load_zone_facts
+    regions = set(load_catalog().regions)
+    refusing = {region for region, facts in load_zone_facts().regions.items() if facts.eks_unsupported_zone_ids}
+    assert refusing and refusing <= regions, refusing - regions
+
+
+def test_the_config_patterns_and_namespace_are_defined_once():
+    from decisions.config import model, preflight
+    from decisions.network import zones
+    from decisions.nodes import amis
+    assert zones.ZONE_ID is model.ZONE_ID and zones.NAMESPACE is preflight.NAMESPACE is model.NAMESPACE
+    assert amis.AMI_RELEASE is model.AMI_RELEASE and amis.DRIVER_VERSION is model.DRIVER_VERSION
+    assert not hasattr(amis, "RELEASE")

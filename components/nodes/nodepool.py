@@ -21,7 +21,8 @@ from components.iam import policy_document
 from decisions.catalog.catalog import Catalog
 from decisions.config import preflight
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
-from decisions.config.validate import NAMESPACE, ResolvedPool, StackSpec
+from decisions.config.model import NAMESPACE
+from decisions.config.validate import ResolvedPool, StackSpec
 from decisions.nodes import boot, pods, repair
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.amis import NodeImage
@@ -99,6 +100,7 @@ class NodePoolArgs:
     region: str
     account_id: str
     partition: str                                     # "aws", "aws-cn", "aws-us-gov": part of every ARN
+    dns_suffix: str                                    # the partition's ("amazonaws.com", "amazonaws.com.cn"): kms:ViaService
     vpc_id: pulumi.Input[str]
     subnet_ids: Mapping[str, pulumi.Input[str]]       # zone ID -> private subnet
     # zone IDs the pool's nodes launch in (decisions.network.zones.ZoneLayout)
@@ -281,7 +283,7 @@ class GpuNodePool(pulumi.ComponentResource):
             {"Sid": "PublishGateReport", "Effect": "Allow", "Action": "s3:PutObject", "Resource": reports},
             {"Sid": "EncryptGateReport", "Effect": "Allow", "Action": "kms:GenerateDataKey",
              "Resource": args.artifact_key_arn,
-             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}},
+             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.{args.dns_suffix}"}}},
             # Only the calling instance: the instance tagged (ec2:InstanceID, a condition key of CreateTags on an
             # instance in the Service Authorization Reference) is the one the request comes from
             # (ec2:SourceInstanceARN, a policy variable in the IAM User Guide), as AWS's managed policy
@@ -294,7 +296,7 @@ class GpuNodePool(pulumi.ComponentResource):
             {"Sid": "ReadVerifierBundle", "Effect": "Allow", "Action": "s3:GetObject",
              "Resource": pulumi.Output.concat(f"arn:{args.partition}:s3:::", args.artifact_bucket, "/", artifact_key)},
             {"Sid": "DecryptVerifierBundle", "Effect": "Allow", "Action": "kms:Decrypt", "Resource": args.artifact_key_arn,
-             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.amazonaws.com"}}},
+             "Condition": {"StringEquals": {"kms:ViaService": f"s3.{args.region}.{args.dns_suffix}"}}},
         ), opts=child))
         return role, grants
 

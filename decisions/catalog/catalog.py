@@ -155,8 +155,33 @@ class NcclBusBandwidth(_Frozen):
         return self
 
 
+class PriceSource(_Frozen):
+    """Where an on-demand price was read, and when (a day, a month, or the half-year a snapshot is dated to)."""
+    source: str = Field(min_length=1)
+    as_of: str = Field(alias="asOf", min_length=4)
+
+    @property
+    def cited(self) -> str:
+        return f"{self.source}, {self.as_of}"
+
+
 class RegionOffer(_Frozen):
+    """A type offered in a region: its on-demand USD an hour (None: offered, no sourced price, a gap the plan lists).
+    `source` and `asOf` name where this one price was read when it is not the region's `priceSources` entry (what
+    `scripts/refresh_prices.py --write` records for each price the Price List API answered)."""
     on_demand_usd: Optional[float] = Field(alias="onDemandUsd", ge=0)
+    source: Optional[str] = Field(default=None, min_length=1)
+    as_of: Optional[str] = Field(default=None, alias="asOf", min_length=4)
+
+    @model_validator(mode="after")
+    def _source_and_date_together(self) -> "RegionOffer":
+        if (self.source is None) != (self.as_of is None):
+            raise ValueError("source and asOf go together: an offer's own price names both where it was read and when")
+        return self
+
+    @property
+    def own_source(self) -> Optional[PriceSource]:
+        return None if self.source is None else PriceSource(source=self.source, asOf=self.as_of)
 
 
 class InstanceType(_Frozen):
@@ -200,8 +225,8 @@ def across_nodes_ceiling_gbps(network_gbps: float, gpus_per_node: int) -> float:
 
 
 class Catalog(_Frozen):
-    prices_as_of: str = Field(alias="pricesAsOf")
-    price_source: str = Field(alias="priceSource")
+    # region -> where its onDemandUsd figures were read and when; an offer with its own source and asOf overrides it.
+    price_sources: Dict[str, PriceSource] = Field(alias="priceSources")
     default_spot_discount: float = Field(alias="defaultSpotDiscount", ge=0, lt=1)
     # The across-node minimum as a share of AWS's published two-node figure (catalog.yaml says why this share).
     nccl_across_nodes_fraction: float = Field(alias="ncclAcrossNodesFraction", gt=0, lt=1)
@@ -226,7 +251,18 @@ class Catalog(_Frozen):
                                  f"but {itype.gpu.model} has no NVLink")
             if nccl and nccl.across_nodes:
                 self._check_across_nodes(itype, nccl.across_nodes)
+        self._check_price_sources()
         return self
+
+    def _check_price_sources(self) -> None:
+        """Every price names its source and date: its own, or its region's priceSources entry. A null price needs
+        none (it is a gap, not a figure)."""
+        for itype in self.instance_types.values():
+            for region, offer in itype.regions.items():
+                if offer.on_demand_usd is not None and offer.source is None and region not in self.price_sources:
+                    raise ValueError(f"{itype.name}: regions.{region}.onDemandUsd {offer.on_demand_usd:g} has no "
+                                     f"source: give the offer its own source and asOf, or add priceSources.{region} "
+                                     "(where the region's prices were read, and when)")
 
     def _check_across_nodes(self, itype: InstanceType, figure: AcrossNodesFigure) -> None:
         ceiling = across_nodes_ceiling_gbps(itype.network_gbps, itype.gpu.count)
@@ -255,6 +291,13 @@ class Catalog(_Frozen):
             return figure.published_gbps * self.nccl_across_nodes_fraction if figure else None
         within = nccl.within_node if nccl else None
         return within.minimum_gbps if within else None
+
+    def price_source(self, instance_type: str, region: str) -> Optional[PriceSource]:
+        """Where the type's on-demand price in the region was read, and when: the offer's own source, else the
+        region's priceSources entry (None where neither is recorded: only a type with no price there)."""
+        offer = self.instance_types[instance_type].regions.get(region)
+        own = offer.own_source if offer is not None else None
+        return own or self.price_sources.get(region)
 
     def gpu_model(self, instance_type: str) -> GpuModel:
         return self.gpus[self.instance_types[instance_type].gpu.model]

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from decisions.config.errors import ConfigIssue, key_path
+from decisions.config.model import NAMESPACE
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.drain import NTH_MANAGED_TAG
 
-NAMESPACE = "gpu-cloud"
 QUOTA_SERVICE = "ec2"
 
 # EC2 Auto Scaling: "The maximum number of tags per resource is 50" (Amazon EC2 Auto Scaling User Guide, Tag

@@ -510,14 +510,13 @@ def budget_issues(spec: StackSpec, reservations) -> List[ConfigIssue]:
 
 def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalog, region: str,
                   reservations=None) -> List[ConfigIssue]:
-    """The GPU pools at maxNodes, priced as the plan's cost section prices them (decisions/cost/cost.py), against the
-    budget. A pool without a price is a gap the plan reports, not a reason to refuse the stack. Without `reservations`
-    (config alone) a reservation counts maxNodes instances; layers.prepare checks again with the account's answer."""
-    rows = [p for p in cost.pool_costs(pools, catalog, region, reservations=reservations) if not p.gap]
-    total = round(sum(p.hourly_at_max for p in rows), 4)
-    # In cents, as the message shows them: a budget written as the exact cost must pass, and "$131.07 above the
-    # budget $131.07" must never be said.
-    if round(total, 2) <= round(budget.max_hourly_usd, 2):
+    """The GPU pools at maxNodes against the budget, by the one rule the pack and the plan use too
+    (decisions/cost/cost.py over_budget: priced pools without a commitment's discount, compared in whole cents). A
+    pool without a price is a gap the plan reports, not a reason to refuse the stack. Without `reservations` (config
+    alone) a reservation counts maxNodes instances; layers.prepare checks again with the account's answer."""
+    rows = [p for p in cost.budget_pool_costs(pools, catalog, region, reservations=reservations) if not p.gap]
+    total = cost.over_budget(rows, budget.max_hourly_usd)
+    if total is None:
         return []
     message = (f"GPU pools at maxNodes cost ${total:,.2f}/hour, above the budget ${budget.max_hourly_usd:,.2f}/hour; "
                "lower maxNodes or raise the budget")

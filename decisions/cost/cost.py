@@ -15,7 +15,13 @@ Rules (planning estimates, not quotes):
 - a commitment (Savings Plan, Reserved Instances) discounts the pool's steady nodes (desiredNodes; a reservation's
   whole size) and makes them committed spend; nodes above that run at on-demand. `commitment_options` answers what a
   1- or 3-year commitment would save on every committable pool (on-demand and reserved);
-- a pool listing several types is priced at its dearest type, so a budget check errs high.
+- a pool listing several types is priced at its dearest type, so a budget check errs high;
+- the budget (gpu-cloud:budget.maxHourlyUsd) is one rule, `over_budget`, that the config check
+  (decisions/config/validate.py), the pack's hourly-cost-within-budget (policy/policies.py) and the plan's budget line
+  all use: every priced GPU pool at maxNodes (`budget_hourly`; a reservation or block at its whole size), priced
+  without any commitment's discount (`budget_pool_costs`), because a commitment is a billing agreement no resource
+  carries and the pack sees only resources. It is compared in whole cents: over when the total rounded to the cent
+  is above the budget rounded to the cent, so a budget written as the figure the plan shows passes.
 What has no price (a type without one, such as p5e, or a fixed cost without a sourced rate) is a gap: left out of
 the totals and listed, never a guess. A rate whose source dates its own end (`currentUntil`) is marked STALE from
 that day. Usage-based charges (data processed, backups, log ingestion, KMS requests) are listed with their unit
@@ -72,6 +78,8 @@ class Rate(_Frozen):
     usd: float = Field(ge=0)
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
+    # prices.yaml's "weak": the figure rests on a single third-party page quoting AWS; confirm before relying on it.
+    weak: bool = False
     # The day the source itself says the rate stops holding (a capacity block rate "current until" its update).
     current_until: Optional[date] = Field(default=None, alias="currentUntil")
 
@@ -83,6 +91,15 @@ class Discount(_Frozen):
     fraction: float = Field(gt=0, lt=1)
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
+    weak: bool = False
+
+
+WEAK = " (weak source)"      # what a figure resting on a weak source says wherever its source is cited
+
+
+def cite(source: str, as_of: str, weak: bool = False, note: str = "") -> str:
+    """"(source, asOf[; note])", then " (weak source)" for a weak one: how a basis names where a figure came from."""
+    return f"({source}, {as_of}{note})" + (WEAK if weak else "")
 
 
 class Gp3Rates(_Frozen):
@@ -196,6 +213,7 @@ class FixedCost:
     source: Optional[str]
     as_of: Optional[str]
     gap: Optional[str] = None
+    weak: bool = False                    # its rate rests on a weak source (prices.yaml "weak")
 
     @property
     def hourly_at_desired(self) -> Optional[float]:
@@ -217,6 +235,7 @@ class UsageCost:
     as_of: Optional[str]
     quantity: Optional[float] = None      # known from the stack (GiB, keys), else None: depends on use
     gap: Optional[str] = None
+    weak: bool = False                    # its rate rests on a weak source (prices.yaml "weak")
 
     @property
     def monthly(self) -> Optional[float]:
@@ -359,15 +378,42 @@ Reservations = Mapping[str, Union[Reservation, str]]   # reservation id -> as re
 
 
 def pool_costs(pools: Sequence, catalog: Catalog, region: str, prices: Optional[Prices] = None,
-               reservations: Optional[Reservations] = None, today: Optional[date] = None) -> Tuple[PoolCost, ...]:
+               reservations: Optional[Reservations] = None, today: Optional[date] = None,
+               commitments: bool = True) -> Tuple[PoolCost, ...]:
     """Cost rows of ResolvedPools (decisions.config.validate), the same numbers for the plan and the budget check.
     `reservations`: what the account says of each pool's reservation
     (decisions.network.zones.AccountZones.reservations); without it a reservation's size is taken to be maxNodes, and
-    the row says so."""
+    the row says so. `commitments=False` prices every pool as if it had none (what the budget is checked on)."""
     prices = prices or load_prices()
     today = today or date.today()
-    return tuple(_pool_cost(pool, catalog, region, prices.region(region), reservations or {}, today)
+    return tuple(_pool_cost(pool, catalog, region, prices.region(region), reservations or {}, today, commitments)
                  for pool in pools)
+
+
+def budget_pool_costs(pools: Sequence, catalog: Catalog, region: str, prices: Optional[Prices] = None,
+                      reservations: Optional[Reservations] = None,
+                      today: Optional[date] = None) -> Tuple[PoolCost, ...]:
+    """The rows the budget is checked on: the pools priced without a commitment's discount. A commitment (Savings
+    Plan, Reserved Instances) is a billing agreement that no resource carries, so the pack, which sees only
+    resources, cannot apply it; leaving it out here too gives the program and the pack one figure (it errs high: at
+    maxNodes a commitment bills no more than on-demand). `pools` need only `spec` (name, capacity, desired_nodes,
+    max_nodes; capacity_reservation_id for a reservation or block) and `types` (catalog InstanceTypes)."""
+    return pool_costs(pools, catalog, region, prices, reservations, today, commitments=False)
+
+
+def budget_hourly(rows: Sequence[PoolCost]) -> float:
+    """What gpu-cloud:budget.maxHourlyUsd covers: every priced pool at maxNodes (a reservation or block at its whole
+    size, a capacity block while it runs), unrounded. A pool without a price is a gap, left out and listed."""
+    return _sum(p.hourly_at_max for p in rows if not p.gap)
+
+
+def over_budget(rows: Sequence[PoolCost], budget: float) -> Optional[float]:
+    """The budget rule, decided here only: the total of `budget_hourly` when it is over `budget`, else None.
+    Compared in whole cents, as every message shows the figures: over when the total rounded to the cent is above
+    the budget rounded to the cent. So a budget written as the cost the plan shows ($7.29 for $7.2903...) passes, one
+    cent less does not, and "$7.29 above the budget $7.29" is never said."""
+    total = budget_hourly(rows)
+    return total if cents(total) > cents(budget) else None
 
 
 def reserved_size(spec, reservations: Reservations) -> Tuple[int, Optional[Reservation], str]:
@@ -401,13 +447,13 @@ def _instant(text: str) -> datetime:
 
 
 def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reservations: Reservations,
-               today: date) -> PoolCost:
+               today: date, commitments: bool = True) -> PoolCost:
     spec = pool.spec
     offers = {t.name: catalog.instance_types[t.name].regions.get(region) for t in pool.types}
     on_demand = {name: (o.on_demand_usd if o else None) for name, o in offers.items()}
     whole_size = spec.capacity in ("reserved", "capacity-block")
     size, found, size_source = reserved_size(spec, reservations) if whole_size else (None, None, None)
-    commitment = spec.commitment
+    commitment = spec.commitment if commitments else None
     steady = size if whole_size else spec.desired_nodes
     committed_nodes = steady if (whole_size or commitment) else 0
     row = dict(pool=spec.name, capacity=spec.capacity, nodes_at_desired=steady,
@@ -436,7 +482,8 @@ def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reserva
         return PoolCost(**row, instance_type=name, node_hourly=block.usd, on_demand_node_hourly=on_demand[name],
                         committed_node_hourly=block.usd, gap=None, stale=stale,
                         basis=(f"capacity block ${block.usd}/hour per instance x {size} instances x {term}, paid "
-                               f"upfront ({block.source}, {block.as_of}{'; STALE' if stale else ''}); {size_source}"))
+                               f"upfront {cite(block.source, block.as_of, block.weak, '; STALE' if stale else '')}; "
+                               f"{size_source}"))
 
     unpriced = [name for name, usd in on_demand.items() if usd is None]
     if unpriced:
@@ -446,16 +493,18 @@ def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reserva
                             "(decisions/catalog/catalog.yaml)")
 
     if spec.capacity == "spot":
-        priced = {name: _spot(catalog.instance_types[name].family, usd, catalog, rates)
+        priced = {name: _spot(catalog.instance_types[name].family, usd, _on_demand_source(catalog, name, region),
+                              catalog, rates)
                   for name, usd in on_demand.items()}
         name = max(priced, key=lambda n: priced[n][0])
         node, basis = priced[name]
     else:
         name = max(on_demand, key=on_demand.get)
         node = on_demand[name]
-        basis = (f"on-demand ${node}/hour ({catalog.price_source})" if spec.capacity == "on-demand" else
+        source = _on_demand_source(catalog, name, region)
+        basis = (f"on-demand ${node}/hour {source}" if spec.capacity == "on-demand" else
                  f"capacity reservation billed for all {size} instances at on-demand ${node}/hour "
-                 f"({catalog.price_source}); {size_source}")
+                 f"{source}; {size_source}")
     committed_node = node
     if commitment:
         family = catalog.instance_types[name].family
@@ -466,20 +515,28 @@ def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reserva
         else:
             committed_node = node * (1 - discount.fraction)
             basis += (f"; {commitment.key} {discount.fraction:.1%} off for {committed_nodes} committed nodes "
-                      f"({discount.source}, {discount.as_of})")
+                      f"{cite(discount.source, discount.as_of, discount.weak)}")
     return PoolCost(**row, instance_type=name, node_hourly=node, on_demand_node_hourly=on_demand[name],
                     committed_node_hourly=committed_node, basis=basis, gap=None)
 
 
-def _spot(family: str, on_demand: float, catalog: Catalog, rates: RegionPrices) -> Tuple[float, str]:
+def _on_demand_source(catalog: Catalog, name: str, region: str) -> str:
+    """Where the catalog's on-demand price of `name` in `region` was read, and when, as a basis cites it."""
+    found = catalog.price_source(name, region)
+    return cite(found.source, found.as_of) if found else "(no source recorded in decisions/catalog/catalog.yaml)"
+
+
+def _spot(family: str, on_demand: float, on_demand_source: str, catalog: Catalog,
+          rates: RegionPrices) -> Tuple[float, str]:
     discount = rates.spot_discount.get(family)
     if discount is None:
         fraction = catalog.default_spot_discount
         return (on_demand * (1 - fraction),
-                f"spot: on-demand ${on_demand} less {fraction:.0%}, ASSUMED (catalog defaultSpotDiscount: no sourced "
-                f"spot discount for {family} in decisions/cost/prices.yaml)")
+                f"spot: on-demand ${on_demand} {on_demand_source} less {fraction:.0%}, ASSUMED (catalog "
+                f"defaultSpotDiscount: no sourced spot discount for {family} in decisions/cost/prices.yaml)")
     return (on_demand * (1 - discount.fraction),
-            f"spot: on-demand ${on_demand} less {discount.fraction:.1%} ({discount.source}, {discount.as_of})")
+            f"spot: on-demand ${on_demand} {on_demand_source} less {discount.fraction:.1%} "
+            f"{cite(discount.source, discount.as_of, discount.weak)}")
 
 
 def fixed_costs(spec, today: date, prices: Optional[Prices] = None) -> Tuple[FixedCost, ...]:
@@ -532,8 +589,10 @@ def _root_volumes(desired: int, maximum: int, gp3: Optional[Gp3Rates]) -> FixedC
         return _fixed(item, desired, maximum, "volume", None)
     per_month = (ROOT_VOLUME_GIB * gp3.gb_month.usd + (ROOT_VOLUME_IOPS - GP3_FREE_IOPS) * gp3.iops_month.usd
                  + (ROOT_VOLUME_MBPS - GP3_FREE_MBPS) * gp3.throughput_mbps_month.usd)
+    parts = (gp3.gb_month, gp3.iops_month, gp3.throughput_mbps_month)
     return FixedCost(item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit="volume",
-                     unit_hourly=per_month / HOURS_PER_MONTH, source=gp3.gb_month.source, as_of=gp3.gb_month.as_of)
+                     unit_hourly=per_month / HOURS_PER_MONTH, source=gp3.gb_month.source, as_of=gp3.gb_month.as_of,
+                     weak=any(r.weak for r in parts))
 
 
 def _per_hour(rate: Optional[Rate]) -> Optional[Rate]:
@@ -547,7 +606,7 @@ def _fixed(item: str, desired: float, maximum: float, unit: str, rate: Optional[
                          source=None, as_of=None,
                          gap=gap or "no sourced rate for this region in decisions/cost/prices.yaml")
     return FixedCost(item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit=unit,
-                     unit_hourly=rate.usd, source=rate.source, as_of=rate.as_of)
+                     unit_hourly=rate.usd, source=rate.source, as_of=rate.as_of, weak=rate.weak)
 
 
 def usage_costs(spec, prices: Optional[Prices] = None, kms_keys: Optional[int] = None) -> Tuple[UsageCost, ...]:
@@ -576,7 +635,8 @@ def _usage(item: str, unit: str, rate: Optional[Rate], quantity: Optional[float]
     if rate is None:
         return UsageCost(item=item, unit=unit, unit_usd=None, source=None, as_of=None, quantity=quantity,
                          gap="no sourced rate for this region in decisions/cost/prices.yaml")
-    return UsageCost(item=item, unit=unit, unit_usd=rate.usd, source=rate.source, as_of=rate.as_of, quantity=quantity)
+    return UsageCost(item=item, unit=unit, unit_usd=rate.usd, source=rate.source, as_of=rate.as_of, quantity=quantity,
+                     weak=rate.weak)
 
 
 def commitment_options(pools: Sequence[PoolCost], catalog: Catalog, region: str, prices: Optional[Prices] = None,
@@ -601,7 +661,7 @@ def commitment_options(pools: Sequence[PoolCost], catalog: Catalog, region: str,
                               f"no sourced {key} discount for {family} in {region} (decisions/cost/prices.yaml)"))
             else:
                 terms.append((term, key, on_demand * (1 - discount.fraction),
-                              f"{discount.fraction:.1%} off ({discount.source}, {discount.as_of})"))
+                              f"{discount.fraction:.1%} off {cite(discount.source, discount.as_of, discount.weak)}"))
         options.append(CommitmentOption(pool=p.pool, capacity=p.capacity, instance_type=p.instance_type, family=family,
                                         nodes=nodes, on_demand_hourly=on_demand, terms=tuple(terms)))
     return tuple(options)

@@ -9,7 +9,6 @@ a multi-zone pool launches in: the zones that offer all of its types (a warning 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -19,12 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from decisions.catalog.data_files import load_model
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
+from decisions.config.model import NAMESPACE, ZONE_ID
 from decisions.network.network_plan import plan_subnets
 from decisions.nodes import pods
 
 ZONES_PATH = Path(__file__).with_name("zones.yaml")
-ZONE_ID = re.compile(r"^[a-z]+\d-az\d+$")
-NAMESPACE = "gpu-cloud"
 # Addresses a private subnet keeps free beyond what the pools' nodes may take: control-plane and VPC
 # endpoint interfaces, load balancers, and the CNI's spare addresses while nodes churn.
 SUBNET_HEADROOM = 0.2

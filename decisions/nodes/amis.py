@@ -21,10 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from decisions.catalog.charts import kubernetes_minor
 from decisions.catalog.data_files import load_model
+from decisions.config.model import AMI_RELEASE, DRIVER_VERSION
 
 AMIS_PATH = Path(__file__).with_name("amis.yaml")
-RELEASE = re.compile(r"^v\d{8}$")
-DRIVER_VERSION = re.compile(r"^(\d{3})\.\d{1,3}(\.\d{1,3})?$")
 MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 # The install path configures containerd through the NodeConfig in config version 3, which containerd 2 reads.
 INSTALL_MIN_CONTAINERD_MAJOR = 2
@@ -75,7 +74,7 @@ class AmiTable(_Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> "AmiTable":
         names = list(self.releases)
-        bad = [n for n in names if not RELEASE.match(n)]
+        bad = [n for n in names if not AMI_RELEASE.match(n)]
         if bad:
             raise ValueError(f"release names {bad} are not vYYYYMMDD")
         if names != sorted(names, reverse=True):
