@@ -207,7 +207,7 @@ def foundation(stack: Stack) -> Foundation:
                             force_destroy=spec.environment == "dev", opts=stack.with_aws)
     # A primary replicates checkpoints and models into its DR peer's buckets, which the peer stack exports.
     if spec.dr.role == "primary":
-        peer = pulumi.StackReference("dr-peer", stack_name=spec.dr.peer_stack)
+        peer = pulumi.StackReference(replication.PEER_REFERENCE, stack_name=spec.dr.peer_stack)
         peer_buckets = {purpose: peer.get_output("buckets").apply(
             lambda exports, purpose=purpose: replication.peer_bucket(exports, spec.dr.peer_stack, purpose))
             for purpose in bucket_rules.REPLICATED}

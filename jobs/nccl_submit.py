@@ -8,8 +8,12 @@ status, the NcclAcceptanceFailed alert). This script only starts it.
 
 A run still queued or running for the pool (an MPIJob with the same labels and neither a Succeeded nor a Failed
 condition, kubeflow/mpi-operator v0.8.0 pkg/apis/kubeflow/v2beta1/types.go JobConditionType) means the pool has been
-busy since the last slot: no second run is queued behind it. Exit 0 after creating or skipping, 1 when the API server
-refused or did not answer.
+busy since the last slot: no second run is queued behind it. But a run unfinished STALE_AFTER_S after its creation
+is stuck (mpi-operator v0.8.0 counts activeDeadlineSeconds from the launcher, which starts only once the workers run:
+pkg/controller/mpi_job_controller.go lines 636 and 1542, so a run that never gets its workers never times out), and
+it would skip every later slot in silence: then the script fails, naming the run and how to clear it, and its Job's
+failure raises kube-prometheus-stack's KubeJobFailed (88.5.3 templates/prometheus/rules-1.14/kubernetes-apps.yaml
+line 555). Exit 0 after creating or skipping, 1 when a run is stuck or the API server refused or did not answer.
 
 Standard library only (the image is a plain python image). The API server from the pod's service environment and
 its service account token and CA (SERVICEACCOUNT_DIR moves them, KUBE_API_URL replaces the address: tests only).
@@ -23,6 +27,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import List, Optional
 
@@ -54,13 +59,34 @@ def _call(method: str, url: str, token: str, ca_file: Optional[str], body: Optio
         return json.loads(response.read() or b"{}")
 
 
-def submit(mpijob: dict, base_url: str, token: str, ca_file: Optional[str]) -> str:
-    """Create `mpijob` unless a run with its labels is unfinished; returns what was done, for the log."""
+class StuckRun(Exception):
+    """A run of the pool has been unfinished for longer than a run can take."""
+
+
+def stuck(mpijobs: List[dict], names: List[str], stale_after_s: Optional[float], now: datetime) -> List[str]:
+    """Of the unfinished runs `names`, those created more than `stale_after_s` before `now`."""
+    if stale_after_s is None:
+        return []
+    created = {job["metadata"]["name"]: job["metadata"].get("creationTimestamp") for job in mpijobs}
+    return [name for name in names if created.get(name) and
+            (now - datetime.strptime(created[name], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+             ).total_seconds() > stale_after_s]
+
+
+def submit(mpijob: dict, base_url: str, token: str, ca_file: Optional[str], stale_after_s: Optional[float] = None,
+           now: Optional[datetime] = None) -> str:
+    """Create `mpijob` unless a run with its labels is unfinished; returns what was done, for the log. Raises
+    StuckRun when an unfinished run is older than `stale_after_s`."""
     namespace = mpijob["metadata"]["namespace"]
     collection = f"{base_url}/apis/kubeflow.org/v2beta1/namespaces/{namespace}/mpijobs"
     selector = ",".join(f"{key}={value}" for key, value in sorted(mpijob["metadata"]["labels"].items()))
     listed = _call("GET", f"{collection}?{urllib.parse.urlencode({'labelSelector': selector})}", token, ca_file)
-    running = unfinished(listed.get("items", []))
+    items = listed.get("items", [])
+    running = unfinished(items)
+    old = stuck(items, running, stale_after_s, now or datetime.now(timezone.utc))
+    if old:
+        raise StuckRun(f"{', '.join(old)} unfinished for more than {stale_after_s / 3600:g} h blocks every later run; "
+                       f"see why with `kubectl -n {namespace} describe mpijob {old[0]}`, then delete it")
     if running:
         return f"skipped: {', '.join(running)} has not finished"
     created = _call("POST", collection, token, ca_file, mpijob)
@@ -71,8 +97,12 @@ def main() -> int:
     mpijob = json.loads(os.environ["MPIJOB"])
     base = os.environ.get("KUBE_API_URL") or _api_base()
     token = (SA_DIR / "token").read_text(encoding="utf-8").strip()
+    stale_after_s = float(os.environ["STALE_AFTER_S"]) if os.environ.get("STALE_AFTER_S") else None
     try:
-        print(PREFIX + submit(mpijob, base, token, str(SA_DIR / "ca.crt")), flush=True)
+        print(PREFIX + submit(mpijob, base, token, str(SA_DIR / "ca.crt"), stale_after_s), flush=True)
+    except StuckRun as error:
+        print(f"{PREFIX}{error}", file=sys.stderr, flush=True)
+        return 1
     except urllib.error.HTTPError as error:        # the API server's Status object says why
         try:
             message = json.loads(error.read() or b"{}").get("message", "")

@@ -46,6 +46,7 @@ from decisions.nodes.drain import NTH_MANAGED_TAG  # noqa: E402
 from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
 from decisions.observability.logs import PROD_MIN_RETENTION_DAYS  # noqa: E402
 from decisions.storage.buckets import LOG_BUCKET_SSE, LOGS, REPLICATED, bucket_name  # noqa: E402
+from decisions.storage.replication import PEER_REFERENCE  # noqa: E402
 
 PACK_NAME = "gpu-cloud"
 PACK_ENFORCEMENT = EnforcementLevel.MANDATORY    # the issue: mandatory unless marked advisory (by config)
@@ -123,9 +124,7 @@ UNSCOPABLE_ACTION_PREFIXES = ("ec2:Describe", "autoscaling:Describe", "elasticlo
 UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
 REPLICATED_PURPOSES = REPLICATED                    # what a primary prod stack copies (decisions/storage/buckets.py)
-# layers.foundation's StackReference to the DR peer, named there as a literal (tests/test_policy.py holds this to the
-# name the program registers).
-DR_PEER_REFERENCE = "dr-peer"
+DR_PEER_REFERENCE = PEER_REFERENCE                   # the StackReference layers.foundation registers
 
 
 @lru_cache(maxsize=1)

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -547,8 +548,9 @@ def test_the_across_node_cronjob_is_a_valid_kubernetes_object(name):
 MPIJOBS = "/apis/kubeflow.org/v2beta1/namespaces/training/mpijobs"
 
 
-def mpijob_status(name, *conditions):
-    return {"metadata": {"name": name}, "status": {"conditions": [{"type": c, "status": s} for c, s in conditions]}}
+def mpijob_status(name, *conditions, created="2026-12-04T10:00:00Z"):
+    return {"metadata": {"name": name, "creationTimestamp": created},
+            "status": {"conditions": [{"type": c, "status": s} for c, s in conditions]}}
 
 
 class FakeMpiJobApi:
@@ -577,11 +579,11 @@ class FakeMpiJobApi:
         self.server.close()
 
 
-def run_submit(tmp_path, api_url, mpijob):
+def run_submit(tmp_path, api_url, mpijob, **env):
     (tmp_path / "sa").mkdir(exist_ok=True)
     (tmp_path / "sa" / "token").write_text("tok\n")
     env = {"PATH": os.environ["PATH"], "MPIJOB": json.dumps(mpijob), "KUBE_API_URL": api_url,
-           "SERVICEACCOUNT_DIR": str(tmp_path / "sa")}
+           "SERVICEACCOUNT_DIR": str(tmp_path / "sa"), **env}
     return subprocess.run([sys.executable, str(ROOT / "jobs" / "nccl_submit.py")], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -612,6 +614,36 @@ def test_submit_starts_a_run_unless_the_pools_last_one_is_unfinished(tmp_path, e
         assert "nccl-submit: created MPIJob training/nccl-efa-train-x7k2q" in done.stdout
     else:
         assert posts == [] and "nccl-submit: skipped: nccl-efa-train-" in done.stdout
+
+
+def _ago(seconds):
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("age_s, stuck", [(acceptance.RUN_STALE_S - 600, False), (acceptance.RUN_STALE_S + 600, True)])
+def test_a_run_unfinished_for_a_day_fails_the_starter_so_that_someone_sees_it(tmp_path, age_s, stuck):
+    """A run that never got its workers never times out (its deadline counts from the launcher) and would skip every
+    later slot in silence: past RUN_STALE_S the starter's Job fails instead, naming the run."""
+    mpijob = acceptance.mpijob_manifest(pool("p5.48xlarge", min_nodes=2), CATALOG, **KWARGS)
+    api = FakeMpiJobApi([mpijob_status("nccl-efa-train-eeeee", ("Created", "True"), ("Suspended", "True"),
+                                       created=_ago(age_s))])
+    try:
+        done = run_submit(tmp_path, api.url, mpijob, STALE_AFTER_S=str(acceptance.RUN_STALE_S))
+    finally:
+        api.close()
+    assert [r for r in api.requests if r[0] == "POST"] == []
+    if stuck:
+        assert done.returncode == 1
+        assert ("nccl-submit: nccl-efa-train-eeeee unfinished for more than 24 h blocks every later run; see why with "
+                "`kubectl -n training describe mpijob nccl-efa-train-eeeee`, then delete it") in done.stderr
+    else:
+        assert done.returncode == 0 and "skipped: nccl-efa-train-eeeee has not finished" in done.stdout
+
+
+def test_the_starter_is_told_when_a_run_is_stuck():
+    cron = across_cronjob(pool("p5.48xlarge", min_nodes=2))
+    [start] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert env_of(start)["STALE_AFTER_S"] == "86400"
 
 
 def test_submit_fails_with_the_api_servers_reason(tmp_path):

@@ -364,7 +364,7 @@ def test_the_packs_constants_are_the_decisions_it_enforces(documents):
     assert pack.PROD_LOG_RETENTION_DAYS == PROD_MIN_RETENTION_DAYS
     assert tuple(pack.REPLICATED_PURPOSES) == buckets.REPLICATED
     assert pack.REQUIRED_TAG_KEYS == [*REQUIRED_TAGS, *resource_tags({}, environment="prod", stack="s")]
-    # the StackReference to the DR peer is the one layers.py registers (a literal there)
+    # the StackReference to the DR peer is the one layers.py registers
     registered = {r["name"] for r in documents[US]["resources"] if r["type"] == pack.STACK_REFERENCE}
     assert registered == {pack.DR_PEER_REFERENCE}
     # the handler's default tag, and the log bucket's encryption, are the program's

@@ -10,16 +10,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 
 CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 NcclScope = Literal["acrossNodes", "withinNode"]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 # The slices of a MIG GPU (catalog.yaml says where from): every profile takes some of each.
@@ -38,7 +34,7 @@ def mig_compute_slices(profile: str) -> int:
 Architecture = Literal["turing", "ampere", "ada", "hopper", "blackwell"]
 
 
-class GpuModel(_Frozen):
+class GpuModel(DataModel):
     architecture: Architecture
     nvlink_links_per_gpu: int = Field(alias="nvlinkLinksPerGpu", ge=0)
     nvswitch: bool
@@ -72,18 +68,18 @@ class GpuModel(_Frozen):
         return self
 
 
-class GpuSpec(_Frozen):
+class GpuSpec(DataModel):
     model: str
     count: int = Field(gt=0)
     memory_mib: int = Field(alias="memoryMiB", gt=0)
 
 
-class EfaSpec(_Frozen):
+class EfaSpec(DataModel):
     cards: int = Field(ge=0)
     ena_bandwidth_cards: Tuple[int, ...] = Field(default=(), alias="enaBandwidthCards")
 
 
-class InstanceStore(_Frozen):
+class InstanceStore(DataModel):
     """NVMe instance store. `read_iops`/`write_iops`: AWS's published aggregate over all the volumes (4 KiB random,
     queue depth saturated; see catalog.yaml for the source), None where not recorded."""
     disks: int = Field(ge=0)
@@ -104,13 +100,13 @@ class InstanceStore(_Frozen):
         return self
 
 
-class EniSpec(_Frozen):
+class EniSpec(DataModel):
     """Network interfaces on the default network card and IPv4 addresses per interface (VPC CNI pod addresses)."""
     default_card_max: int = Field(alias="defaultCardMax", ge=1)
     ipv4_per_interface: int = Field(alias="ipv4PerInterface", ge=2)
 
 
-class AcrossNodesFigure(_Frozen):
+class AcrossNodesFigure(DataModel):
     """AWS's published two-node all_reduce_perf result that the across-node minimum is a fraction of."""
     published_gbps: float = Field(alias="publishedGBps", gt=0)
     message_bytes: int = Field(alias="messageBytes", ge=8)           # the row the figure was read at
@@ -126,7 +122,7 @@ class AcrossNodesFigure(_Frozen):
         return self
 
 
-class WithinNodeMinimum(_Frozen):
+class WithinNodeMinimum(DataModel):
     """A production health check's pass mark for one node over NVLink, below what a healthy node shows."""
     minimum_gbps: float = Field(alias="minimumGBps", gt=0)
     source: str = Field(min_length=1)
@@ -143,7 +139,7 @@ class WithinNodeMinimum(_Frozen):
         return self
 
 
-class NcclBusBandwidth(_Frozen):
+class NcclBusBandwidth(DataModel):
     """What NCCL acceptance holds a type to, all_reduce_perf bus bandwidth in GB/s (catalog.yaml: the sources)."""
     across_nodes: Optional[AcrossNodesFigure] = Field(default=None, alias="acrossNodes")   # two nodes over EFA
     within_node: Optional[WithinNodeMinimum] = Field(default=None, alias="withinNode")     # one node over NVLink
@@ -155,7 +151,7 @@ class NcclBusBandwidth(_Frozen):
         return self
 
 
-class PriceSource(_Frozen):
+class PriceSource(DataModel):
     """Where an on-demand price was read, and when (a day, a month, or the half-year a snapshot is dated to)."""
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
@@ -165,7 +161,7 @@ class PriceSource(_Frozen):
         return f"{self.source}, {self.as_of}"
 
 
-class RegionOffer(_Frozen):
+class RegionOffer(DataModel):
     """A type offered in a region: its on-demand USD an hour (None: offered, no sourced price, a gap the plan lists).
     `source` and `asOf` name where this one price was read when it is not the region's `priceSources` entry (what
     `scripts/refresh_prices.py --write` records for each price the Price List API answered)."""
@@ -184,7 +180,7 @@ class RegionOffer(_Frozen):
         return None if self.source is None else PriceSource(source=self.source, asOf=self.as_of)
 
 
-class InstanceType(_Frozen):
+class InstanceType(DataModel):
     name: str
     gpu: GpuSpec
     vcpu: int
@@ -224,7 +220,7 @@ def across_nodes_ceiling_gbps(network_gbps: float, gpus_per_node: int) -> float:
     return network_gbps / 8 * 2 * (ranks - 1) / ranks
 
 
-class Catalog(_Frozen):
+class Catalog(DataModel):
     # region -> where its onDemandUsd figures were read and when; an offer with its own source and asOf overrides it.
     price_sources: Dict[str, PriceSource] = Field(alias="priceSources")
     default_spot_discount: float = Field(alias="defaultSpotDiscount", ge=0, lt=1)

@@ -10,9 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 
 CHARTS_PATH = Path(__file__).with_name("charts.yaml")
 
@@ -35,11 +35,7 @@ _MINOR = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
 _IMAGE_TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class ChartPin(_Frozen):
+class ChartPin(DataModel):
     repository: str
     chart: str
     version: str = Field(pattern=_SEMVER.pattern)
@@ -63,12 +59,12 @@ class ChartPin(_Frozen):
         return self
 
 
-class KnownBadTag(_Frozen):
+class KnownBadTag(DataModel):
     tag: str
     reason: str
 
 
-class ImagePins(_Frozen):
+class ImagePins(DataModel):
     repository: str
     tags: Dict[str, str]
     known_bad: Tuple[KnownBadTag, ...] = Field(default=(), alias="knownBad")
@@ -85,7 +81,7 @@ class ImagePins(_Frozen):
         return self
 
 
-class ManifestPin(_Frozen):
+class ManifestPin(DataModel):
     """A project that ships no Helm chart, only a release manifest: applied from its URL at the pinned tag."""
     url: str = Field(pattern=r"^https://")
     version: str = Field(pattern=_SEMVER.pattern)
@@ -98,7 +94,7 @@ class ManifestPin(_Frozen):
         return self
 
 
-class ChartsFile(_Frozen):
+class ChartsFile(DataModel):
     checked_at: str = Field(alias="checkedAt")
     charts: Dict[str, ChartPin]
     manifests: Dict[str, ManifestPin]

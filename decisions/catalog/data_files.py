@@ -5,9 +5,15 @@ from pathlib import Path
 from typing import Any, Type, TypeVar
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+class DataModel(BaseModel):
+    """A data file's entries: read-only, no key the model does not name (a misspelt key is an error), and fields
+    given by their camelCase alias or their own name."""
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 def read_yaml(path: Path) -> Any:

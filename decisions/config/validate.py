@@ -23,8 +23,8 @@ from decisions.catalog.catalog import (MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, Ca
 from decisions.catalog.eks import version_warnings
 from decisions.config import preflight
 from decisions.config.errors import YAML11_BOOLEANS, YAML11_SEXAGESIMAL, ConfigError, ConfigIssue, PathPart, key_path
-from decisions.config.model import (SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, GpuSharing, Inference, Monitoring,
-                                    Network, NodePool, Repair, Storage, Tenancy, Training)
+from decisions.config.model import (NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, GpuSharing, Inference,
+                                    Monitoring, Network, NodePool, Repair, Storage, Tenancy, Training)
 from decisions.cost import cost
 from decisions.network import zones
 from decisions.network.zones import is_zone_id
@@ -35,7 +35,6 @@ from decisions.platform import kueue
 from decisions.serving import dr_pair, lb_controller
 from decisions.storage import lustre
 
-NAMESPACE = "gpu-cloud"
 REQUIRED_TAGS = ("team", "costCenter")
 DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 

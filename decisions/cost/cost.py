@@ -36,10 +36,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from decisions.catalog.catalog import Catalog
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 from decisions.catalog.eks import standard_support_end
 from decisions.network.zones import Reservation
 from decisions.nodes import pods
@@ -70,11 +70,7 @@ NOT_ESTIMATED = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class Rate(_Frozen):
+class Rate(DataModel):
     usd: float = Field(ge=0)
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
@@ -87,7 +83,7 @@ class Rate(_Frozen):
         return self.current_until is not None and today >= self.current_until
 
 
-class Discount(_Frozen):
+class Discount(DataModel):
     fraction: float = Field(gt=0, lt=1)
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
@@ -102,13 +98,13 @@ def cite(source: str, as_of: str, weak: bool = False, note: str = "") -> str:
     return f"({source}, {as_of}{note})" + (WEAK if weak else "")
 
 
-class Gp3Rates(_Frozen):
+class Gp3Rates(DataModel):
     gb_month: Rate = Field(alias="gbMonth")
     iops_month: Rate = Field(alias="iopsMonth")                        # above the included 3,000 IOPS
     throughput_mbps_month: Rate = Field(alias="throughputMbpsMonth")   # above the included 125 MB/s
 
 
-class RegionPrices(_Frozen):
+class RegionPrices(DataModel):
     instance_hourly: Dict[str, Rate] = Field(default={}, alias="instanceHourly")
     nat_gateway_hourly: Optional[Rate] = Field(default=None, alias="natGatewayHourly")
     public_ipv4_hourly: Optional[Rate] = Field(default=None, alias="publicIpv4Hourly")
@@ -127,7 +123,7 @@ class RegionPrices(_Frozen):
     lustre_backup_gb_month: Optional[Rate] = Field(default=None, alias="lustreBackupGbMonth")
 
 
-class Prices(_Frozen):
+class Prices(DataModel):
     eks_control_plane_hourly: Dict[Literal["standard", "extended"], Rate] = Field(alias="eksControlPlaneHourly")
     # KMS: one price in every commercial region (the KMS pricing page names none per region).
     kms_key_month: Optional[Rate] = Field(default=None, alias="kmsKeyMonth")

@@ -14,9 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
 from decisions.config.model import NAMESPACE, ZONE_ID
 from decisions.network.network_plan import plan_subnets
@@ -28,18 +28,14 @@ ZONES_PATH = Path(__file__).with_name("zones.yaml")
 SUBNET_HEADROOM = 0.2
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class RegionZones(_Frozen):
+class RegionZones(DataModel):
     zone_id_prefix: str = Field(alias="zoneIdPrefix")
     eks_unsupported_zone_ids: Tuple[str, ...] = Field(alias="eksUnsupportedZoneIds")
     # Zone IDs where a catalog GPU type is offered (zones.yaml says from where); () where not recorded.
     gpu_zone_ids: Tuple[str, ...] = Field(default=(), alias="gpuZoneIds")
 
 
-class ZoneFacts(_Frozen):
+class ZoneFacts(DataModel):
     regions: Dict[str, RegionZones]
 
 

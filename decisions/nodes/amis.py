@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from decisions.catalog.charts import kubernetes_minor
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 from decisions.config.model import AMI_RELEASE, DRIVER_VERSION
 
 AMIS_PATH = Path(__file__).with_name("amis.yaml")
@@ -46,16 +46,12 @@ def install_refusal(instance_type: str) -> Optional[str]:
             "gpuDriver.source: ami (the default) or another instance type")
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class DriverBranch(_Frozen):
+class DriverBranch(DataModel):
     designation: str
     end_of_life: Optional[str] = Field(alias="endOfLife", pattern=MONTH.pattern)
 
 
-class ReleaseImage(_Frozen):
+class ReleaseImage(DataModel):
     """One release's AMIs for one Kubernetes minor."""
     nvidia_driver: str = Field(alias="nvidiaDriver", pattern=DRIVER_VERSION.pattern)
     containerd: str = Field(pattern=r"^\d+\.\d+\.\d+$")
@@ -65,7 +61,7 @@ class ReleaseImage(_Frozen):
         return self.nvidia_driver.split(".", 1)[0]
 
 
-class AmiTable(_Frozen):
+class AmiTable(DataModel):
     checked_at: str = Field(alias="checkedAt")
     default: str
     driver_branches: Dict[str, DriverBranch] = Field(alias="driverBranches")

@@ -10,9 +10,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from decisions.catalog.data_files import load_model
+from decisions.catalog.data_files import DataModel, load_model
 
 FAULTS_PATH = Path(__file__).with_name("faults.yaml")
 BOOT_VERDICTS = ("fail", "warn", "none")
@@ -27,11 +27,7 @@ CHECKS = ("nvml_init", "driver_version", "gpu_count", "nvidia_smi", "xid_kernel_
 CHECK_ERROR = "check-error"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-
-class Fault(_Frozen):
+class Fault(DataModel):
     id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
     what: str
     checks: Tuple[str, ...]
@@ -55,7 +51,7 @@ class Fault(_Frozen):
         return self
 
 
-class Xids(_Frozen):
+class Xids(DataModel):
     fatal: Tuple[int, ...]
     nvlink: Tuple[int, ...]
     disputed: Tuple[int, ...]
@@ -75,12 +71,12 @@ class Xids(_Frozen):
         return self
 
 
-class Sxids(_Frozen):
+class Sxids(DataModel):
     fatal_word: str = Field(alias="fatalWord")
     non_fatal_word: str = Field(alias="nonFatalWord")
 
 
-class Limits(_Frozen):
+class Limits(DataModel):
     retired_pages_max: int = Field(alias="retiredPagesMax", gt=0)
     row_remap_uncorrectable_max: int = Field(alias="rowRemapUncorrectableMax", gt=0)
     nvlink_crc_errors_per_second: float = Field(alias="nvlinkCrcErrorsPerSecond", gt=0)
@@ -89,7 +85,7 @@ class Limits(_Frozen):
     power_violation_share: float = Field(alias="powerViolationShare", gt=0, le=1)
 
 
-class FaultTable(_Frozen):
+class FaultTable(DataModel):
     xids: Xids
     sxids: Sxids
     limits: Limits

@@ -71,6 +71,9 @@ MARKER_FILE = f"{RESULTS_DIR}/exit_code"
 JUDGE_DIR = "/opt/judge"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEADLINE_S = 3600       # activeDeadlineSeconds of a run (the MPIJob's counts from the launcher, after the workers)
+# A scheduled run still unfinished this long after its creation is stuck (jobs/nccl_submit.py): the pool keeps two
+# nodes, so a run waits only for the queue and then takes DEADLINE_S; a day covers a busy queue many times over.
+RUN_STALE_S = 24 * 3600
 JUDGE_WAIT_S = 3300     # the judge gives up first, so a silent NCCL side still ends with an Event
 TTL_S = 86400           # finished MPIJobs stay a day for `kubectl logs`
 # From 8 B, doubling: the small sizes show latency when diagnosing, the large ones the bus-bandwidth plateau the
@@ -290,8 +293,8 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
     labels = _labels(pool, "across-nodes-start")
     start = {
         "name": "start", "image": JUDGE_IMAGE, "command": ["python3", f"{JUDGE_DIR}/{SUBMIT_SCRIPT_KEY}"],
-        "env": env_list({"MPIJOB": json.dumps(mpijob, sort_keys=True), "PYTHONDONTWRITEBYTECODE": "1",
-                         "PYTHONUNBUFFERED": "1"}),
+        "env": env_list({"MPIJOB": json.dumps(mpijob, sort_keys=True), "STALE_AFTER_S": str(RUN_STALE_S),
+                         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}),
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "securityContext": pod_security.container_security_context(),
         "volumeMounts": [{"name": "judge", "mountPath": JUDGE_DIR, "readOnly": True}],

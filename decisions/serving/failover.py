@@ -33,9 +33,11 @@ region it should report on, and Route 53 can follow only a CloudWatch alarm or a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, get_args
 
-ROUTINGS = ("failover", "weighted", "latency")
+from decisions.config.model import Dr
+
+ROUTINGS = get_args(Dr.model_fields["routing"].annotation)     # what `dr.routing` accepts
 HEALTH_PATH = "/v2/health/ready"       # Triton: ready once its models are loaded (docs/protocol: health)
 HTTP_PORT = 8000                       # Triton's HTTP endpoint, the Service's port
 

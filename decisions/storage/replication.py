@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 REPLICATION_TIME_MINUTES = 15      # the only value S3 Replication Time Control takes
 RULE_ID = "to-dr-peer"
+PEER_REFERENCE = "dr-peer"          # the StackReference a primary reads its DR peer's bucket names through
 # Whether a delete marker written in the source is written in the peer, per replicated purpose.
 DELETE_MARKERS_REPLICATE: Mapping[str, bool] = {"checkpoints": True, "models": False}
 
