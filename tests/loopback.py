@@ -1,13 +1,16 @@
 """A loopback HTTP(S) server for the tests' stand-ins (IMDS, the EKS Pod Identity agent, the Kubernetes API server,
-an installer download): one handler class, a free port on 127.0.0.1, served from a thread."""
+an installer download): one handler class, a free port on 127.0.0.1, served from a thread; and moto's AWS in server
+mode on the same terms (moto_server)."""
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -46,3 +49,18 @@ class LoopbackServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's AWS in server mode on 127.0.0.1 (a free port, its request log off); yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

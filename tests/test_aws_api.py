@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import datetime
+import contextlib
 import json
-import logging
 
 import boto3
 import pytest
@@ -31,11 +31,10 @@ from moto.core.authorization import ActionAuthenticatorMixin
 from moto.ec2.models import ec2_backends
 from moto.ec2.responses import EC2Response
 from moto.iam import access_control
-from moto.server import ThreadedMotoServer
 
 from decisions.nodes import repair
 from jobs import aws_api
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, QuietHandler, moto_server
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 OURS, THEIRS = ("gpu-cloud-prod-train", "gpu-cloud-prod-infer"), "another-cluster-train"
@@ -194,16 +193,13 @@ def _with_resource_tags(original):
 def aws_world():
     """Two of this cluster's pools and another cluster's group, one instance each, the gate's reports, and an IAM user
     holding exactly the controller's policy; then moto's authentication on."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     mp = pytest.MonkeyPatch()
     mp.setattr(AutoScalingResponse, "_determine_resource", _group_arn, raising=False)
     mp.setattr(EC2Response, "_determine_resource", _instance_arn, raising=False)
     mp.setattr(access_control.IAMRequest, "check_action_permitted",
                _with_resource_tags(access_control.IAMRequest.check_action_permitted))
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    server = contextlib.ExitStack()
+    endpoint = server.enter_context(moto_server())
     admin = dict(endpoint_url=endpoint, region_name=REGION, aws_access_key_id="testing",
                  aws_secret_access_key="testing")
     ec2, autoscaling, s3, iam = (boto3.client(s, **admin) for s in ("ec2", "autoscaling", "s3", "iam"))
@@ -234,7 +230,7 @@ def aws_world():
                "admin": admin, "endpoint": endpoint}
     finally:
         settings.INITIAL_NO_AUTH_ACTION_COUNT = before
-        server.stop()
+        server.close()
         mp.undo()
 
 

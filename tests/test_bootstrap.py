@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import subprocess
@@ -47,11 +46,10 @@ import boto3
 import pytest
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import EmptyResult
-from moto.server import ThreadedMotoServer
 
 from tests import upstream_records
 from tests.conftest import VENV_BIN, require_tool
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, QuietHandler, moto_server
 from userdata.render import NodeBootstrap, build_verifier_artifact, render_shell_part
 
 REGION = "us-east-1"
@@ -83,16 +81,12 @@ def _complete_lifecycle_action(self):  # recording stand-in; moto 5.2.5 lacks th
 
 @pytest.fixture(scope="module")
 def moto_endpoint():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     mp = pytest.MonkeyPatch()
     mp.setattr(AutoScalingResponse, "complete_lifecycle_action", _complete_lifecycle_action, raising=False)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
     try:
-        yield f"http://{host}:{port}"
+        with moto_server() as endpoint:
+            yield endpoint
     finally:
-        server.stop()
         mp.undo()
 
 

@@ -299,28 +299,23 @@ def test_the_documented_way_to_empty_a_prod_bucket_removes_every_version_and_del
     """docs/deploying.md "Destroying a stack": its loop, run as written with the AWS CLI against S3 in moto's
     server mode, empties a versioned bucket of more than one page of versions and delete markers, after which S3
     deletes the bucket (which it refuses while any version is left)."""
-    import logging
     import os
     import re
     import subprocess
     from pathlib import Path
 
     import boto3
-    from moto.server import ThreadedMotoServer
 
     from tests.conftest import ROOT, require_tool
+    from tests.loopback import moto_server
 
     aws = require_tool("aws")
     page = (ROOT / "docs/deploying.md").read_text()
     block = next(b for b in re.findall(r"```sh cluster\n(.*?)```", page, re.S) if "list-object-versions" in b)
     block = re.sub(r"^\s*bucket=\S+\n", "", block.replace("\n   ", "\n"), flags=re.M)
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+    with moto_server() as endpoint:
+        env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                "PATH": f"{Path(aws).parent}{os.pathsep}{os.environ['PATH']}", "bucket": "ckpt"}
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
@@ -340,5 +335,3 @@ def test_the_documented_way_to_empty_a_prod_bucket_removes_every_version_and_del
         listing = s3.list_object_versions(Bucket="ckpt")
         assert not listing.get("Versions") and not listing.get("DeleteMarkers")
         s3.delete_bucket(Bucket="ckpt")
-    finally:
-        server.stop()

@@ -10,8 +10,8 @@ Triton's repository, and cannot destroy its history or write elsewhere.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 
 import boto3
 import pytest
@@ -19,9 +19,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import settings
 from moto.core.authorization import ActionAuthenticatorMixin
-from moto.server import ThreadedMotoServer
 
 from decisions.storage.data_access import DataBucket, publisher_statements, reader_statements, trainer_statements
+from tests.loopback import moto_server
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 DATASETS, CHECKPOINTS, MODELS = (f"gpu-cloud-prod-{ACCOUNT}-{p}" for p in ("datasets", "checkpoints", "models"))
@@ -40,11 +40,8 @@ def _key(bucket: str) -> str:
 def world():
     """The three job buckets (versioned, as the stack's are), a published model, and one IAM user per identity
     holding exactly its statements; then moto's authentication on."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    server = contextlib.ExitStack()
+    endpoint = server.enter_context(moto_server())
     common = dict(endpoint_url=endpoint, region_name=REGION, config=Config(s3={"addressing_style": "path"}))
     admin = {**common, "aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
     s3, iam = boto3.client("s3", **admin), boto3.client("iam", **admin)
@@ -76,7 +73,7 @@ def world():
         yield clients
     finally:
         settings.INITIAL_NO_AUTH_ACTION_COUNT = before
-        server.stop()
+        server.close()
 
 
 def _denied(call, **kwargs) -> bool:

@@ -24,7 +24,7 @@ from decisions.nodes import drain
 from decisions.serving import triton
 from tests.chart_values import assert_values_confirmed
 from tests.conftest import ROOT, missing, require_tool
-from tests.loopback import LoopbackServer, QuietHandler
+from tests.loopback import LoopbackServer, QuietHandler, moto_server
 
 CATALOG = load_catalog()
 
@@ -202,15 +202,8 @@ BUCKET_PREFIX = "triton"
 
 @pytest.fixture(scope="module")
 def moto_s3():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 class Volume:
