@@ -19,8 +19,9 @@ from typing import Dict, List, Optional
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_kubernetes as kubernetes
 
-from components.account import read_account, read_deployer
+from components.account import read_account, read_deployer, read_named
 from components.cluster import ClusterArgs, EksCluster
 from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
@@ -38,6 +39,7 @@ from components.storage.buckets import SecureBucket, stack_buckets
 from components.storage.data_access import DataAccess, DataAccessArgs, JobBucket
 from components.storage.lustre import Lustre, LustreArgs
 from components.storage.replication import ReplicatedBucket, Replication, ReplicationArgs
+from decisions.catalog import charts
 from decisions.config import preflight
 from decisions.config.deployer import AWS_PROVIDER_KEYS, AwsSettings, aws_settings
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
@@ -112,11 +114,19 @@ def prepare() -> Stack:
     """Read and validate the stack, then check it against the account; every mistake is one RunError listing them.
 
     The checks against the account run together and their mistakes are raised once: the transit gateway
-    (read_account), the deployer's access entry, and the node image's AMI parameter need nothing from one another.
+    (read_account), the deployer's access entry, the roles and hosted zone the stack names (read_named), and the node
+    image's AMI parameter need nothing from one another.
     What needs the account's answers waits for them: when read_account refuses (the transit gateway), the zones,
     quotas, endpoints, budget and Lustre checks do not run, and the Lustre zone is checked only once the zones
     resolved (resolve_layout). The config's own mistakes (load_stack_spec, the user-data size) come first, alone:
     nothing is read from the account for a config that does not parse."""
+    try:
+        # The kept release manifests are the files their pins name (decisions/catalog/charts.py read_manifest), or
+        # nothing is registered: not a cluster whose operators fail halfway through the first `up`.
+        for manifest in charts.load_charts().manifests:
+            charts.manifest_objects(manifest)
+    except charts.ManifestDigestError as error:
+        raise pulumi.RunError(str(error)) from None
     try:
         keys = _project_config()
         settings = aws_settings(_aws_config())
@@ -134,6 +144,8 @@ def prepare() -> Stack:
         allowed_account_ids=list(settings.allowed_account_ids) or None,
         default_tags=aws.ProviderDefaultTagsArgs(tags=spec.resource_tags))
     reads = pulumi.InvokeOptions(provider=aws_provider)
+    # The account the stack deploys to and its partition: the named roles are checked against them.
+    identity, partition = aws.get_caller_identity(opts=reads), aws.get_partition(opts=reads)
     pool_names = [pool.name for pool in spec.pools]   # errors name the pool beside its index
     issues: List[ConfigIssue] = []
 
@@ -159,18 +171,20 @@ def prepare() -> Stack:
     issues.extend(ConfigIssue(f"{NAMESPACE}:tenancy.teams.{team}.roleArns", f"{deployer_arn} runs Pulumi and so "
                               "has a cluster-admin access entry; give the team another role")
                   for team, access in spec.tenancy.teams if deployer_arn in access.role_arns)
+    # Every admin, team and publisher role, and the inference record's hosted zone: EKS, IAM and Route 53 refuse
+    # them only after the cluster exists.
+    named_warnings = gather(lambda: read_named(spec, identity.account_id, partition.partition, reads)) or []
     # The nodes' AMI, read once for every pool: a release without its parameter in the region fails here, before the
     # VPC and the cluster are registered, not halfway through `pulumi up`.
     ami_id = gather(lambda: _read_ami(spec, reads))
     if issues:
         raise pulumi.RunError(str(ConfigError(issues, pool_names=pool_names)))
     for warning in ([peer_warning] if peer_warning else []) + stack_warnings(spec, date.today()) + \
-            list(layout.warnings) + preflight_warnings:
+            list(layout.warnings) + preflight_warnings + named_warnings:
         pulumi.log.warn(warning)
-    partition = aws.get_partition(opts=reads)
     return Stack(spec=spec, settings=settings, webhook_url=keys.get("alertWebhookUrl") or None,
                  aws_provider=aws_provider, account=account, layout=layout, deployer_arn=deployer_arn,
-                 account_id=aws.get_caller_identity(opts=reads).account_id, partition=partition.partition,
+                 account_id=identity.account_id, partition=partition.partition,
                  dns_suffix=partition.dns_suffix, reverse_dns_prefix=partition.reverse_dns_prefix, ami_id=ami_id)
 
 
@@ -290,6 +304,11 @@ def platform(stack: Stack, base: Foundation, monitoring: MonitoringStack) -> Pla
     queued = kueue_rules.flavors(spec.pools, spec.catalog)   # none without a training or general pool
     operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source=spec.node_image.source),
                                   opts=opts) if queued else None
+    # Kueue's flavors and ClusterQueue, once Kueue answers, before the team namespaces: a destroy deletes the training
+    # namespace's Workloads before the ClusterQueue they hold (components/platform/training.py TrainingQueue).
+    queue = TrainingQueue("training", TrainingQueueArgs.for_pools(
+        spec.pools, spec.catalog, operators=operators, nvlink_schedule=spec.training.nvlink_check_schedule,
+        across_node_schedule=spec.training.across_node_check_schedule), opts=opts) if operators else None
     lb = LoadBalancerController("lb-controller", LoadBalancerControllerArgs(
         cluster_name=cluster.cluster_name, cluster_name_plain=spec.cluster_name, region=spec.region,
         partition=stack.partition, account_id=stack.account_id, vpc_id=base.network.vpc_id, scheme=triton.scheme),
@@ -300,7 +319,8 @@ def platform(stack: Stack, base: Foundation, monitoring: MonitoringStack) -> Pla
         container_defaults=tenancy.team_container_defaults(spec.pools),
         team_role_arns={team: access.role_arns for team, access in spec.tenancy.teams},
         admin_principal_arns=(*spec.cluster.admin_role_arns, stack.deployer_arn),
-        controllers=tuple(c.release for c in (operators, lb) if c is not None)), opts=opts)
+        controllers=(*((operators.release, queue.cluster_queue) if queue else ()), *((lb.release,) if lb else ()))),
+        opts=opts)
     training_namespace = teams.namespaces[tenancy.TRAINING_NAMESPACE].metadata.name
     # The `trainer` service account's Pod Identity role: the data buckets, models read-only.
     DataAccess("training-data", DataAccessArgs(
@@ -309,29 +329,26 @@ def platform(stack: Stack, base: Foundation, monitoring: MonitoringStack) -> Pla
                                                writable=purpose not in bucket_rules.JOB_READ_ONLY)
                                      for purpose in bucket_rules.JOB_DATA]), opts=opts)
     if spec.storage.lustre is not None:
-        _lustre(stack, base, training_namespace)
-    if operators is not None:   # the flavors per pool and the queues, once Kueue answers
-        TrainingQueue("training", TrainingQueueArgs.for_pools(
-            spec.pools, spec.catalog, operators=operators, nvlink_schedule=spec.training.nvlink_check_schedule,
-            across_node_schedule=spec.training.across_node_check_schedule, training_namespace=training_namespace),
-            opts=opts)
+        _lustre(stack, base, teams.namespaces[tenancy.TRAINING_NAMESPACE])
+    if queue is not None:       # the training namespace's LocalQueues and NCCL acceptance checks
+        queue.serve(training_namespace)
     return Platform(teams=teams, lb=lb)
 
 
-def _lustre(stack: Stack, base: Foundation, training_namespace: pulumi.Output) -> None:
+def _lustre(stack: Stack, base: Foundation, training_namespace: kubernetes.core.v1.Namespace) -> None:
     """FSx for Lustre in the training pools' zone, its S3 association, the CSI driver, and a claim in the training
-    namespace."""
+    namespace (which a destroy deletes with the namespace, and the volume with the cluster)."""
     spec, lustre = stack.spec, stack.spec.storage.lustre
     zone = lustre_rules.lustre_zone(spec.pools, stack.layout.pool_zones, stack.layout.zones)
     fsx = Lustre("lustre", LustreArgs(
-        cluster_name=spec.cluster_name, environment=spec.environment, capacity_gib=lustre.capacity_gib,
+        cluster_name=spec.cluster_name, capacity_gib=lustre.capacity_gib,
         throughput_per_tib=lustre.throughput_per_tib, efa=lustre.efa, import_path=lustre.import_path,
         datasets_bucket=base.buckets[bucket_rules.DATASETS].bucket_name, vpc_id=base.network.vpc_id,
         subnet_id=base.network.private_subnet_ids[zone.zone_id],
         client_security_group_ids=[base.cluster.cluster_security_group_id], region=spec.region,
         account_id=stack.account_id, partition=stack.partition, dns_suffix=stack.dns_suffix,
-        log_retention_days=spec.log_retention_days,
-        namespace=training_namespace), opts=base.with_cluster)
+        log_retention_days=spec.log_retention_days, namespace=training_namespace,
+        namespace_name=tenancy.TRAINING_NAMESPACE, cluster=base.cluster.cluster), opts=base.with_cluster)
     pulumi.export("lustre", {"fileSystemId": fsx.file_system_id, "dnsName": fsx.dns_name, "mountName": fsx.mount_name,
                              "pvcName": fsx.pvc_name, "zoneId": zone.zone_id})
 

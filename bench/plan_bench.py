@@ -114,9 +114,12 @@ def record_constructions(config, stack: str) -> Tuple[Any, List[Construction]]:
         if issubclass(cls, pulumi.StackReference):
             constructions.append(Construction(cls, t, name, {"stack_name": inputs["name"]}))
             continue
+        parameters = inspect.signature(getattr(cls, "_internal_init", cls.__init__)).parameters
+        if "body" in parameters:    # an object registered whole (components/platform/release_manifest.py)
+            constructions.append(Construction(cls, t, name, {"body": inputs}))
+            continue
         typed = _types.is_input_type(type(props))
         engine_names = _types.input_type_py_to_pulumi_names(type(props)) if typed else {}
-        parameters = inspect.signature(getattr(cls, "_internal_init", cls.__init__)).parameters
         decode = _decoded if t.startswith("pulumi:providers:") else (lambda value: value)
         kwargs = {}
         for key in (props.__dict__ if typed else props or {}):

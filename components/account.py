@@ -5,12 +5,16 @@ through the stack's own AWS provider, no resources; decisions/ checks the stack 
 The identity running Pulumi needs ec2:DescribeAvailabilityZones, ec2:DescribeInstanceTypeOfferings,
 ec2:DescribeCapacityReservations, ec2:DescribeTransitGateways, iam:GetRole (the session context) and, for
 On-Demand Capacity Reservations (read through Cloud Control), cloudformation:GetResource; for the preflight
-(decisions/config/preflight.py), servicequotas:GetServiceQuota and ec2:DescribeVpcEndpointServices.
+(decisions/config/preflight.py), servicequotas:GetServiceQuota and ec2:DescribeVpcEndpointServices, iam:GetRole on
+every role of this account the stack names (read_named), and, where the stack writes its inference record,
+route53:GetHostedZone and route53:ListTagsForResource on dr.hostedZoneId (the provider's zone read makes both, and
+for a private zone route53:ListResourceRecordSets too: terraform-provider-aws
+internal/service/route53/zone_data_source.go).
 """
 from __future__ import annotations
 
 import json
-from typing import Dict, FrozenSet, Union
+from typing import Dict, FrozenSet, List, Union
 
 import pulumi
 import pulumi_aws as aws
@@ -18,6 +22,7 @@ import pulumi_aws as aws
 from components.network import INTERFACE_ENDPOINTS
 from decisions.config.deployer import deployer_principal
 from decisions.config.errors import ConfigError, ConfigIssue
+from decisions.config import preflight
 from decisions.config.preflight import QUOTA_SERVICE, quota_demand
 from decisions.network.zones import AccountZones, Reservation
 
@@ -61,6 +66,43 @@ def read_deployer(opts: pulumi.InvokeOptions) -> str:
     caller = aws.get_caller_identity(opts=opts).arn
     issuer = aws.iam.get_session_context(arn=caller, opts=opts).issuer_arn if ":assumed-role/" in caller else None
     return deployer_principal(caller, issuer)
+
+
+def read_named(spec, account_id: str, partition: str, opts: pulumi.InvokeOptions) -> List[str]:
+    """Every IAM role the stack names, read where it can be (this account's: iam:GetRole), and the hosted zone of its
+    inference record (route53:GetHostedZone), checked by decisions/config/preflight.py against the account the stack
+    deploys to (`account_id`, `partition`: the stack's caller identity). Raises ConfigError with every problem; returns
+    the warnings."""
+    roles = preflight.named_roles(spec)
+    found = {name: _role(name, opts) for name in preflight.roles_to_read(roles, account_id, partition)}
+    issues = preflight.role_issues(roles, account_id, partition, found)
+    warnings: List[str] = []
+    zone_id = preflight.record_zone(spec)
+    if zone_id:
+        zone_issues, warnings = preflight.hosted_zone_issues(spec.dr, spec.inference.triton.scheme,
+                                                             _hosted_zone(zone_id, opts))
+        issues += zone_issues
+    if issues:
+        raise ConfigError(issues)
+    return warnings
+
+
+def _role(name: str, opts: pulumi.InvokeOptions) -> Union[preflight.FoundRole, str]:
+    """The role as IAM holds it (its ARN carries its path), or why it could not be read. GetRole takes the name alone:
+    a path is not part of it."""
+    try:
+        return preflight.FoundRole(arn=aws.iam.get_role(name=name, opts=opts).arn)
+    except Exception as error:  # an invoke error: NoSuchEntity, or not allowed (iam:GetRole)
+        return _first_line(error)
+
+
+def _hosted_zone(zone_id: str, opts: pulumi.InvokeOptions) -> Union[preflight.FoundZone, str]:
+    """The hosted zone's name and whether it is private, or why it could not be read."""
+    try:
+        zone = aws.route53.get_zone(zone_id=zone_id, opts=opts)
+        return preflight.FoundZone(name=zone.name, private=bool(zone.private_zone))
+    except Exception as error:  # an invoke error: NoSuchHostedZone (another account's included), or not allowed
+        return _first_line(error)
 
 
 def _first_line(error: Exception) -> str:

@@ -10,7 +10,8 @@ The stack is named positionally or with --stack, as `python -m jobs` takes it. T
 what was written where, why the exit code is 1) go to stderr.
 
 Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or a plan document that cannot be read or
-is not valid, 3 anything else (one line), 4 a usage error (arguments; --against a document of another stack).
+is not valid (with --against, a stack over its budget exits 2 after its report and the difference), 3 anything else
+(one line), 4 a usage error (arguments; --against a document of another stack).
 """
 from __future__ import annotations
 
@@ -138,13 +139,13 @@ def plan(args) -> int:
     from pulumi import RunError
 
     from decisions.config.errors import ConfigError
-    from plan.diff import (capacity_and_cost, changes_section, diff_documents, render_capacity_and_cost,
-                           render_changes)
-    from plan.document import build_document, render_text
+    from plan.diff import (capacity_and_cost, changes_section, diff_documents, initial_sizes,
+                           render_capacity_and_cost, render_changes)
+    from plan.document import at_initial_sizes, build_document, render_text
     from plan.engine import run_program
     from plan.policy_runner import PolicyConfigError, load_config, run_pack
     from plan.preview import preview_facts
-    from plan.stackfile import StackFileError, load_stack
+    from plan.stackfile import StackFileError, load_stack, load_stack_past_budget
     from plan.views import PREVIEW_VIEWS, VIEWS
 
     # Read OLD.json first, so an unusable one fails before the plan prints anything.
@@ -157,9 +158,17 @@ def plan(args) -> int:
               f"with a document of {args.stack} (python -m plan {args.stack} --json OLD.json), or add --force",
               file=sys.stderr)
         return EXIT_USAGE
+    refusal = None     # with --against, a stack refused for its budget alone: planned, compared, then exit 2
     try:
         # Validate before running anything, so a bad config registers nothing and reads as a list.
-        config, spec = load_stack(args.stack, args.stack_file)
+        try:
+            config, spec = load_stack(args.stack, args.stack_file)
+        except ConfigError as error:
+            # The difference is what a reviewer of a budget-breaking change needs most: show it, then refuse.
+            past = load_stack_past_budget(args.stack, args.stack_file, error) if old_document is not None else None
+            if past is None:
+                raise
+            (config, spec), refusal = past, error
         pack_config = load_config(args.policy_config) if args.policy_config else None
     except (ConfigError, StackFileError, PolicyConfigError) as error:
         print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
@@ -196,7 +205,8 @@ def plan(args) -> int:
     if old_document is not None:
         # Compared as written (a JSON round trip), so both sides hold the same kinds of values.
         changes = diff_documents(old_document, json.loads(json.dumps(document)))
-        rows = capacity_and_cost(old_document, document)
+        sizes = initial_sizes(old_document, document)
+        rows = capacity_and_cost(old_document, at_initial_sizes(document, spec, run, sizes), sizes)
         document["changes"] = changes_section(str(args.against), old_document, changes, rows)
         if report:
             print("\n".join([f"\nCapacity and cost against {args.against} (stack {old_document['stack']}; "
@@ -207,6 +217,11 @@ def plan(args) -> int:
     elif args.json_path:
         args.json_path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
         print(f"plan document written to {args.json_path}", file=sys.stderr)
+    if refusal is not None:
+        print(f"config error in stack {args.stack}: {refusal}\npython -m plan: exit 2: the stack is over its budget, "
+              "which `pulumi up` refuses; the difference against "
+              f"{args.against} shows what the change would do", file=sys.stderr)
+        return EXIT_CONFIG
     return _verdict(document["policy"], quiet=args.quiet)
 
 
@@ -269,6 +284,9 @@ def dr_pair(primary: str, secondary: str) -> int:
         f"Control); " + (f"target {target} min" if target is not None else "no target (dr.rpoMinutes)"),
         "  clients         " + (f"{', '.join(p_spec.dr.client_cidrs)} reach both internal load balancers"
                                 if scheme == "internal" else "anywhere: internet-facing load balancers"),
+        *(f"  /data           {stack}: {text}" for stack, text in (
+            (primary, rules.lustre_protection(p_spec, secondary)), (secondary, rules.lustre_protection(s_spec, None)))
+          if text),
         "",
         f"Recovery time if {primary} fails, carrying its minimum ({p.floor} replicas), worst case:"]
     at_minimum = rules.recovery(p_spec, s_spec, p.floor)

@@ -122,6 +122,17 @@ def waits(resource: Mapping[str, Any], known: Mapping[str, Any]) -> List[Tuple[s
     return [(urn, why) for urn, why in found if urn in known]
 
 
+def reachable(start: str, successors: Mapping[str, Iterable[str]]) -> set:
+    """Every node reached from `start` along `successors` (start itself only through a cycle)."""
+    found, todo = set(), [start]
+    while todo:
+        for node in successors.get(todo.pop(), ()):
+            if node not in found:
+                found.add(node)
+                todo.append(node)
+    return found
+
+
 def estimate(resources: Sequence[Mapping[str, Any]], times: CreateTimes,
              keep: Optional[Any] = None) -> DeployEstimate:
     """The critical path and the total of create times for the plan document's `resources`.

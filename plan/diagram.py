@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+from plan.deploy_time import reachable
 from plan.document import LAYER_ORDER, POOL_TYPE, layer, reading_order, top_level
 
 SUFFIXES = (".svg", ".dot")
@@ -154,16 +155,7 @@ def _reduce(edges: Set[Tuple[str, str]]) -> Set[Tuple[str, str]]:
     for u, v in edges:
         succ.setdefault(u, set()).add(v)
 
-    def reach(start: str) -> Set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for nxt in succ.get(todo.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
-    reached = {node: reach(node) for node in succ}
+    reached = {node: reachable(node, succ) for node in succ}
     return {(u, v) for u, v in edges
             if not any(w != v and v in reached.get(w, ()) and u not in reached.get(w, ()) for w in succ[u])}
 

@@ -6,19 +6,25 @@ An update is a replacement when an input listed in replace_on_change.yaml change
 replaced resource the same ID as before, so changes that follow from a new ID are not seen here:
 `pulumi preview` against the real state stays the authority.
 
+A resource's `ignoreChanges` is applied as the engine applies it to an update: the old input at each ignored path
+is put back on the new inputs before they are compared (keep_ignored), so what `pulumi up` would leave alone is
+listed as ignored, never as an update. A new resource gets every input as the program gives it.
+
 A list that stands for a map (tags as {key, value} entries, environment variables as {name, value}) is compared
 entry by entry under its key, so a path reads `tags.Team`, not `tags[9].value`. The report wraps each resource's
 paths to WIDTH characters and summarises past a few lines; the document written with --json keeps them all.
-Capacity and cost are compared from the figures both documents record (`capacity[]`, `cost`).
+Capacity and cost are compared from the figures both documents record (`capacity[]`, `cost`); an existing pool's
+figures at its initial size (desiredNodes) are taken at the size its group keeps (initial_sizes).
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -31,6 +37,7 @@ _ABSENT = object()   # a key or list item one side does not have
 WIDTH = 120          # the longest line the change listing prints
 PATH_LINES = 3       # wrapped lines of paths shown per resource before the rest is summarised
 _INDENT = " " * 11
+IGNORED_LABEL = "ignored (ignoreChanges)"     # paths `pulumi up` leaves at the deployed value
 # A list stands for a map when each entry names itself, distinctly, with one of these fields: Auto Scaling tags
 # ({key, value, propagateAtLaunch}), tolerations, environment variables ({name, value}), containers, lifecycle hooks,
 # Kueue flavors and their resources. Whether order counts: a "name" list's order can (Kueue tries flavors in order).
@@ -45,6 +52,7 @@ class ResourceChange:
     paths: Tuple[str, ...] = ()      # inputs that differ (update and replace)
     forced_by: Tuple[str, ...] = ()  # table paths whose change forces the replacement
     note: Optional[str] = None
+    ignored: Tuple[str, ...] = ()    # inputs that differ under the resource's ignoreChanges: `pulumi up` keeps them
 
 
 def replace_on_change() -> Dict[str, Tuple[str, ...]]:
@@ -66,17 +74,146 @@ def diff_documents(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[Resou
             changes.append(ResourceChange(urn, before[urn]["type"], "delete"))
         else:
             changes.append(_compare(after[urn]["type"], urn, before[urn]["inputs"], after[urn]["inputs"],
-                                    forcing.get(after[urn]["type"], ())))
+                                    forcing.get(after[urn]["type"], ()), after[urn].get("ignoreChanges") or ()))
     return changes
 
 
 def _compare(kind: str, urn: str, old: Mapping[str, Any], new: Mapping[str, Any],
-             forcing: Sequence[str]) -> ResourceChange:
-    paths = tuple(changed_paths(old, new))
+             forcing: Sequence[str], ignore_changes: Sequence[str] = ()) -> ResourceChange:
+    kept, invalid = keep_ignored(old, new, ignore_changes)
+    note = NOTES.get(kind)
+    if invalid:     # the engine stops on such a path (processIgnoreChanges' error), before any diff
+        kept, note = new, (f"`pulumi up` fails here: cannot ignore changes to {', '.join(invalid)}, one or more "
+                           "elements of the path are missing")
+    ignored = tuple(changed_paths(kept, new))
+    paths = tuple(changed_paths(old, kept))
     if not paths:
-        return ResourceChange(urn, kind, "unchanged")
-    forced_by = tuple(p for p in forcing if _value_at(old, p) != _value_at(new, p))
-    return ResourceChange(urn, kind, "replace" if forced_by else "update", paths, forced_by, NOTES.get(kind))
+        return ResourceChange(urn, kind, "unchanged", ignored=ignored, note=note if invalid else None)
+    forced_by = tuple(p for p in forcing if _value_at(old, p) != _value_at(kept, p))
+    return ResourceChange(urn, kind, "replace" if forced_by else "update", paths, forced_by, note, ignored)
+
+
+# --- ignoreChanges, as the engine applies it ------------------------------------------------------------------------
+# pulumi/pulumi pkg/resource/deploy/step_generator.go: for a resource the state already holds (`if old != nil`),
+# processIgnoreChanges parses each path (resource.ParsePropertyPath; one that does not parse is skipped) and calls
+# PropertyPath.Reset(oldInputs, newInputs) (sdk/go/common/resource/properties_path.go), which puts the old value at
+# the path on the new inputs, or removes it there when the old inputs have none; a path whose parents one side lacks
+# fails the step ("cannot ignore changes to the following properties because one or more elements of the path are
+# missing"). The diff, and the inputs the update or replacement is made with, then carry the old value. A create has
+# no old inputs: it gets the new ones. The program ignores top-level keys (desiredCapacity, initialLifecycleHooks,
+# suspendedProcesses) and nested ones (scalingConfig.desiredSize, spec.replicas); the whole syntax is ported.
+PathElement = Union[str, int]
+
+
+def parse_property_path(path: str) -> Tuple[PathElement, ...]:
+    """An engine property path as its elements: `a.b[0]["c.d"]` -> ("a", "b", 0, "c.d"); `[*]` and `.*` are the
+    wildcard "*". Raises ValueError where resource.ParsePropertyPath returns an error."""
+    elements: List[PathElement] = []
+    i = 0
+    while i < len(path):
+        if path[i] == ".":
+            i += 1
+        elif path[i] == "[" and path[i + 1:i + 2] == '"':
+            key, i = [], i + 2
+            while True:
+                if i >= len(path):
+                    raise ValueError(f"missing closing quote in property name: {path}")
+                if path[i] == '"':
+                    i += 1
+                    break
+                if path[i] == "\\" and path[i + 1:i + 2] == '"':
+                    key.append('"')
+                    i += 2
+                else:
+                    key.append(path[i])
+                    i += 1
+            if path[i:i + 1] != "]":
+                raise ValueError(f"missing closing bracket in property access: {path}")
+            elements.append("".join(key))
+            i += 1
+        elif path[i] == "[":
+            end = path.find("]", i)
+            if end == -1:
+                raise ValueError(f"missing closing bracket in array index: {path}")
+            segment = path[i + 1:end]
+            elements.append("*" if segment == "*" else int(segment))   # int() raises ValueError, as ParseInt errs
+            i = end + 1
+        else:
+            end = i
+            while end < len(path) and path[end] not in ".[":
+                end += 1
+            elements.append(path[i:end])
+            i = end
+    return tuple(elements)
+
+
+def keep_ignored(old: Mapping[str, Any], new: Mapping[str, Any],
+                 ignore_changes: Sequence[str]) -> Tuple[Dict[str, Any], List[str]]:
+    """(the new inputs with each ignored path's old value put back, the paths the engine would refuse), as
+    processIgnoreChanges has them for an update. `new` is left as it is."""
+    kept = copy.deepcopy(dict(new))
+    invalid = []
+    for text in ignore_changes:
+        try:
+            path = parse_property_path(text)
+        except ValueError:
+            continue
+        if not _reset(path, dict(old), kept):
+            invalid.append(text)
+    return kept, invalid
+
+
+def _reset(path: Tuple[PathElement, ...], old: Any, new: Any) -> bool:
+    """PropertyPath.reset: `new` (changed in place) takes `old`'s value at `path`; False on a path error. A key one
+    side lacks reads as null, as a missing PropertyValue does."""
+    if not path:
+        return False
+    key, rest = path[0], path[1:]
+    if isinstance(key, int):
+        if key < 0:
+            return False
+        if not isinstance(old, list) or not isinstance(new, list):
+            return not isinstance(old, list) and not isinstance(new, list)
+        if not rest and key >= len(old) and key >= len(new):
+            return True
+        if key >= len(old) or key >= len(new):
+            return False                # an array cannot gain or lose an element here
+        if not rest:
+            new[key] = copy.deepcopy(old[key])
+            return True
+        return _reset(rest, old[key], new[key])
+    if key == "*":
+        if not rest:
+            if isinstance(new, dict):
+                if isinstance(old, dict):
+                    new.clear()
+                    new.update(copy.deepcopy(old))
+                return True
+            if isinstance(new, list):
+                if isinstance(old, list):
+                    if len(old) != len(new):
+                        return False
+                    new[:] = copy.deepcopy(old)
+                return True
+            return False
+        if isinstance(old, dict) and isinstance(new, dict):
+            return all(k in new and _reset(rest, old[k], new[k]) for k in old)
+        if isinstance(old, list) and isinstance(new, list):
+            return len(old) == len(new) and all(_reset(rest, a, b) for a, b in zip(old, new))
+        return False
+    if not rest:
+        if isinstance(old, dict) and key in old:
+            if not isinstance(new, dict):
+                return False
+            new[key] = copy.deepcopy(old[key])
+        elif isinstance(new, dict):
+            new.pop(key, None)
+        return True
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return not isinstance(old, dict) and not isinstance(new, dict)
+    if key not in new:
+        return key not in old           # old has it and new does not: a path error; neither: nothing to do
+    return _reset(rest, old.get(key), new[key])
 
 
 def changed_paths(old: Any, new: Any, path: str = "") -> Iterator[str]:
@@ -142,17 +279,23 @@ def render_changes(changes: Sequence[ResourceChange]) -> List[str]:
     """The report's lines: each change by URN with its paths, then the summary line."""
     lines = []
     for change in changes:
-        if change.action == "unchanged":
+        if change.action == "unchanged" and not change.ignored and not change.note:
             continue
-        lines.append(f"  {change.action:<8} {change.urn}")
+        # A resource whose only differences are ignored is no update: `pulumi preview` shows it as unchanged.
+        label = change.action if change.action != "unchanged" else "ignored" if change.ignored else "unchanged"
+        lines.append(f"  {label:<8} {change.urn}")
         if change.paths:
             lines += wrapped("changed", change.paths)
         if change.forced_by:
             lines += wrapped("forces replacement", change.forced_by)
+        if change.ignored:
+            lines += wrapped(IGNORED_LABEL, change.ignored)
         if change.note:
             lines.append(f"           note: {change.note}")
     counts = {action: sum(1 for c in changes if c.action == action) for action in ACTIONS + ("unchanged",)}
-    lines.append("  " + ", ".join(f"{counts[a]} to {a}" for a in ACTIONS) + f", {counts['unchanged']} unchanged")
+    ignored = sum(1 for c in changes if c.ignored)
+    lines.append("  " + ", ".join(f"{counts[a]} to {a}" for a in ACTIONS) + f", {counts['unchanged']} unchanged"
+                 + (f"; {ignored} with changes ignored (ignoreChanges)" if ignored else ""))
     return lines
 
 
@@ -173,14 +316,36 @@ def wrapped(label: str, paths: Sequence[str], width: int = WIDTH, most: int = PA
 
 
 # --- capacity and cost: the figures each document records, pool by pool -------------------------------------------
+# "At desired" is at desiredNodes, and desiredNodes is a pool's initial size: its group ignores desiredCapacity once
+# it exists (components/nodes/nodepool.py: the cluster-autoscaler owns it), so the difference labels those figures
+# as the initial size, and an existing pool's come from the size its group keeps (initial_sizes).
 _FIGURES = ("gpusAtDesired", "gpusAtMax", "hourlyAtDesired", "hourlyAtMax")
 
 
-def capacity_and_cost(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[Dict[str, Any]]:
+def initial_sizes(old: Mapping[str, Any], new: Mapping[str, Any]) -> Dict[str, Dict[str, Optional[int]]]:
+    """Per pool of the new document, its desiredNodes in each document ("old" None for a new pool) and "applied":
+    the size its group has after `pulumi up`. A new pool is created at its desiredNodes. An existing pool's group
+    keeps its desired capacity (ignoreChanges desiredCapacity), which the old document records, except where the
+    new minNodes or maxNodes no longer admit it: AWS moves it to the new bound when an UpdateAutoScalingGroup call
+    gives MinSize or MaxSize without DesiredCapacity (Amazon EC2 Auto Scaling API Reference,
+    UpdateAutoScalingGroup), as this update's is: its desired capacity is unchanged after the ignore."""
+    before = {r["pool"]: r for r in old.get("capacity") or []}
+    sizes = {}
+    for row in new.get("capacity") or []:
+        was = before.get(row["pool"])
+        applied = row["desiredNodes"] if was is None else \
+            min(max(was["desiredNodes"], row["minNodes"]), row["maxNodes"])
+        sizes[row["pool"]] = {"old": was and was["desiredNodes"], "new": row["desiredNodes"], "applied": applied}
+    return sizes
+
+
+def capacity_and_cost(old: Mapping[str, Any], new: Mapping[str, Any],
+                      sizes: Optional[Mapping[str, Mapping[str, Optional[int]]]] = None) -> List[Dict[str, Any]]:
     """One row per pool (the new document's pools in order, then the ones it drops), then "fixed costs" and
     "total": each figure of _FIGURES as {"old", "new"} (None where a side has no such pool, or no price), taken
     from `capacity[]` (GPUs) and `cost` (USD an hour) as the documents recorded them. A row whose price is a gap
-    on either side, and a total summed over gaps, carries "incomplete": true."""
+    on either side, and a total summed over gaps, carries "incomplete": true. `new` must have the figures at the
+    initial sizes that apply (`sizes`, from initial_sizes: each pool row carries its own as "desiredNodes")."""
     def pools(document):
         gpus = {r["pool"]: r for r in document.get("capacity") or []}
         cost = {p["pool"]: p for p in (document.get("cost") or {}).get("pools") or []}
@@ -215,11 +380,12 @@ def capacity_and_cost(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[Di
         rows.append({"pool": name, **{f: {"old": a and a[f], "new": b and b[f]} for f in _FIGURES},
                      "incomplete": any((side is not None and side[f] is None) for side in (a, b)
                                        for f in ("hourlyAtDesired", "hourlyAtMax")),
-                     "added": a is None, "removed": b is None})
+                     "added": a is None, "removed": b is None, "desiredNodes": dict((sizes or {}).get(name) or {})
+                     or None})
     for name, (old_side, old_gap), (new_side, new_gap) in (
             ("fixed costs", fixed(old), fixed(new)), ("total", total(old, before), total(new, after))):
         rows.append({"pool": name, **{f: {"old": old_side[f], "new": new_side[f]} for f in _FIGURES},
-                     "incomplete": old_gap or new_gap, "added": False, "removed": False})
+                     "incomplete": old_gap or new_gap, "added": False, "removed": False, "desiredNodes": None})
     return rows
 
 
@@ -250,10 +416,21 @@ def render_capacity_and_cost(rows: Sequence[Mapping[str, Any]]) -> List[str]:
              _figure(r, "gpusAtDesired") if r["pool"] != "fixed costs" else "",
              _figure(r, "gpusAtMax") if r["pool"] != "fixed costs" else "",
              _figure(r, "hourlyAtDesired"), _figure(r, "hourlyAtMax")] for r in rows]
-    header = ["pool", "GPUs@desired", "GPUs@max", "USD/hour@desired", "USD/hour@max"]
+    header = ["pool", "GPUs@initial", "GPUs@max", "USD/hour@initial", "USD/hour@max"]
     widths = [max(len(x) for x in column) for column in zip(header, *body)]
     fmt = "  ".join("{:<%d}" % w for w in widths)
-    return [("  " + fmt.format(*line)).rstrip() for line in [header, ["-" * w for w in widths]] + body]
+    kept = [_kept_line(r["pool"], size) for r in rows for size in [r.get("desiredNodes")]
+            if size and size["old"] is not None and size["applied"] != size["new"]]
+    return [("  " + fmt.format(*line)).rstrip() for line in [header, ["-" * w for w in widths]] + body] + kept + [
+        "  initial: at desiredNodes, a pool's size when created; an existing group's size is the cluster-autoscaler's"]
+
+
+def _kept_line(pool: str, size: Mapping[str, Any]) -> str:
+    """Why an existing pool's figures at its initial size did not follow its desiredNodes."""
+    nodes = f"{size['applied']} {'node' if size['applied'] == 1 else 'nodes'}"
+    how = f"keeps {nodes} (ignoreChanges)" if size["applied"] == size["old"] else \
+        f"goes to {nodes} (its new {'maxNodes' if size['applied'] < size['old'] else 'minNodes'})"
+    return f"  {pool}: desiredNodes {size['old']} -> {size['new']} does not apply to its existing group, which {how}"
 
 
 def changes_section(against: str, old: Mapping[str, Any], changes: Sequence[ResourceChange],
@@ -263,5 +440,6 @@ def changes_section(against: str, old: Mapping[str, Any], changes: Sequence[Reso
     return {"against": against, "stack": old.get("stack"),
             "counts": {action: sum(1 for c in changes if c.action == action) for action in ACTIONS + ("unchanged",)},
             "resources": [{"urn": c.urn, "type": c.type, "action": c.action, "paths": list(c.paths),
-                           "forcedBy": list(c.forced_by), "note": c.note} for c in changes if c.action != "unchanged"],
+                           "forcedBy": list(c.forced_by), "note": c.note, "ignored": list(c.ignored)}
+                          for c in changes if c.action != "unchanged" or c.ignored or c.note],
             "capacityAndCost": [dict(r) for r in rows]}

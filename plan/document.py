@@ -6,6 +6,7 @@ capacity, cost, warnings, policy. Fields may be added, never renamed.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from decisions import requirements
@@ -196,6 +197,21 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
     })
 
 
+def at_initial_sizes(document: Mapping[str, Any], spec: StackSpec, run: ProgramRun,
+                     sizes: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The document with its capacity and cost figures at the initial size each pool's group has after the change
+    (`sizes`: plan/diff.py initial_sizes), where that is not its desiredNodes: what --against compares. The figures
+    are the plan's own (capacity_rows, cost_section), so everything desiredNodes drives moves with it: GPUs, the
+    pool's rate, its nodes' root volumes, a commitment's steady nodes."""
+    kept = {pool: size["applied"] for pool, size in sizes.items() if size["applied"] != size["new"]}
+    if not kept:
+        return document
+    at = replace(spec, pools=tuple(
+        replace(p, spec=p.spec.model_copy(update={"desired_nodes": kept[p.name]})) if p.name in kept else p
+        for p in spec.pools))
+    return {**document, **_whole_numbers_as_integers({"capacity": capacity_rows(at), "cost": cost_section(at, run)})}
+
+
 def _whole_numbers_as_integers(value: Any) -> Any:
     """30, not 30.0: the engine's wire and the config model carry every number as a double, but a reader (and
     `pulumi stack export`) sees the integer the stack file gave."""
@@ -307,13 +323,22 @@ def storage_section(spec: StackSpec, account_id: str = ACCOUNT_ID) -> Dict[str, 
     system when the stack has one. Bucket names carry the account: the offline plan's unless told otherwise."""
     lustre = spec.storage.lustre
     names = {purpose: buckets.bucket_name(spec.project, spec.stack, account_id, purpose) for purpose in buckets.PURPOSES}
+    # the peer a primary replicates to, by stack name (dr.peerStack is org/gpu-cloud/<stack>); a secondary replicates
+    # nothing outward
+    peer = spec.dr.peer_stack.rsplit("/", 1)[-1] if spec.dr.role == "primary" and spec.dr.peer_stack else None
     return {"buckets": [bucket_row(spec, purpose, names[purpose]) for purpose in buckets.PURPOSES],
             "nvmeScratch": spec.storage.nvme_scratch, "hotTierReadIops": scratch.HOT_TIER_READ_IOPS,
             "scratch": scratch.scratch_rows(spec.pools, spec.catalog, spec.storage.nvme_scratch),
             "lustre": None if lustre is None else {
                 "capacityGiB": lustre.capacity_gib, "throughputPerTiB": lustre.throughput_per_tib,
                 "efa": lustre.efa, "importPath": lustre.import_path or f"s3://{names[buckets.DATASETS]}/",
-                "deleteTimeout": lustre_rules.delete_timeout(lustre.throughput_per_tib)},
+                # null: no final backup to wait for, the provider's own 30 minutes
+                "deleteTimeout": None,
+                # what keeps the data: the export to S3 (FSx backs up no linked file system)
+                "protection": {"kind": lustre_rules.PROTECTION, "exportEvents": list(lustre_rules.EXPORT_EVENTS),
+                               "backupRetentionDays": lustre_rules.BACKUP_RETENTION_DAYS,
+                               "finalBackup": lustre_rules.FINAL_BACKUP,
+                               "summary": lustre_rules.protection_summary(lustre.import_path, peer)}},
             "lustreLatency": scratch.LUSTRE_LATENCY, "lustreLatencyNote": scratch.LUSTRE_LATENCY_NOTE}
 
 
@@ -703,8 +728,8 @@ def _storage_lines(storage: Mapping[str, Any]) -> List[str]:
     if lustre:
         lines.append(f"  FSx for Lustre: PERSISTENT_2, {lustre['capacityGiB']:,} GiB at {lustre['throughputPerTiB']} "
                      f"MB/s/TiB, EFA {'on' if lustre['efa'] else 'off'}, /data <- {lustre['importPath']}; "
-                     f"claim lustre-data in namespace training; a delete waits up to {lustre['deleteTimeout']} for "
-                     "its final backup")
+                     f"claim lustre-data in namespace training; protection: "
+                     f"{lustre['protection']['summary']}")
     lines.append(f"  {storage['lustreLatencyNote']}")
     return lines
 

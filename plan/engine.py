@@ -51,10 +51,15 @@ REGION_ZONES = {
 OFFLINE_BLOCK_START, OFFLINE_BLOCK_END = "2027-01-04T11:30:00Z", "2027-01-18T11:30:00Z"
 
 
+class AccountReadError(Exception):
+    """What AWS answers instead of the thing asked for ("NoSuchEntity: ..."): the provider function fails with it."""
+
+
 @dataclass
 class MockAccount:
     """The pretend AWS account the mocks answer for: what its zones are called, what they offer, which
-    capacity reservations it holds. Tests change it to see how the program reacts."""
+    capacity reservations, roles and hosted zones it holds. Tests change it to see how the program reacts; a subclass
+    may answer get_role and get_hosted_zone from elsewhere (tests/test_preflight.py: moto)."""
     zones: Dict[str, str]                          # available zone ID -> this account's name for it
     offerings: Dict[str, FrozenSet[str]]           # zone ID -> instance types offered there
     # id -> properties as EC2 reports them (InstanceCount: the size billed; StartDate/EndDate: a block's term)
@@ -65,6 +70,35 @@ class MockAccount:
     quotas: Dict[str, float] = field(default_factory=dict)     # EC2 vCPU quota code -> value; one not here is unreadable
     # interface endpoint service (ecr.api, ...) -> zone IDs that offer it; None: every service in every zone
     endpoint_zones: Optional[Dict[str, FrozenSet[str]]] = None
+    # IAM roles the account holds besides the caller's own: role name -> its path ("/" or "/a/b/")
+    roles: Dict[str, str] = field(default_factory=dict)
+    # Route 53 hosted zones: zone ID -> (its name, without the trailing dot; whether it is private)
+    hosted_zones: Dict[str, Tuple[str, bool]] = field(default_factory=dict)
+
+    @property
+    def account_id(self) -> str:
+        """The caller's account: the one the stack deploys to."""
+        found = re.match(r"arn:aws[a-z-]*:(?:sts|iam)::(\d{12}):", self.caller_arn)
+        return found.group(1) if found else ACCOUNT_ID
+
+    def get_role(self, name: str) -> Dict[str, Any]:
+        """IAM GetRole's Role (RoleName, Path, Arn, RoleId), or AccountReadError as IAM answers. The role the caller
+        assumed exists too, with its path from role_paths."""
+        caller = re.match(r"arn:aws[a-z-]*:sts::\d{12}:assumed-role/([^/]+)/", self.caller_arn)
+        path = self.roles.get(name, self.role_paths.get(name, "/") if caller and caller.group(1) == name else None)
+        if path is None:
+            raise AccountReadError(f"NoSuchEntity: The role with name {name} cannot be found.")
+        return {"RoleName": name, "Path": path, "Arn": f"arn:aws:iam::{self.account_id}:role{path}{name}",
+                "RoleId": f"AROA{_hex(name, 17).upper()}"}
+
+    def get_hosted_zone(self, zone_id: str) -> Dict[str, Any]:
+        """Route 53 GetHostedZone's HostedZone (Id, Name with its trailing dot, Config.PrivateZone), or
+        AccountReadError as Route 53 answers."""
+        if zone_id not in self.hosted_zones:
+            raise AccountReadError(f"NoSuchHostedZone: No hosted zone found with ID: {zone_id}")
+        name, private = self.hosted_zones[zone_id]
+        return {"Id": f"/hostedzone/{zone_id}", "Name": f"{name}.", "CallerReference": f"plan-{zone_id}",
+                "Config": {"PrivateZone": private}, "ResourceRecordSetCount": 2}
 
 
 def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount:
@@ -72,7 +106,9 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
     order; every catalog type of the region offered in every zone; and every reservation the stack names
     existing exactly as its pool describes it (maxNodes instances; a capacity block for OFFLINE_BLOCK_START to
     OFFLINE_BLOCK_END), and the stack's transit gateway too (there is no account to read
-    them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises.
+    them from; `pulumi preview` does). Pulumi runs as the stack's first admin role, as the README advises, in that
+    role's account, which holds every role of it the stack names (admin, team and publisher roles) and the hosted zone
+    dr.hostedZoneId, a public zone one label above dr.domain.
     Each EC2 vCPU quota the pools draw on is exactly what they need at maxNodes (AWS's default is 0: the plan's
     preflight section says what to request), and every interface endpoint service is offered in every zone."""
     from decisions.catalog.catalog import load_catalog
@@ -102,14 +138,40 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
     network, cluster = stack_config.get("gpu-cloud:network") or {}, stack_config.get("gpu-cloud:cluster") or {}
     tgw = (network.get("transitGateway") or {}).get("id") if isinstance(network, dict) else None
     admins = (cluster.get("adminRoleArns") or []) if isinstance(cluster, dict) else []
-    caller, paths = MockAccount.caller_arn, {}
-    found = re.match(r"arn:aws:iam::(\d{12}):role(/(?:.*/)?)([^/]+)$", str(admins[0])) if admins else None
+    caller, paths, home = MockAccount.caller_arn, {}, ACCOUNT_ID
+    found = _ROLE_ARN.match(str(admins[0])) if admins else None
     if found:
-        account, path, role = found.groups()
-        caller, paths = f"arn:aws:sts::{account}:assumed-role/{role}/pulumi", {role: path}
+        home, path, role = found.groups()
+        caller, paths = f"arn:aws:sts::{home}:assumed-role/{role}/pulumi", {role: path}
+    roles = {}
+    for arn in _named_role_arns(stack_config):
+        named = _ROLE_ARN.match(arn)
+        if named and named.group(1) == home:
+            roles.setdefault(named.group(3), named.group(2))
+    dr = stack_config.get("gpu-cloud:dr") or {}
+    zone_id, domain = (dr.get("hostedZoneId"), str(dr.get("domain") or "")) if isinstance(dr, dict) else (None, "")
+    hosted_zones = {zone_id: (domain.split(".", 1)[-1], False)} if zone_id and domain else {}
     return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations,
                        caller_arn=caller, role_paths=paths, transit_gateways=(tgw,) if tgw else (),
-                       quotas=_quotas_needed(stack_config))
+                       quotas=_quotas_needed(stack_config), roles=roles, hosted_zones=hosted_zones)
+
+
+_ROLE_ARN = re.compile(r"arn:aws:iam::(\d{12}):role(/(?:.*/)?)([^/]+)$")     # account, path, name
+
+
+def _named_role_arns(stack_config: Mapping[str, Any]) -> List[str]:
+    """The role ARNs a stack names (decisions.config.preflight.named_roles), read from the raw config, which the
+    program has not checked yet: anything not shaped as expected names nothing."""
+    def listed(value, *keys) -> List[str]:
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return [str(arn) for arn in value] if isinstance(value, list) else []
+
+    tenancy = stack_config.get("gpu-cloud:tenancy")
+    teams = tenancy.get("teams") if isinstance(tenancy, dict) else None
+    return (listed(stack_config, "gpu-cloud:cluster", "adminRoleArns")
+            + [arn for access in (teams.values() if isinstance(teams, dict) else ()) for arn in listed(access, "roleArns")]
+            + listed(stack_config, "gpu-cloud:inference", "triton", "publisherRoleArns"))
 
 
 def _quotas_needed(stack_config: Mapping[str, Any]) -> Dict[str, float]:
@@ -153,6 +215,9 @@ class RegisteredResource:
     id: str = ""                                                    # the ID the mocks gave it
     # input key -> URNs its value came from (what the engine gives a stack policy as propertyDependencies)
     property_dependencies: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    # A component its provider builds (a yaml/v2 ConfigFile, a Helm v4 Chart): the engine hands it to the provider's
+    # Construct, which registers its children at `pulumi up`; the mocks answer it as one resource, with none.
+    remote: bool = False
 
     @property
     def delete_timeout(self) -> str:
@@ -181,6 +246,12 @@ class ProgramRun:
 
     def children_of(self, urn: str) -> List[RegisteredResource]:
         return [r for r in self.resources if r.parent == urn]
+
+    def unexpanded(self) -> List[RegisteredResource]:
+        """Remote components with no children here: what their provider registers at `pulumi up` (every object of
+        a manifest, every template of a chart) is in neither this run, the plan, nor what the pack is shown."""
+        parents = {r.parent for r in self.resources}
+        return [r for r in self.resources if r.remote and r.urn not in parents]
 
 
 def _hex(seed: str, length: int) -> str:
@@ -338,7 +409,8 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             return {"name": name, "value": f"ami-{_hex(name + r, 17)}", "type": "String",
                     "arn": f"arn:aws:ssm:{r}::parameter{name}", "version": 1, "insecureValue": None, "id": name}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT_ID, "arn": self.account.caller_arn, "userId": "AROAPLAN:pulumi", "id": ACCOUNT_ID}
+            account = self.account.account_id
+            return {"accountId": account, "arn": self.account.caller_arn, "userId": "AROAPLAN:pulumi", "id": account}
         if token == "aws:iam/getSessionContext:getSessionContext":
             arn = inputs["arn"]
             if ":assumed-role/" not in arn:     # IAM's answer for a user or a role: it is its own issuer
@@ -347,6 +419,30 @@ class GpuCloudMocks(pulumi.runtime.Mocks):
             path = self.account.role_paths.get(role, "/")
             return {"arn": arn, "issuerArn": f"arn:aws:iam::{account}:role{path}{role}", "issuerId": "AROAPLAN",
                     "issuerName": role, "sessionName": session, "id": arn}
+        if token == "aws:iam/getRole:getRole":
+            # The provider's outputs from GetRole's Role (terraform-provider-aws internal/service/iam/role_data_source.go).
+            try:
+                role = self.account.get_role(inputs["name"])
+            except AccountReadError as error:
+                return {}, [("name", str(error))]
+            return {"id": role["RoleName"], "name": role["RoleName"], "arn": role["Arn"], "path": role["Path"],
+                    "uniqueId": role["RoleId"], "description": role.get("Description", ""),
+                    "maxSessionDuration": role.get("MaxSessionDuration", 3600), "permissionsBoundary": "",
+                    "tags": dict(inputs.get("tags") or {})}
+        if token == "aws:route53/getZone:getZone":
+            # The provider's outputs from GetHostedZone (terraform-provider-aws internal/service/route53/
+            # zone_data_source.go): the ID without "/hostedzone/", the name without its trailing dot, and no VPCs.
+            try:
+                zone = self.account.get_hosted_zone(inputs["zoneId"])
+            except AccountReadError as error:
+                return {}, [("zoneId", str(error))]
+            zone_id = zone["Id"].rsplit("/", 1)[-1]
+            return {"id": zone_id, "zoneId": zone_id, "name": zone["Name"].rstrip("."),
+                    "privateZone": bool(zone["Config"]["PrivateZone"]), "callerReference": zone["CallerReference"],
+                    "comment": zone["Config"].get("Comment", ""), "arn": f"arn:aws:route53:::hostedzone/{zone_id}",
+                    "resourceRecordSetCount": zone.get("ResourceRecordSetCount", 2), "tags": {},
+                    "nameServers": [f"ns-{i}.awsdns-{i:02d}.org" for i in (1, 2)],
+                    "primaryNameServer": "ns-1.awsdns-01.org"}
         if token == "aws:ec2transitgateway/getTransitGateway:getTransitGateway":
             tgw = inputs.get("id")
             if tgw not in self.account.transit_gateways:
@@ -444,7 +540,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                                                    ("delete", request.customTimeouts.delete)) if v},
                 aliases=tuple(request.aliasURNs) + tuple(_alias(a) for a in request.aliases),
                 deleted_with=request.deletedWith or None, id=response.id,
-                property_dependencies=property_dependencies(request)))
+                property_dependencies=property_dependencies(request), remote=bool(request.remote)))
         return response
 
     def ReadResource(self, request):
@@ -562,9 +658,12 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
         _sync_await(run_pulumi_func(body))
     root = pulumi_settings.get_root_resource()
     outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
-    return ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
-                      outputs=outputs, invokes=list(mocks.invokes), invoke_providers=list(mocks.invoke_providers),
-                      warnings=list(warnings.messages))
+    run = ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),
+                     outputs=outputs, invokes=list(mocks.invokes), invoke_providers=list(mocks.invoke_providers),
+                     warnings=list(warnings.messages))
+    run.warnings += [f"{r.name} ({r.type}) is built by its provider at `pulumi up`: the objects it registers then are "
+                     "not in this plan, and the policy pack's verdict here does not cover them" for r in run.unexpanded()]
+    return run
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -261,13 +262,16 @@ def read_peer_cidr(keys: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
 def load_stack(stack: str, path: Optional[Path] = None):
     """A stack's config and its validated spec, with no cloud account (what the plan and `python -m jobs` read).
     Raises StackFileError or decisions.config.errors.ConfigError."""
+    config = load_stack_config(stack, path)
+    return config, _validated(stack, config, path)
+
+
+def _validated(stack: str, config: Dict[str, Any], path: Optional[Path]):
     from decisions.config.deployer import aws_settings
+    from decisions.config.errors import ConfigError
     from decisions.config.model import NAMESPACE
     from decisions.config.validate import load_stack_spec
 
-    from decisions.config.errors import ConfigError
-
-    config = load_stack_config(stack, path)
     keys = project_keys(config, NAMESPACE)
     try:
         spec = load_stack_spec(keys, stack=stack, region=config.get("aws:region"), peer_cidr=peer_cidr(keys))
@@ -277,4 +281,30 @@ def load_stack(stack: str, path: Optional[Path] = None):
             raise
         # Another file planned under the stack's name (--stack-file): the mistakes are in that file.
         raise ConfigError(error.issues, source=str(path)) from None
-    return config, spec
+    return spec
+
+
+def load_stack_past_budget(stack: str, path: Optional[Path], refusal) -> Optional[Tuple[Dict[str, Any], Any]]:
+    """For `--against`, which shows what a change would do even where the stack refuses it: a stack that `refusal`
+    (load_stack's ConfigError) refuses for its budget alone, as (its config without gpu-cloud:budget.maxHourlyUsd,
+    so that the program, which refuses it too (layers.prepare), runs; its spec with the budget, so that the document
+    records it and the pack judges it). None when the refusal is anything else: the stack cannot be planned.
+
+    Nothing decides "over budget" here: the refusal must be exactly what the config check's own rule says of this
+    spec (decisions/config/validate.py budget_issues, decisions/cost/cost.py over_budget); its other checks ran and
+    passed, since the budget is checked only when nothing else is wrong."""
+    from decisions.config.errors import ConfigError
+    from decisions.config.model import Budget
+    from decisions.config.validate import budget_issues
+    from pydantic import ValidationError
+
+    config = load_stack_config(stack, path)
+    budget = config.get("gpu-cloud:budget")
+    if not isinstance(budget, dict) or "maxHourlyUsd" not in budget:
+        return None
+    config["gpu-cloud:budget"] = {k: v for k, v in budget.items() if k != "maxHourlyUsd"}
+    try:
+        spec = replace(_validated(stack, config, path), budget=Budget.model_validate(budget))
+    except (ConfigError, ValidationError):
+        return None
+    return (config, spec) if budget_issues(spec, None) == list(refusal.issues) else None

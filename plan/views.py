@@ -1,7 +1,10 @@
 """What the Pulumi engine shows the policy pack: on an update, on a later preview, and on a new stack's first preview.
 
 The pack is judged by what the engine hands it, and that depends on the operation. From the engine's source
-(pulumi/pulumi at commit 1b5949891b of 2026-08-21, line numbers at that commit):
+(pulumi/pulumi at commit 1b5949891b of 2026-08-21, line numbers at that commit; `git describe`: v3.259.0 and 14
+commits, so first released in v3.260.0). The CLI the program runs under is Pulumi.yaml's `requiredPulumiVersion`,
+which the CLI enforces; its floor is the pinned Python SDK's release (tests/test_views.py), newer than the source read
+here: re-read the lines below at the floor's tag when a mirror has it.
 
 - Resource policies get a resource's **inputs** after the provider's Check (`pkg/resource/deploy/step_generator.go`
   `analyzeAll`, line 3450: `Properties: resource.FromResourcePropertyMap(inputs)`, line 3465); stack policies get

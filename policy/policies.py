@@ -45,7 +45,9 @@ from decisions.cost import cost  # noqa: E402
 from decisions.nodes.drain import NTH_MANAGED_TAG  # noqa: E402
 from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
 from decisions.observability.logs import PROD_MIN_RETENTION_DAYS  # noqa: E402
+from decisions.platform.release_manifest import RELEASE_ANNOTATION  # noqa: E402
 from decisions.storage.buckets import LOG_BUCKET_SSE, LOGS, REPLICATED, bucket_name  # noqa: E402
+from decisions.storage.lustre import protection_problems  # noqa: E402
 from decisions.storage.replication import PEER_REFERENCE  # noqa: E402
 
 PACK_NAME = "gpu-cloud"
@@ -76,6 +78,7 @@ LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 # audit trails are kept a year (decisions/observability/logs.py)
 PROD_LOG_RETENTION_DAYS = PROD_MIN_RETENTION_DAYS
 LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 IAM_ROLE = "aws:iam/role:Role"
 IAM_ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 IAM_POLICY = "aws:iam/policy:Policy"
@@ -404,18 +407,6 @@ def log_retention_in_prod(args: ResourceValidationArgs, report: ReportViolation)
                f"{PROD_LOG_RETENTION_DAYS} (gpu-cloud:monitoring.logRetentionDays)")
 
 
-def fsx_backups_in_prod(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    if args.resource_type != LUSTRE or _environment(args) != "prod":
-        return
-    days = number(get(args.props, "automaticBackupRetentionDays")) or 0
-    if known(get(args.props, "automaticBackupRetentionDays")) and days < 1:
-        report(f"FSx for Lustre {args.name} in a prod stack keeps no automatic backups: set "
-               "automatic_backup_retention_days (1 to 90)")
-    if truthy(get(args.props, "skipFinalBackup", default=False)):
-        report(f"FSx for Lustre {args.name} in a prod stack skips its final backup on delete: set "
-               "skip_final_backup=False")
-
-
 def _iam_documents(args) -> List[Tuple[str, Dict[str, Any]]]:
     if args.resource_type in (IAM_ROLE_POLICY, IAM_POLICY):
         return [(args.name, policy_document(get(args.props, "policy")))]
@@ -531,23 +522,53 @@ def _denies_all(policy: PolicyResource) -> bool:
             and not items(get(spec, "ingress")) and not items(get(spec, "egress")))
 
 
+def _release_namespaces(resources: Sequence[PolicyResource]) -> Optional[set]:
+    """Namespaces that belong to a pinned release manifest, decided from the objects: the namespace and every workload
+    the program runs in it carry one release's annotation (decisions/platform/release_manifest.py), and at least one
+    such workload runs there: the release declares the namespace for its own controller, and nothing else runs in it.
+    None while an annotation or namespace is not visible."""
+    workloads = _by_type(resources, *POD_SPEC_PATHS)
+    namespaces = _by_type(resources, NAMESPACE)
+    if any(map(unseen, workloads + namespaces)):
+        return None
+    read = [get(r.props, "metadata", "namespace") for r in workloads] + [
+        get(r.props, "metadata", "annotations", RELEASE_ANNOTATION) for r in workloads + namespaces] + [
+        get(r.props, "metadata", "name") for r in namespaces]
+    if not known(*read):
+        return None
+    running: Dict[Any, set] = {}
+    for workload in workloads:
+        running.setdefault(get(workload.props, "metadata", "namespace"), set()).add(
+            get(workload.props, "metadata", "annotations", RELEASE_ANNOTATION))
+    owned = set()
+    for namespace in namespaces:
+        release = get(namespace.props, "metadata", "annotations", RELEASE_ANNOTATION)
+        name = get(namespace.props, "metadata", "name")
+        if release and running.get(name) == {release}:
+            owned.add(name)
+    return owned
+
+
 def k8s_namespace_default_deny(args: StackValidationArgs, report: ReportViolation) -> None:
-    # A namespace a pinned chart installs into (the GPU operator's, Kueue's) belongs to that operator, whose
-    # webhooks and API calls the chart does not open with NetworkPolicies: excepted, like its pods.
+    # A namespace that belongs to an operator the program installs from a pinned release (the GPU operator's,
+    # Kueue's, the MPI Operator's, JobSet's) is excepted, like its pods: the release opens its webhooks and API calls
+    # with no NetworkPolicies. A chart's: a Helm release installs into it. A release manifest's: decided from its
+    # objects (_release_namespaces).
     releases, network_policies = _by_type(args.resources, HELM_RELEASE), _by_type(args.resources, NETWORK_POLICY)
     if any(map(unseen, releases + network_policies)):
         return      # which namespaces are excepted or denied is not visible yet
     operator_namespaces = {get(r.props, "namespace") for r in releases}
     read = [get(p.props, "metadata", "namespace") for p in network_policies] + [
         get(p.props, "spec", key) for p in network_policies for key in ("podSelector", "policyTypes", "ingress", "egress")]
-    if not known(*operator_namespaces, *read):
+    manifest_namespaces = _release_namespaces(args.resources)
+    if not known(*operator_namespaces, *read) or manifest_namespaces is None:
         return
     denying = {get(p.props, "metadata", "namespace") for p in network_policies if _denies_all(p)}
     for namespace in _by_type(args.resources, NAMESPACE):
         name = get(namespace.props, "metadata", "name")
         if unseen(namespace) or not known(name):
             continue
-        if name not in operator_namespaces and name not in denying:
+        if name not in operator_namespaces | manifest_namespaces and name not in denying:
             report(f"namespace {name} has no default-deny NetworkPolicy: add one selecting every pod "
                    "(podSelector {}) with policyTypes Ingress and Egress and no rules, then allow what it needs",
                    namespace.urn)
@@ -976,6 +997,43 @@ def stateful_resources_protected(args: StackValidationArgs, report: ReportViolat
                    "set protect=True so a rename or delete cannot destroy it", resource.urn)
 
 
+def _associations(resources, file_system: PolicyResource) -> Optional[List[PolicyResource]]:
+    """The data repository associations of `file_system`: their fileSystemId came from it (the property dependency a
+    preview gives before the ID is known) or names its ID; None where an association's file system cannot be told."""
+    found = []
+    for association in _by_type(resources, DATA_REPOSITORY):
+        if file_system in association.property_dependencies.get("fileSystemId", ()):
+            found.append(association)
+            continue
+        named, own = get(association.props, "fileSystemId"), get(file_system.props, "id")
+        if not known(named, own):
+            return None
+        if named is not None and named == own:
+            found.append(association)
+    return found
+
+
+def fsx_backups_or_export(args: StackValidationArgs, report: ReportViolation) -> None:
+    """One protection, the one FSx allows (decisions/storage/lustre.py protection_problems): a file system linked to
+    S3 asks for no backup, which FSx does not take of it; in prod, one linked exports what is written, one not linked
+    is backed up."""
+    for file_system in _by_type(args.resources, LUSTRE):
+        associations = _associations(args.resources, file_system)
+        environment = _environment(file_system)
+        retention, skip_final = get(file_system.props, "automaticBackupRetentionDays"), get(
+            file_system.props, "skipFinalBackup", default=True)     # the provider's default: skip it
+        events = [get(a.props, "s3", "autoExportPolicy", "events") for a in associations or []]
+        if associations is None or not known(environment, retention, skip_final, *events) or \
+                not all(known(*items(e)) for e in events):
+            continue        # the update judges it with every value known
+        exported = {event for e in events for event in items(e)}
+        for problem in protection_problems(
+                linked=bool(associations), export_events=sorted(exported),
+                backup_retention_days=int(number(retention) or 0), final_backup=not truthy(skip_final),
+                prod=environment == "prod"):
+            report(f"FSx for Lustre {file_system.name} {problem}", file_system.urn)
+
+
 def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation) -> None:
     """GPU pools at maxSize, priced as the plan prices them (decisions/cost/cost.py), against maxHourlyUsd."""
     budget = args.get_config().get("maxHourlyUsd")
@@ -1115,8 +1173,11 @@ POLICIES = [
     _resource("fsx-customer-managed-key", "FSx for Lustre is encrypted with a customer-managed key.",
               fsx_customer_key,
               in_preview="an unknown key ID counts as set"),
-    _resource("fsx-backups-in-prod", "FSx for Lustre keeps backups in prod stacks.", fsx_backups_in_prod,
-              in_preview="an unknown retention is not judged"),
+    _stack("fsx-backups-or-export",
+           "FSx for Lustre asks for no backups where it is linked to S3, which FSx does not back up; in prod it "
+           "exports what jobs write to its linked bucket, or, not linked, is backed up.", fsx_backups_or_export,
+           in_preview="associations are found through their property dependency on the file system; a file system "
+                      "whose retention, final backup, environment or export events are unknown is not judged"),
     _resource("log-retention-in-prod", "CloudWatch log groups of prod stacks keep logs at least 365 days.",
               log_retention_in_prod,
               in_preview="an unknown retention is not judged; a group whose environment tag is unknown is not judged"),
@@ -1138,8 +1199,8 @@ POLICIES = [
               in_preview="only a binding known to give cluster-admin to a default account is reported"),
     _stack("k8s-namespace-default-deny", "Every namespace the program creates has a default-deny NetworkPolicy.",
            k8s_namespace_default_deny,
-           in_preview="while a namespace, NetworkPolicy or Helm release is not visible (its provider is not "
-                      "configured yet), namespaces are not judged"),
+           in_preview="while a namespace, workload, NetworkPolicy or Helm release is not visible (its provider is "
+                      "not configured yet), namespaces are not judged"),
     _stack("required-tags", "Every taggable AWS resource carries the required tags.", required_tags,
            _schema(requiredTagKeys={"type": "array", "items": {"type": "string"}, "default": REQUIRED_TAG_KEYS,
                                     "description": "tag keys every taggable AWS resource must carry"}),

@@ -309,7 +309,11 @@ def test_usage_based_items_carry_unit_prices_and_stay_out_of_the_totals():
     assert usage["transit gateway data processed"].unit_usd == 0.02 and usage["transit gateway data processed"].unit == "GB"
     assert usage["NAT gateway data processed"].unit_usd == 0.045
     assert usage["interface endpoint data processed"].unit_usd == 0.01
-    assert usage["FSx for Lustre backups"].gap and usage["FSx for Lustre backups"].unit == "GB-month"
+    # FSx backs up no linked file system: what protects /data is its export, billed as the bucket's storage
+    assert "FSx for Lustre backups" not in usage
+    exports = usage["S3 storage of what /data exports"]
+    assert exports.item.endswith("(FSx for Lustre's protection, not FSx backups)") and exports.unit == "GB-month"
+    assert exports.gap and exports.unit_usd is None                    # no sourced S3 storage rate: a gap
     volume = spec.monitoring.prometheus_volume_gib
     assert usage["Prometheus volume"].monthly == approx(volume * 0.08) and f"{volume} GiB" in usage["Prometheus volume"].item
     assert usage["KMS customer managed keys"].monthly == 7 * 1.00
@@ -519,7 +523,7 @@ def test_every_rate_names_its_source_and_date():
         rates += [r for r in (region.nat_gateway_hourly, region.public_ipv4_hourly, region.interface_endpoint_hourly,
                               region.transit_gateway_attachment_hourly, region.network_load_balancer_hourly,
                               region.nat_gateway_data_gb, region.interface_endpoint_data_gb,
-                              region.transit_gateway_data_gb, region.lustre_backup_gb_month) if r]
+                              region.transit_gateway_data_gb) if r]
     assert rates and all(r.source and re.match(r"^\d{4}", r.as_of) for r in rates)
     assert set(US.instance_hourly) >= set(pods.SYSTEM_NODE_TYPES)
 

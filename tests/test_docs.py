@@ -190,3 +190,115 @@ def test_the_readme_timings_are_the_measured_ones():
     claimed, measured = set(row.findall(readme)), set(row.findall(results[results.index("## First run"):]))
     assert {command for command, _, _ in claimed} == {"make plan", "make test"}
     assert claimed <= measured, claimed - measured
+
+
+# --- docs/deploying.md: the deployer's page ------------------------------------------------------------------------
+DEPLOYING = ROOT / "docs" / "deploying.md"
+# Values in a stack file that stand for something of the deployer's own: an account ID (in ARNs), a transit gateway, a
+# capacity reservation, the Pulumi organization of a peer stack, a domain or hosted zone, a network range. Every tag
+# value is the deployer's too (gpu-cloud:tags).
+PLACEHOLDER_PATTERNS = (re.compile(r"(?<!\d)\d{12}(?!\d)"), re.compile(r"\btgw-[0-9a-f]+\b"),
+                        re.compile(r"\bcr-[0-9a-f]+\b"), re.compile(r"^acme/"), re.compile(r"\bexample\.com\b"),
+                        re.compile(r"^Z[0-9A-Z]{10,32}$"), re.compile(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$"))
+
+
+def stack_placeholders(config: dict) -> set:
+    """(key path below gpu-cloud:, value) for each placeholder of a stack file's config: list items of objects as
+    `[i]`, a mapping key that is one (a label under the deployer's domain) under its mapping's path."""
+    found = set()
+
+    def walk(value, path, every=False):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if any(p.search(str(key)) for p in PLACEHOLDER_PATTERNS):
+                    found.add((path, str(key)))
+                walk(item, f"{path}.{key}", every)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, f"{path}[i]" if isinstance(item, dict) else path, every)
+        elif value is not None and (every or any(p.search(str(value)) for p in PLACEHOLDER_PATTERNS)):
+            found.add((path, str(value)))
+
+    for key, value in config.items():
+        if key.startswith("gpu-cloud:"):
+            name = key.split(":", 1)[1]
+            walk(value, name, every=name == "tags")
+    return found
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    following = re.search(r"^#{1,3} ", text[start + len(heading):], re.M)
+    return text[start:start + len(heading) + following.start()] if following else text[start:]
+
+
+def _table_rows(section: str) -> list:
+    """The rows of a section's table whose first cell is a `key`: (key, [the backticked values of the second cell])."""
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        key = re.fullmatch(r"`([^`]+)`", cells[0]) if line.startswith("|") else None
+        if key:
+            rows.append((key.group(1), re.findall(r"`([^`]+)`", cells[1]) if len(cells) > 1 else []))
+    return rows
+
+
+def placeholder_table(text: str) -> dict:
+    return {key: set(values) for key, values in _table_rows(_section(text, "### Placeholders"))}
+
+
+def test_deploying_lists_every_placeholder_of_the_shipped_stacks():
+    """Each value a shipped stack file holds for something of the deployer's own (by PLACEHOLDER_PATTERNS, and every
+    tag) is in the page's table, on its key's row; and each row names a key the stack files set."""
+    from tests.conftest import STACKS
+
+    found = set()
+    for stack in STACKS:
+        raw = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))["config"]
+        found |= stack_placeholders(raw)
+    table = placeholder_table(DEPLOYING.read_text(encoding="utf-8"))
+    missing_rows = sorted(f"{path}: {value}" for path, value in found if value not in table.get(path, set()))
+    assert missing_rows == [], f"docs/deploying.md's placeholder table misses: {missing_rows}"
+    assert set(table) == {path for path, _ in found}, set(table) ^ {path for path, _ in found}
+
+
+def test_the_placeholder_search_finds_what_a_stack_names_of_its_own():
+    """The patterns see an account in an ARN, a hosted zone, a label under a domain and every tag; not an instance type,
+    a zone ID or a count."""
+    config = {"aws:region": "us-east-1", "gpu-cloud:tags": {"team": "ml"},
+              "gpu-cloud:cluster": {"adminRoleArns": ["arn:aws:iam::210987654321:role/admin"]},
+              "gpu-cloud:dr": {"hostedZoneId": "Z0987654321ZYXWVUTSRQ", "domain": "a.example.com"},
+              "gpu-cloud:nodePools": [{"name": "p", "instanceTypes": ["p5.48xlarge"], "availabilityZone": "use1-az1",
+                                       "maxNodes": 4, "labels": {"example.com/team": "x"}}]}
+    assert stack_placeholders(config) == {
+        ("tags.team", "ml"), ("cluster.adminRoleArns", "arn:aws:iam::210987654321:role/admin"),
+        ("dr.hostedZoneId", "Z0987654321ZYXWVUTSRQ"), ("dr.domain", "a.example.com"),
+        ("nodePools[i].labels", "example.com/team")}
+
+
+def _exported_keys(path: Path) -> set:
+    """The keys `pulumi.export` is called with in a module (string literals)."""
+    import ast
+
+    keys = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "export" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            keys.add(node.args[0].value)
+    return keys
+
+
+def test_deploying_lists_every_stack_output(stack_runs):
+    """The page's outputs table is what the program exports: every key layers.py exports, and every key a shipped
+    stack's run has, with the model publisher's role (exported where inference.triton.publisherRoleArns is set) from
+    a run that sets it."""
+    from tests.conftest import run_stack, stack_config
+
+    documented = {key for key, _ in _table_rows(_section(DEPLOYING.read_text(encoding="utf-8"), "## Stack outputs"))}
+    inference = stack_config("prod-us-east-1")["gpu-cloud:inference"]
+    publisher = run_stack("prod-us-east-1", {"gpu-cloud:inference": {**inference, "triton": {
+        **inference["triton"], "publisherRoleArns": ["arn:aws:iam::123456789012:role/ml-platform-admin"]}}})
+    exported = set(publisher.outputs).union(*(set(run.outputs) for run in stack_runs.values()))
+    assert documented == exported, f"documented but not exported: {sorted(documented - exported)}; " \
+                                   f"exported but not documented: {sorted(exported - documented)}"
+    assert documented == _exported_keys(ROOT / "layers.py")

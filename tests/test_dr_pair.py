@@ -260,3 +260,17 @@ def test_a_load_beyond_the_secondary_has_no_recovery_time():
     recovery = dr_pair.recovery(spec_of(PRIMARY), spec_of(SECONDARY, setting("inference", "triton", "maxReplicas",
                                                                               value=4)), 8)
     assert recovery.terms is None and recovery.seconds is None
+
+
+def test_the_pair_report_says_what_protects_each_stacks_lustre_data(capsys):
+    """/data is exported to each stack's own datasets bucket (FSx takes no backups of a linked file system), which the
+    primary does not replicate: the pair's recovery point does not cover it, and the report says so."""
+    from plan.__main__ import main
+    assert main(["--dr-pair", PRIMARY, SECONDARY]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  /data ")]
+    assert [line.split(": ", 1)[0].split()[-1] for line in lines] == [PRIMARY, SECONDARY]
+    assert f"not replicated to {SECONDARY}; no FSx backups" in lines[0]
+    assert "not replicated; no FSx backups" in lines[1] and "exported to the stack's datasets bucket" in lines[1]
+    assert dr_pair.lustre_protection(spec_of("dev"), None) is None          # no storage.lustre, no line
+    elsewhere = spec_of(PRIMARY, setting("storage", "lustre", "importPath", value="s3://acme-ml/datasets"))
+    assert "exported to s3://acme-ml/datasets/" in dr_pair.lustre_protection(elsewhere, SECONDARY)

@@ -58,3 +58,30 @@ def test_accelerated_ami_comes_from_its_ssm_parameter():
         name = "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
         pulumi.export("ami", aws.ssm.get_parameter(name=name).value)
     assert run_component(build).outputs["ami"].startswith("ami-")
+
+
+def test_a_component_its_provider_builds_at_up_is_named_when_the_run_holds_none_of_its_children():
+    """A yaml/v2 ConfigFile or a Helm v4 Chart is a remote component: the provider registers its objects at
+    `pulumi up` (pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go parseUnstructured), the mocks answer it as
+    one resource with no children. The run names it, and the plan warns that the pack did not see its objects."""
+    import pulumi_kubernetes as kubernetes
+
+    def build():
+        k8s = kubernetes.Provider("k8s", kubeconfig="{}")
+        opts = pulumi.ResourceOptions(provider=k8s)
+        kubernetes.yaml.v2.ConfigFile("operator", file="https://example.com/operator.yaml", opts=opts)
+        kubernetes.helm.v4.Chart("chart", chart="oci://example.com/charts/x", opts=opts)
+        kubernetes.core.v1.Namespace("plain", metadata={"name": "plain"}, opts=opts)
+
+    run = run_component(build)
+    assert sorted(r.name for r in run.unexpanded()) == ["chart", "operator"]
+    assert sorted(w.split(" ")[0] for w in run.warnings) == ["chart", "operator"]
+    assert all("is built by its provider at `pulumi up`" in w for w in run.warnings)
+
+
+def test_the_shipped_stacks_register_every_object_the_engine_would(stack_runs):
+    """No shipped stack has a component whose objects only the provider knows: the plan, the pack and every check
+    built on the plan see each object `pulumi up` registers."""
+    for stack, run in stack_runs.items():
+        assert [f"{r.name} ({r.type})" for r in run.unexpanded()] == [], stack
+        assert not [w for w in run.warnings if "is built by its provider" in w], stack

@@ -544,7 +544,11 @@ def test_kueue_and_the_mpi_operator_are_pinned():
     assert mpi.url == "https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.8.0/deploy/v2beta1/mpi-operator.yaml"
 
 
-def test_a_manifest_url_off_its_pinned_tag_is_refused():
+def test_a_manifest_url_or_file_off_its_pinned_tag_is_refused():
+    kept = dict(file="manifests/mpi-operator-v0.8.0.yaml", sha256="0" * 64, source="test")
     with pytest.raises(ValueError, match="not at the pinned tag"):
         charts.ManifestPin(url="https://raw.githubusercontent.com/kubeflow/mpi-operator/master/deploy/x.yaml",
-                           version="v0.8.0", source="test")
+                           version="v0.8.0", **kept)
+    with pytest.raises(ValueError, match="does not name the pinned version"):
+        charts.ManifestPin(url="https://raw.githubusercontent.com/kubeflow/mpi-operator/v0.8.1/deploy/x.yaml",
+                           version="v0.8.1", **kept)

@@ -4,13 +4,15 @@ association, PV/PVC).
 
 What users rely on: a size or tier FSx would refuse, or EFA where FSx cannot serve it, is a config error naming the
 key; the file system sits in the zone of the EFA training pools; only Lustre's ports are open, and only between the
-file system and the node groups; the data is encrypted with the stack's own key, backed up daily (a week or more on
-prod) and once more when deleted; the bucket's objects appear under /data and changes flow both ways; training pods
-mount it through a claim bound to a static volume that names this file system.
+file system and the node groups; the data is encrypted with the stack's own key, which a destroy leaves; the bucket's
+objects appear under /data and changes flow both ways, and that export, never FSx backups (which FSx does not take of
+a linked file system), is what protects it; training pods mount it through a claim bound to a static volume that
+names this file system, and a destroy leaves the claim to its namespace and the volume to the cluster.
 """
 from __future__ import annotations
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 import pytest
 
@@ -179,21 +181,45 @@ def test_without_pinned_training_pools_the_first_declared_zone():
 
 # --- plain settings --------------------------------------------------------------------------------------------
 
-def test_backup_retention_by_environment():
-    assert lustre.backup_retention_days("prod") >= lustre.PROD_MIN_BACKUP_RETENTION_DAYS == 7
-    assert lustre.backup_retention_days("staging") == 7
-    assert lustre.backup_retention_days("dev") == 1                # on, but short: automatic backups stay enabled
-    with pytest.raises(ValueError):
-        lustre.backup_retention_days("qa")
+def test_the_program_asks_fsx_for_no_backup_of_its_linked_file_system_and_exports_what_jobs_write():
+    """FSx backs up no file system linked to S3 (FSx for Lustre User Guide, "Using data repositories"; CreateBackup),
+    and this program links every one: its settings are the export of every change and no backup, which the rule the
+    pack holds every file system to accepts in prod; the same file system asking for backups, or not exporting
+    changes, is refused."""
+    ours = dict(linked=True, export_events=lustre.EXPORT_EVENTS, backup_retention_days=lustre.BACKUP_RETENTION_DAYS,
+                final_backup=lustre.FINAL_BACKUP)
+    assert (lustre.BACKUP_RETENTION_DAYS, lustre.FINAL_BACKUP) == (0, False)
+    assert set(lustre.EXPORT_PROTECTS) <= set(lustre.EXPORT_EVENTS)
+    assert lustre.protection_problems(**ours, prod=True) == []
+    assert lustre.protection_problems(**{**ours, "backup_retention_days": 14}, prod=False)
+    assert lustre.protection_problems(**{**ours, "final_backup": True}, prod=False)
+    assert lustre.protection_problems(**{**ours, "export_events": ("DELETED",)}, prod=True)
 
 
-@pytest.mark.parametrize("tier,backup_minutes,timeout", [(125, 147, "3h"), (250, 74, "2h"), (500, 37, "2h"),
-                                                           (1000, 19, "1h")])
-def test_a_delete_waits_for_a_final_backup_of_every_block_at_the_tiers_throughput(tier, backup_minutes, timeout):
-    # 1 TiB per TiB of capacity at `tier` MB/s: 1,099,511,627,776 B / 125,000,000 B/s = 8,796 s = 146.6 min.
-    assert lustre.final_backup_minutes(tier) == backup_minutes
-    # ... then the deletion itself (the provider's own 30 min), in whole hours: 147 + 30 = 177 min -> 3 h.
-    assert lustre.delete_timeout(tier) == timeout
+@pytest.mark.parametrize("linked,events,days,final,prod,words", [
+    (True, ("NEW", "CHANGED", "DELETED"), 0, False, True, []),
+    (True, ("NEW", "CHANGED"), 0, False, True, []),                  # deletes need not reach S3 to protect
+    (True, ("NEW",), 0, False, True, ["does not export CHANGED"]),
+    (True, (), 0, False, False, []),                                 # outside prod a link alone is allowed
+    (True, ("NEW", "CHANGED"), 7, False, False, ["automatic backups (7 days)"]),   # ... never backups with it
+    (True, ("NEW", "CHANGED"), 0, True, False, ["a final backup"]),
+    (False, (), 14, True, True, []),
+    (False, (), 0, True, True, ["neither linked to S3 with automatic export nor backed up"]),
+    (False, (), 7, False, True, ["skips its final backup"]),
+    (False, (), 0, False, False, []),                                # a dev scratch file system
+])
+def test_protection_problems_are_one_rule_for_the_pack_and_the_program(linked, events, days, final, prod, words):
+    problems = lustre.protection_problems(linked, events, days, final, prod=prod)
+    assert len(problems) == len(words) and all(w in p for w, p in zip(words, problems))
+
+
+def test_the_protection_says_where_the_data_is_and_whether_it_reaches_the_peer():
+    own = lustre.protection_summary(None, "prod-eu-west-1")
+    assert own.startswith("exported to the stack's datasets bucket (NEW, CHANGED, DELETED): versioned, old versions "
+                          "kept 30 days, not replicated to prod-eu-west-1")           # datasets is not replicated
+    assert own.endswith("no FSx backups (FSx backs up no file system linked to S3)")
+    assert "exported to s3://acme/datasets/ (NEW, CHANGED, DELETED; importPath)" in lustre.protection_summary(
+        "s3://acme/datasets", None)
 
 
 def test_data_repository_paths_are_prefixes():
@@ -203,26 +229,27 @@ def test_data_repository_paths_are_prefixes():
         lustre.s3_prefix("/data")
 
 
-def test_maintenance_and_backup_times_are_in_fsx_formats():
+def test_maintenance_time_is_in_fsx_format():
     assert lustre.WEEKLY_MAINTENANCE_START == "7:03:00"             # d:HH:MM, Sunday 03:00 UTC
-    assert lustre.DAILY_BACKUP_START == "01:00"
 
 
 # --- the component ---------------------------------------------------------------------------------------------
 
-def build(environment="prod", efa=False, import_path="s3://acme-ml/datasets", bucket=None, clients=CLIENTS,
+def build(efa=False, import_path="s3://acme-ml/datasets", bucket=None, clients=CLIENTS,
           capacity=4800, tier=500):
     def program():
+        cluster = aws.eks.Cluster("cluster", role_arn="arn:aws:iam::123456789012:role/eks",
+                                  vpc_config=aws.eks.ClusterVpcConfigArgs(subnet_ids=["subnet-az4"]))
         k8s = kubernetes.Provider("k8s", kubeconfig="{}")
         namespace = kubernetes.core.v1.Namespace(
             "training", metadata=kubernetes.meta.v1.ObjectMetaArgs(name="training"),
             opts=pulumi.ResourceOptions(provider=k8s))
         component = Lustre("lustre", LustreArgs(
-            cluster_name="gpu-cloud-test", environment=environment, capacity_gib=capacity, throughput_per_tib=tier,
+            cluster_name="gpu-cloud-test", capacity_gib=capacity, throughput_per_tib=tier,
             efa=efa, vpc_id="vpc-0123", subnet_id="subnet-az4", client_security_group_ids=list(clients),
             region="us-east-1", account_id="123456789012", partition="aws", dns_suffix="amazonaws.com",
-            log_retention_days=30,
-            namespace=namespace.metadata.name, import_path=import_path, datasets_bucket=bucket),
+            log_retention_days=30, namespace=namespace, namespace_name="training", cluster=cluster,
+            import_path=import_path, datasets_bucket=bucket),
             opts=pulumi.ResourceOptions(providers={"kubernetes": k8s}))
         pulumi.export("fileSystemId", component.file_system_id)
         pulumi.export("dnsName", component.dns_name)
@@ -261,6 +288,7 @@ def test_file_system_is_persistent_2_lustre_2_15_lz4_with_the_configured_size(ru
 def test_file_system_and_key_are_protected_and_the_key_encrypts_it(run):
     fs, key = run.one(FS), run.one(KEY)
     assert fs.protect and key.protect
+    assert key.retain_on_delete and not fs.retain_on_delete   # a destroy leaves the key, unprotected or not
     assert key.inputs["enableKeyRotation"] is True
     assert fs.inputs["kmsKeyId"] == key.state["arn"]
 
@@ -273,19 +301,27 @@ def test_warnings_and_errors_go_to_an_fsx_log_group_encrypted_with_the_key(run):
     assert group.inputs["name"] in key.inputs["policy"]           # CloudWatch Logs may use the key for this group only
 
 
-@pytest.mark.parametrize("environment,days", [("prod", 14), ("staging", 7), ("dev", 1)])
-def test_daily_backups_by_environment_and_a_final_backup_on_delete(environment, days):
-    fs = run_component(build(environment=environment)).one(FS).inputs
-    assert fs["automaticBackupRetentionDays"] == days
-    assert environment != "prod" or days >= 7
-    assert fs["dailyAutomaticBackupStartTime"] == "01:00" and fs["copyTagsToBackups"] is True
-    assert fs["weeklyMaintenanceStartTime"] == "7:03:00"
-    assert fs["skipFinalBackup"] is False and fs["finalBackupTags"]
+def test_the_file_system_asks_for_no_backup_and_exports_what_is_written():
+    run = run_component(build())
+    fs = run.one(FS)
+    assert fs.inputs["automaticBackupRetentionDays"] == 0 and fs.inputs["skipFinalBackup"] is True
+    assert not {"dailyAutomaticBackupStartTime", "finalBackupTags"} & set(fs.inputs)
+    assert fs.inputs["copyTagsToBackups"] is True    # as deployed stacks have it: a change would replace (ForceNew)
+    assert fs.inputs["weeklyMaintenanceStartTime"] == "7:03:00"
+    assert fs.custom_timeouts == {}                    # no final backup to wait for: the provider's 30 minutes
+    assert run.one(DRA).inputs["s3"]["autoExportPolicy"] == {"events": ["NEW", "CHANGED", "DELETED"]}
 
 
-@pytest.mark.parametrize("tier,timeout", [(125, "3h"), (1000, "1h")])
-def test_the_file_system_waits_for_its_final_backup_on_delete_not_the_providers_30_minutes(tier, timeout):
-    assert run_component(build(tier=tier)).one(FS).custom_timeouts == {"delete": timeout}
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1"])
+def test_the_plan_never_asks_for_backups_of_a_linked_file_system(stack_runs, stack):
+    run = stack_runs[stack]
+    (fs,) = run.of_type(FS)
+    links = [a for a in run.of_type(DRA) if fs.urn in a.property_dependencies.get("fileSystemId", ())]
+    assert links, "every file system the program builds is linked to S3"
+    assert lustre.protection_problems(
+        linked=True, export_events=links[0].inputs["s3"]["autoExportPolicy"]["events"],
+        backup_retention_days=int(fs.inputs["automaticBackupRetentionDays"]),
+        final_backup=not fs.inputs["skipFinalBackup"], prod=True) == []
 
 
 def test_lustre_ports_exactly_from_and_to_the_file_system_group_and_each_client(run):
@@ -352,6 +388,15 @@ def test_static_volume_names_this_file_system_and_the_claim_binds_to_it(run):
     assert run.one(NAMESPACE).urn in pvc.dependencies, "the claim waits for its namespace"
 
 
+def test_a_destroy_leaves_the_claim_to_its_namespace_and_the_volume_to_the_cluster(run):
+    """Neither is deleted by the engine on a destroy, where a pod mounting the claim would hold it (pvc-protection)
+    and the volume bound to it (pv-protection) past pulumi-kubernetes' 10 minutes (tests/test_destroy.py)."""
+    namespace, pv, pvc = run.one(NAMESPACE), run.one(PV), run.one(PVC)
+    assert pvc.deleted_with == namespace.urn and pvc.protect
+    assert pv.deleted_with == run.one("aws:eks/cluster:Cluster").urn and not pv.protect
+    assert namespace.urn not in pv.dependencies, "the volume's claimRef names the namespace, not its output"
+
+
 def test_kubernetes_objects_are_valid_for_1_35(run):
     assert validate_kubernetes(run, "1.35") == 3       # the namespace, the PV and the claim
 
@@ -367,7 +412,6 @@ def test_outputs(run):
     ({"tier": 200}, "125, 250, 500, 1000"),
     ({"import_path": None}, "S3 data repository"),
     ({"clients": ()}, "client_security_group_ids is empty"),
-    ({"environment": "qa"}, "not an environment"),
 ])
 def test_bad_arguments_fail_before_anything_is_registered(change, message):
     with pytest.raises(Exception, match=message):

@@ -150,7 +150,9 @@ def _scrape_view(run):
                 for r in run.of_type(SERVICE_MONITOR)]
     assert not run.of_type(POD_MONITOR), "PodMonitors are not modelled here"
     services = [Service(r.inputs["metadata"]["name"], r.inputs["metadata"]["namespace"],
-                        r.inputs["metadata"].get("labels", {}), tuple(p["name"] for p in r.inputs["spec"]["ports"]))
+                        r.inputs["metadata"].get("labels", {}),
+                        # a monitor names the port it scrapes; a Service's only port may be unnamed (JobSet's webhook)
+                        tuple(p["name"] for p in r.inputs["spec"]["ports"] if "name" in p))
                 for r in run.of_type(SERVICE)]
     for release in releases:
         rendered_monitors, rendered_services = release_monitors(release, monitoring.SUBCHARTS)

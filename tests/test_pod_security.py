@@ -12,6 +12,7 @@ import pytest
 
 from decisions.platform import pod_security
 from decisions.platform.pod_security import API_CALLERS, RULES, WAIVERS, Waiver, check_pod_spec
+from decisions.platform.release_manifest import RELEASE_ANNOTATION
 from tests.conftest import STACKS, validate_kubernetes
 
 # Pods the program starts through third-party Helm charts and operator manifests: their vendors pin and harden them,
@@ -66,6 +67,8 @@ def stack_pod_specs(run):
         kind = resource.type.rsplit(":", 1)[-1]
         if not resource.type.startswith("kubernetes:") or kind not in WORKLOAD_KINDS:
             continue
+        if RELEASE_ANNOTATION in resource.inputs["metadata"].get("annotations", {}):
+            continue    # a release manifest's own workload: THIRD_PARTY
         workload = workload_of(kind, resource.inputs)
         pod = pod_spec_of(kind, resource.inputs)
         yield f"{run.stack}/{resource.name}", workload, pod
@@ -166,8 +169,15 @@ def test_a_waiver_for_every_container_is_used_when_a_container_needs_it(pod_spec
 
 def test_third_party_pods_are_exactly_the_listed_charts_and_manifests(stack_runs):
     found = {r.name for stack in STACKS for r in stack_runs[stack].resources
-             if r.type.startswith(("kubernetes:helm.sh", "kubernetes:yaml/"))}
+             if r.type.startswith("kubernetes:helm.sh") or r.type == "gpu-cloud:release_manifest:ReleaseManifest"}
     assert found == set(THIRD_PARTY)
+    # ... and every workload those manifests hold is one of theirs, not the program's
+    for stack in STACKS:
+        run = stack_runs[stack]
+        manifests = {r.urn for r in run.resources if r.type == "gpu-cloud:release_manifest:ReleaseManifest"}
+        annotated = {r.urn for r in run.resources if r.type.startswith("kubernetes:")
+                     and RELEASE_ANNOTATION in (r.inputs.get("metadata") or {}).get("annotations", {})}
+        assert annotated == {r.urn for r in run.resources if r.parent in manifests}
 
 
 def test_the_hardened_workloads_validate_against_kubernetes(stack_runs):

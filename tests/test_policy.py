@@ -134,8 +134,20 @@ def _drop_default_tag(key):
     return change
 
 
+def _release(label):
+    """Set (or, with None, drop) an object's release annotation."""
+    def change(resource):
+        annotations = resource["inputs"]["metadata"]["annotations"]
+        annotations.pop("gpu-cloud.io/release")
+        if label:
+            annotations["gpu-cloud.io/release"] = label
+    return change
+
+
 US, EU, DEV = STACKS
 P = "prod-us-east-1"
+JOBSET_NAMESPACE = "training-operators-jobset-jobset-system"
+JOBSET_CONTROLLER = "training-operators-jobset-jobset-system/jobset-controller-manager"
 # (policy, stack, resource to mutate, change, the resource the violation names ("" for the stack))
 VIOLATIONS = [
     ("launch-template-imdsv2", P, "train-h100-lt", _set(["inputs", "metadataOptions", "httpTokens"], "optional"),
@@ -196,8 +208,12 @@ VIOLATIONS = [
     ("s3-tls-only", P, "datasets-policy", _deny_gone, "datasets-bucket"),
     ("kms-key-rotation", P, "cluster-kms", _set(["inputs", "enableKeyRotation"], False), "cluster-kms"),
     ("fsx-customer-managed-key", EU, "lustre-fs", lambda r: r["inputs"].pop("kmsKeyId"), "lustre-fs"),
-    ("fsx-backups-in-prod", P, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 0.0), "lustre-fs"),
-    ("fsx-backups-in-prod", EU, "lustre-fs", _set(["inputs", "skipFinalBackup"], True), "lustre-fs"),
+    # FSx backs up no file system linked to S3: asking for backups of one is refused, in any environment ...
+    ("fsx-backups-or-export", P, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 14.0), "lustre-fs"),
+    ("fsx-backups-or-export", EU, "lustre-fs", _set(["inputs", "skipFinalBackup"], False), "lustre-fs"),
+    # ... and a prod file system linked to S3 exports what jobs write, its only protection.
+    ("fsx-backups-or-export", P, "lustre-data", _set(["inputs", "s3", "autoExportPolicy", "events"], ["DELETED"]),
+     "lustre-fs"),
     ("iam-no-wildcard-admin", P, "train-h100-node-gate",
      _add_statement({"Effect": "Allow", "Action": "*", "Resource": "*"}), "train-h100-node-gate"),
     ("iam-actions-name-resources", P, "autoscaler-identity-policy", _widen_autoscaler, "autoscaler-identity-policy"),
@@ -227,6 +243,10 @@ VIOLATIONS = [
     ("hourly-cost-within-budget", P, "train-h100-asg", _set(["inputs", "maxSize"], 64.0), ""),
     ("gpu-pool-observability", DEV, "gpu-operator-release",
      _set(["inputs", "values", "dcgmExporter", "enabled"], False), ""),
+    # A release manifest's namespace is its operator's only while the release declares it and runs its controller,
+    # and nothing else, there (decisions/platform/release_manifest.py RELEASE_ANNOTATION).
+    ("k8s-namespace-default-deny", P, JOBSET_NAMESPACE, _release(None), JOBSET_NAMESPACE),
+    ("k8s-namespace-default-deny", DEV, JOBSET_CONTROLLER, _release("someone-else@v1"), JOBSET_NAMESPACE),
 ]
 
 
@@ -252,7 +272,7 @@ def test_each_policy_passes_the_real_resource_and_catches_it_mutated(documents, 
 
 def test_every_policy_has_a_violating_case():
     assert {p.name for p in pack.POLICIES} - {v[0] for v in VIOLATIONS} == {
-        "s3-access-logging", "s3-replication", "k8s-namespace-default-deny"}   # removal cases below
+        "s3-access-logging", "s3-replication"}   # removal cases below
 
 
 def test_a_missing_resource_is_caught_too(documents):
@@ -276,13 +296,16 @@ def test_boundaries_pass(documents):
     assert not {f for f in found(scoped) if f[0] == "eks-endpoint-not-public"}
     # The log bucket takes no logging of itself, and the secondary region replicates nothing of its own.
     assert not {f for f in found(documents[EU]) if f[0] in ("s3-access-logging", "s3-replication")}
-    # Backups are a prod rule: the same file system in a stack tagged dev needs none.
-    eu = documents[EU]
-    eu = mutated(eu, "lustre-fs", _set(["inputs", "automaticBackupRetentionDays"], 0.0))
-    assert ("fsx-backups-in-prod", "lustre-fs") in found(eu)
-    relabeled = mutated(eu, "aws", lambda r: r["inputs"].update(defaultTags=r["inputs"]["defaultTags"].replace(
-        '"environment": "prod"', '"environment": "staging"')))
-    assert not {f for f in found(relabeled) if f[0] == "fsx-backups-in-prod"}
+    # A protection is a prod rule: the same linked file system exporting nothing, in a stack tagged staging, passes;
+    # backups of a linked file system are refused in any stack (FSx does not take them).
+    eu = mutated(documents[EU], "lustre-data", _set(["inputs", "s3", "autoExportPolicy", "events"], []))
+    assert ("fsx-backups-or-export", "lustre-fs") in found(eu)
+    staging = lambda r: r["inputs"].update(defaultTags=r["inputs"]["defaultTags"].replace(  # noqa: E731
+        '"environment": "prod"', '"environment": "staging"'))
+    assert not {f for f in found(mutated(eu, "aws", staging)) if f[0] == "fsx-backups-or-export"}
+    backed_up = mutated(mutated(documents[EU], "aws", staging), "lustre-fs",
+                        _set(["inputs", "automaticBackupRetentionDays"], 7.0))
+    assert ("fsx-backups-or-export", "lustre-fs") in found(backed_up)
     # A year exactly is enough in prod, and "never expire" (no retention) keeps them longer; a dev stack's week passes.
     year = mutated(us, "network-flow-logs", _set(["inputs", "retentionInDays"], 365.0))
     forever = mutated(us, "lustre-logs", lambda r: r["inputs"].pop("retentionInDays"))
@@ -294,6 +317,21 @@ def test_boundaries_pass(documents):
     untagged = mutated(dev, "aws", _drop_default_tag("team"))
     retagged = mutated(untagged, "network-vpc", lambda r: r["inputs"].setdefault("tags", {}).update(team="x"))
     assert ("required-tags", "network-vpc") not in found(retagged)
+
+
+def test_a_file_system_not_linked_to_s3_is_held_to_backups_instead(documents):
+    """The reverse of the program's choice: without its association a prod file system has no export, so FSx
+    backups (daily and a final one) must protect it, and then they are no contradiction."""
+    unlinked = without(documents[P], "lustre-data")
+    messages = [v["message"] for v in run_pack(unlinked)["violations"] if v["policyName"] == "fsx-backups-or-export"]
+    assert len(messages) == 2 and "neither linked to S3 with automatic export nor backed up" in messages[0]
+    assert "skips its final backup on delete" in messages[1]       # the provider's default, left as it is
+    backed_up = mutated(unlinked, "lustre-fs", lambda r: r["inputs"].update(automaticBackupRetentionDays=14.0,
+                                                                           skipFinalBackup=False))
+    assert not {f for f in found(backed_up) if f[0] == "fsx-backups-or-export"}
+    # ... while the very same backups on the linked file system are what FSx refuses
+    assert ("fsx-backups-or-export", "lustre-fs") in found(mutated(documents[P], "lustre-fs", lambda r: r[
+        "inputs"].update(automaticBackupRetentionDays=14.0, skipFinalBackup=False)))
 
 
 def test_budget_is_the_stacks_and_its_edge_passes(documents):
@@ -593,6 +631,20 @@ def test_shipped_stacks_pass_the_pack_in_every_view(documents, stack, view):
     assert run_pack(documents[stack], view=view)["violations"] == []
 
 
+@pytest.mark.parametrize("view", VIEWS)
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_pack_is_shown_every_object_of_the_release_manifests(documents, stack, view):
+    """The MPI Operator's and JobSet's objects are resources of the plan (a yaml/v2 ConfigFile's are not), so the
+    pack judges their namespaces, as the engine shows them in each view: 0 violations."""
+    document = documents[stack]
+    objects = [r for r in document["resources"] if "gpu-cloud:release_manifest:ReleaseManifest$" in r["urn"]]
+    namespaces = sorted(r["inputs"]["metadata"]["name"] for r in objects if r["type"] == pack.NAMESPACE)
+    assert namespaces == ["jobset-system", "mpi-operator"] and len(objects) == 29
+    _, _, stack_resources = engine_arguments(document, view=view)
+    assert {r["urn"] for r in objects} <= {r.urn for r in stack_resources}
+    assert run_pack(document, view=view)["violations"] == []
+
+
 def unknown_at(document, name, path):
     """A copy of `document` whose preview view is a deployed stack in which only `name`'s `path` is unknown."""
     document = copy.deepcopy(document)
@@ -650,8 +702,13 @@ STACK_CASES = [
      "artifacts-bucket"),
     ("s3-replication", P, "replication-models", ["rules", 0, "status"], _set(["inputs", "rules", 0, "status"], "Disabled"),
      "models-bucket"),
+    ("fsx-backups-or-export", EU, "lustre-fs", ["automaticBackupRetentionDays"],
+     _set(["inputs", "automaticBackupRetentionDays"], 7.0), "lustre-fs"),
+    ("fsx-backups-or-export", P, "lustre-data", ["s3", "autoExportPolicy", "events"],
+     _set(["inputs", "s3", "autoExportPolicy", "events"], ["NEW"]), "lustre-fs"),
     ("k8s-namespace-default-deny", DEV, "tenancy-training-default-deny", ["spec", "policyTypes"],
      _set(["inputs", "spec", "policyTypes"], ["Ingress"]), "tenancy-training"),
+    ("k8s-namespace-default-deny", P, JOBSET_NAMESPACE, ["metadata", "annotations"], _release(None), JOBSET_NAMESPACE),
     ("required-tags", EU, "infer-a10g-spot-asg", ["tags"], _untag("costCenter"), "infer-a10g-spot-asg"),
     ("gpu-pool-observability", DEV, "gpu-operator-release", ["values", "dcgmExporter", "enabled"],
      _set(["inputs", "values", "dcgmExporter", "enabled"], False), ""),

@@ -945,7 +945,7 @@ def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, st
     run, placed = stack_runs[stack], []
     group = run.one("aws:eks/nodeGroup:NodeGroup")
     assert group.inputs["taints"] == [{"key": "CriticalAddonsOnly", "value": "true", "effect": "NO_SCHEDULE"}]
-    # The program's own Deployments, Jobs and CronJobs.
+    # The program's own Deployments, Jobs and CronJobs, the release manifests' Deployments among them.
     for resource in run.resources:
         template = _pod_template(resource)
         if template is not None and _placed_on_system_nodes(resource.name, template.get("nodeSelector"),
@@ -969,17 +969,11 @@ def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, st
                 config = config[key]
             assert _placed_on_system_nodes(name, config.get("nodeSelector"), config.get("tolerations"))
             placed.append(name)
-    # Release manifests (the MPI Operator, JobSet): each Deployment is placed by a patch that waits for it.
-    patches = run.of_type("kubernetes:apps/v1:DeploymentPatch")
-    for manifest in run.of_type("kubernetes:yaml/v2:ConfigFile"):
-        (patch,) = [p for p in patches if manifest.urn in p.dependencies]
-        spec = patch.inputs["spec"]["template"]["spec"]
-        assert _placed_on_system_nodes(patch.name, spec.get("nodeSelector"), spec.get("tolerations"))
-        placed.append(patch.name)
     # Every chart workload in the table is a system-node one; so are these, in every stack.
     releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type("kubernetes:helm.sh/v3:Release")}
     expected = {"coredns", "aws-ebs-csi-driver", "training-operators-webhook-ready",
-                "training-operators-mpi-operator-placement", "training-operators-jobset-placement",
+                "training-operators-mpi-operator-mpi-operator/mpi-operator",
+                "training-operators-jobset-jobset-system/jobset-controller-manager",
                 *(f"{chart} {w}" for chart in releases for w in CHART_WORKLOADS[chart])}
     assert {"cluster-autoscaler", "kueue", "gpu-operator", "kube-prometheus-stack"} <= releases
     assert expected <= set(placed), sorted(expected - set(placed))

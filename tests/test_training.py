@@ -41,9 +41,10 @@ def _build(schedule=None, across_schedule="0 6 * * 0"):
         opts = pulumi.ResourceOptions(providers={"kubernetes": k8s})
         training = kubernetes.core.v1.Namespace("training-ns", metadata={"name": "training"}, opts=opts)
         operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source="ami"), opts=opts)
-        TrainingQueue("training", TrainingQueueArgs.for_pools(
-            ALL_POOLS, catalog, operators=operators, training_namespace=training.metadata.name,
-            nvlink_schedule=schedule, across_node_schedule=across_schedule), opts=opts)
+        queue = TrainingQueue("training", TrainingQueueArgs.for_pools(
+            ALL_POOLS, catalog, operators=operators, nvlink_schedule=schedule, across_node_schedule=across_schedule),
+            opts=opts)
+        queue.serve(training.metadata.name)
     return build
 
 
@@ -68,39 +69,88 @@ def _checks(run, component):
 
 # --- Kueue, the MPI Operator and JobSet ------------------------------------------------------------------
 
-def test_the_mpi_operator_and_jobset_come_from_their_pinned_release_manifests(run):
-    assert run.one(CONFIG_FILE, "training-operators-mpi-operator").inputs["file"] == \
-        charts.manifest(charts.MPI_OPERATOR).url
-    jobset = charts.manifest(charts.JOBSET)
-    assert run.one(CONFIG_FILE, "training-operators-jobset").inputs["file"] == jobset.url == \
-        "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
-    # The JobSet API Kueue v0.19.2 is built against (its go.mod: sigs.k8s.io/jobset v0.12.0).
-    assert jobset.version == "v0.12.0"
+MANIFEST = "gpu-cloud:release_manifest:ReleaseManifest"
 
 
-def test_the_mpi_operator_and_jobset_controller_are_patched_onto_the_system_nodes(run):
-    """Their release manifests' Deployments select and tolerate nothing (decisions/platform/kueue.py
-    MANIFEST_DEPLOYMENTS): with the system nodes tainted they would run nowhere. Each manifest skips its own wait; a
-    server-side apply patch of its Deployment, after it, selects the system nodes and tolerates their taint, and Kueue
-    waits for both patches."""
+def test_the_mpi_operator_and_jobset_come_from_the_repositorys_copies_of_their_release_manifests(run):
+    """Every object of both pinned manifests is a resource of its own, child of its ReleaseManifest: nothing is
+    fetched at `pulumi up`, and the plan and the pack see what the engine registers (no yaml/v2 ConfigFile)."""
+    assert not run.of_type(CONFIG_FILE) and not run.unexpanded()
+    for key in (charts.MPI_OPERATOR, charts.JOBSET):
+        component = run.one(MANIFEST, f"training-operators-{key}")
+        children = run.children_of(component.urn)
+        expected = charts.manifest_objects(key)
+        assert len(children) == len(expected) > 1, key
+        by_identity = {(c.inputs["kind"], c.inputs["metadata"].get("namespace"), c.inputs["metadata"]["name"]): c
+                       for c in children}
+        for obj in expected:
+            metadata = obj["metadata"]
+            child = by_identity[(obj["kind"], metadata.get("namespace"), metadata["name"])]
+            # Named and typed as yaml/v2 registered it under the ConfigFile of the same name.
+            scoped = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+            assert child.name == f"training-operators-{key}-{scoped}"
+            group_version = obj["apiVersion"] if "/" in obj["apiVersion"] else f"core/{obj['apiVersion']}"
+            assert child.type == f"kubernetes:{group_version}:{obj['kind']}"
+            # The release's object as it is, but for the annotation (and a workload's placement).
+            assert child.inputs["metadata"]["annotations"]["gpu-cloud.io/release"] == \
+                f"{key}@{charts.manifest(key).version}"
+            if obj["kind"] != "Deployment":
+                body = {k: v for k, v in child.inputs.items() if k != "metadata"}
+                assert body == {k: v for k, v in obj.items() if k != "metadata"}, child.name
+
+
+def test_the_manifests_deployments_run_on_the_system_nodes_and_are_waited_for(run):
+    """Neither manifest's Deployment selects or tolerates anything: with the system nodes tainted they would run
+    nowhere. Their pod templates get the system nodes' placement, as every system-node pod; no patch, and no
+    skipAwait: Kueue waits until both controllers are ready."""
     from decisions.nodes.pods import SYSTEM_NODE_TAINT, tolerates
 
-    patches = {p.name: p for p in run.of_type("kubernetes:apps/v1:DeploymentPatch")}
+    assert not run.of_type("kubernetes:apps/v1:DeploymentPatch")
+    deployments = {d.inputs["metadata"]["name"]: d for d in run.of_type("kubernetes:apps/v1:Deployment")}
+    assert set(deployments) == {"mpi-operator", "jobset-controller-manager"}
     release = run.one(RELEASE)
-    for key, (namespace, deployment) in (("mpi-operator", ("mpi-operator", "mpi-operator")),
-                                         ("jobset", ("jobset-system", "jobset-controller-manager"))):
-        manifest = run.one(CONFIG_FILE, f"training-operators-{key}")
-        assert manifest.inputs["skipAwait"] is True, key
-        patch = patches[f"training-operators-{key}-placement"]
-        assert patch.inputs["metadata"] == {"name": deployment, "namespace": namespace}
-        spec = patch.inputs["spec"]
-        assert set(spec) == {"template"} and set(spec["template"]) == {"spec"}
-        assert spec["template"]["spec"]["nodeSelector"] == SYSTEM_NODE_LABELS
-        assert tolerates(spec["template"]["spec"]["tolerations"], SYSTEM_NODE_TAINT)
-        assert spec["template"]["spec"] == system_placement(SYSTEM_NODE_LABELS)     # as every system-node pod
-        assert manifest.urn in patch.dependencies and patch.urn in release.dependencies, key
-    assert kueue.MANIFEST_DEPLOYMENTS == {"mpi-operator": ("mpi-operator", "mpi-operator"),
-                                          "jobset": ("jobset-system", "jobset-controller-manager")}
+    for deployment in deployments.values():
+        pod = deployment.inputs["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == SYSTEM_NODE_LABELS and tolerates(pod["tolerations"], SYSTEM_NODE_TAINT)
+        assert {k: pod[k] for k in ("nodeSelector", "tolerations")} == system_placement(SYSTEM_NODE_LABELS)
+        assert "pulumi.com/skipAwait" not in deployment.inputs["metadata"]["annotations"]
+        # A dependency on a component is one on everything beneath it (the SDK expands it).
+        assert deployment.urn in release.dependencies
+
+
+def test_each_manifest_object_waits_for_the_namespace_the_crds_and_what_its_controller_runs_with(run):
+    """Namespace, then CRDs, then accounts, RBAC, configuration and Services, then the controller, then the webhook
+    configurations: the API server is never told to call a webhook nobody serves."""
+    by_urn = {r.urn: r for r in run.resources}
+    for component in run.of_type(MANIFEST):
+        children = run.children_of(component.urn)
+        kinds = {c.urn: c.inputs["kind"] for c in children}
+
+        def before(child):
+            return {kinds[d] for d in child.dependencies if d in kinds}
+
+        for child in children:
+            kind = child.inputs["kind"]
+            if kind == "Namespace":
+                assert before(child) == set()
+            elif kind == "CustomResourceDefinition":
+                assert before(child) == {"Namespace"}
+            elif kind == "Deployment":
+                assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
+                        "ClusterRoleBinding"} <= before(child) and "Deployment" not in before(child)
+            elif kind.endswith("WebhookConfiguration"):
+                assert "Deployment" in before(child) and "Service" in before(child)
+            else:
+                assert before(child) == {"Namespace", "CustomResourceDefinition"}, child.name
+            assert all(by_urn[d].parent == component.urn for d in child.dependencies)
+
+
+def test_a_deployed_stack_keeps_the_objects_its_configfile_created(run):
+    """Stacks deployed while the manifests were yaml/v2 ConfigFiles: each component answers to the ConfigFile of its
+    name, and its children (named as yaml/v2 named them) inherit that alias, so `pulumi up` adopts the objects instead
+    of creating new ones and deleting the old (which would delete the CRDs and every MPIJob and JobSet with them)."""
+    for component in run.of_type(MANIFEST):
+        assert component.aliases == ("type=kubernetes:yaml/v2:ConfigFile",), component.aliases
 
 
 def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_after_kueue(run):
@@ -108,8 +158,9 @@ def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_
     assert release.inputs["chart"] == "oci://registry.k8s.io/kueue/charts/kueue"
     assert release.inputs["namespace"] == kueue.NAMESPACE
     # Both CRDs exist when Kueue starts, so it runs both integrations from its start.
-    manifests = {c.urn for c in run.of_type(CONFIG_FILE)}
-    assert len(manifests) == 2 and manifests <= set(release.dependencies)
+    crds = {c.inputs["metadata"]["name"]: c.urn
+            for c in run.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")}
+    assert set(crds) == {"mpijobs.kubeflow.org", "jobsets.jobset.x-k8s.io"} and set(crds.values()) <= set(release.dependencies)
     flavors = run.of_type(KUEUE_TYPE + "ResourceFlavor")
     assert sorted(f.inputs["metadata"]["name"] for f in flavors) == sorted(f.name for f in FLAVORS)
     probe = run.one(JOB)
@@ -269,8 +320,9 @@ def test_the_shipped_stacks_across_node_checks(stack_runs):
 def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
     # kueue-system and the test's own namespace, the judge ConfigMap, ServiceAccount, Role, RoleBinding, 5 NVLink
     # CronJobs, the across-node CronJob and its starter's ServiceAccount, Role, RoleBinding, the webhook probe's
-    # ConfigMap, ServiceAccount, ClusterRole, ClusterRoleBinding and Job.
-    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED) + 4 + 5
+    # ConfigMap, ServiceAccount, ClusterRole, ClusterRoleBinding and Job; every object of the MPI Operator's and
+    # JobSet's release manifests (9 and 20, their CRDs and webhook configurations included).
+    assert validate_kubernetes(run, "1.35") == 2 + 4 + len(CHECKED) + 4 + 5 + 9 + 20
     for stack in stack_runs.values():
         validate_kubernetes(stack, "1.35")
 
@@ -285,9 +337,9 @@ def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     assert all(r.name.startswith("training-") for r in children)
     operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")
     children = run.children_of(operators.urn)
-    # the MPI Operator, JobSet and the patches that place them, kueue-system, Kueue; the probe's ConfigMap, account,
-    # ClusterRole, binding and Job
-    assert len(children) == 6 + 5 and all(r.name.startswith("training-operators-") for r in children)
+    # the MPI Operator's and JobSet's manifests, kueue-system, Kueue; the probe's ConfigMap, account, ClusterRole,
+    # binding and Job
+    assert len(children) == 4 + 5 and all(r.name.startswith("training-operators-") for r in children)
 
 
 def test_a_stack_without_queue_pools_installs_no_queue():

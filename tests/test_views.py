@@ -192,3 +192,21 @@ def test_a_document_without_the_view_asked_for_exits_2(plan_documents, tmp_path)
     path.write_text(json.dumps(document))
     check, = PlanProcess([["--policy-check", path, "--policy-view", "preview"]], tmp_path / "r.json").results()
     assert check.returncode == 2 and "records no preview view" in check.stderr and "Traceback" not in check.stderr
+
+
+def test_the_cli_the_program_and_the_pack_require_is_the_pinned_sdks_release_line():
+    """Pulumi.yaml's and PulumiPolicy.yaml's requiredPulumiVersion, which the CLI enforces before it runs either
+    (pulumi/pulumi v3.219.0 and later, plugin.ValidatePulumiVersionRange): the same range, from the release of the
+    pinned Python SDK up to the next major, in blang/semver's range syntax (space-separated comparisons are AND-ed)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    project = yaml.safe_load((root / "Pulumi.yaml").read_text())["requiredPulumiVersion"]
+    pack = yaml.safe_load((root / "policy/PulumiPolicy.yaml").read_text())["requiredPulumiVersion"]
+    (sdk,) = re.findall(r"^pulumi==(\d+\.\d+\.\d+)$", (root / "requirements.txt").read_text(), re.M)
+    assert project == pack == f">={sdk} <4.0.0"
+    assert "requiredPulumiVersion" in (root / "plan/views.py").read_text().split('"""')[1]
+    assert f"`{project}`" in (root / "docs/deploying.md").read_text()      # the deployer is told which CLI

@@ -37,8 +37,9 @@ class TenancyArgs:
     # Principals that already have an access entry on this cluster (admins, the deployer): EKS allows one each.
     admin_principal_arns: Tuple[str, ...] = ()
     # The controllers whose finalizers teams' objects carry (Kueue on Workloads, the load balancer controller on
-    # LoadBalancer Services and TargetGroupBindings): the namespaces depend on them, so a destroy deletes the
-    # namespaces, and what teams left in them, while those controllers still run to clear their finalizers.
+    # LoadBalancer Services and TargetGroupBindings), and what holds a finalizer until those objects are gone (Kueue's
+    # ClusterQueue): the namespaces depend on them, so a destroy deletes the namespaces, and what teams left in them,
+    # while those controllers still run to clear their finalizers, and before what waits for them to go.
     controllers: Tuple[pulumi.Resource, ...] = ()
 
 

@@ -28,8 +28,8 @@ from pulumi_kubernetes.helm.v3 import Release
 
 from components.cluster import SYSTEM_NODE_LABELS
 from components.helm import pinned_release
+from components.platform.release_manifest import KubernetesObject, ReleaseManifest, ReleaseManifestArgs
 from decisions.catalog import charts
-from decisions.nodes.pods import system_placement
 from decisions.platform import acceptance, kueue
 from decisions.platform.tenancy import TRAINING_NAMESPACE
 
@@ -38,7 +38,6 @@ from decisions.platform.tenancy import TRAINING_NAMESPACE
 class TrainingQueueArgs:
     flavors: Tuple[kueue.Flavor, ...]          # decisions.platform.kueue.flavors(pools, catalog), in admission order
     operators: "TrainingOperators"             # Kueue, whose answering webhooks the flavors and queue wait for
-    training_namespace: pulumi.Input[str]      # the Namespace resource's name output, so the LocalQueue waits
     # decisions.platform.acceptance CronJob manifests, one per NVLink pool
     nvlink_checks: Tuple[Mapping[str, Any], ...] = ()
     # decisions.platform.acceptance CronJob manifests, one per EFA pool
@@ -46,8 +45,7 @@ class TrainingQueueArgs:
     priority_classes: Tuple[kueue.PriorityClass, ...] = kueue.PRIORITY_CLASSES
 
     @classmethod
-    def for_pools(cls, pools: Sequence, catalog, *, operators: "TrainingOperators",
-                  training_namespace: pulumi.Input[str], nvlink_schedule: Optional[str],
+    def for_pools(cls, pools: Sequence, catalog, *, operators: "TrainingOperators", nvlink_schedule: Optional[str],
                   across_node_schedule: str) -> "TrainingQueueArgs":
         """From the stack's pools: the NVLink check on every queue pool it can run on, suspended where it does not
         run by itself (decisions.platform.acceptance.nvlink_check_schedule), and the across-node check on
@@ -66,8 +64,8 @@ class TrainingQueueArgs:
             judge_configmap=acceptance.JUDGE_CONFIGMAP, service_account=acceptance.SERVICE_ACCOUNT,
             scheduler_account=acceptance.SCHEDULER_SERVICE_ACCOUNT)
             for pool in acceptance.across_node_check_pools(pools, catalog))
-        return cls(flavors=kueue.flavors(pools, catalog), operators=operators,
-                   training_namespace=training_namespace, nvlink_checks=checks, across_node_checks=across)
+        return cls(flavors=kueue.flavors(pools, catalog), operators=operators, nvlink_checks=checks,
+                   across_node_checks=across)
 
 
 @dataclass(frozen=True)
@@ -77,11 +75,11 @@ class TrainingOperatorsArgs:
 
 class TrainingOperators(pulumi.ComponentResource):
     """The MPI Operator, the JobSet controller, Kueue, and the wait for Kueue's webhooks. The Kubernetes provider
-    comes from the caller (`opts.providers["kubernetes"]`); children inherit it. The MPI Operator's and the JobSet
-    controller's Deployments are patched onto the system nodes (decisions/platform/kueue.py MANIFEST_DEPLOYMENTS)."""
-    mpi_operator: kubernetes.yaml.v2.ConfigFile
-    jobset: kubernetes.yaml.v2.ConfigFile
-    placements: Dict[str, kubernetes.apps.v1.DeploymentPatch]
+    comes from the caller (`opts.providers["kubernetes"]`); children inherit it. The MPI Operator and the JobSet
+    controller come from the repository's copies of their release manifests, object by object, their Deployments on
+    the system nodes (components/platform/release_manifest.py)."""
+    mpi_operator: ReleaseManifest
+    jobset: ReleaseManifest
     release: Release
     webhooks_ready: kubernetes.batch.v1.Job
 
@@ -89,44 +87,26 @@ class TrainingOperators(pulumi.ComponentResource):
         values = kueue.kueue_values(SYSTEM_NODE_LABELS, args.driver_source)
         pin, mpi = charts.chart(charts.KUEUE), charts.manifest(charts.MPI_OPERATOR)
         jobset = charts.manifest(charts.JOBSET)
+        manifests = {key: ReleaseManifestArgs(manifest=key, system_node_labels=SYSTEM_NODE_LABELS)
+                     for key in (charts.MPI_OPERATOR, charts.JOBSET)}
         probe_job = kueue.webhook_probe_job(SYSTEM_NODE_LABELS, pin.app_version)
         probe_script = kueue.webhook_probe_configmap()
 
         super().__init__("gpu-cloud:training:TrainingOperators", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        # skip_await: the manifests' Deployments cannot schedule until the patches below place them on the system
-        # nodes, past their taint; the patches wait for their rollouts instead (DeploymentPatch awaits readiness).
-        self.mpi_operator = kubernetes.yaml.v2.ConfigFile(f"{name}-mpi-operator", file=mpi.url, skip_await=True,
-                                                          opts=child)
-        self.jobset = kubernetes.yaml.v2.ConfigFile(f"{name}-jobset", file=jobset.url, skip_await=True, opts=child)
-        self.placements = {
-            key: self._on_system_nodes(f"{name}-{key}-placement", key, manifest)
-            for key, manifest in ((charts.MPI_OPERATOR, self.mpi_operator), (charts.JOBSET, self.jobset))}
+        self.mpi_operator = ReleaseManifest(f"{name}-mpi-operator", manifests[charts.MPI_OPERATOR], opts=child)
+        self.jobset = ReleaseManifest(f"{name}-jobset", manifests[charts.JOBSET], opts=child)
         namespace = kubernetes.core.v1.Namespace(
             f"{name}-kueue-namespace", metadata=kubernetes.meta.v1.ObjectMetaArgs(name=kueue.NAMESPACE), opts=child)
+        # After both manifests, their controllers ready: Kueue finds the MPIJob and JobSet CRDs when it starts.
         self.release = pinned_release(
             f"{name}-kueue", pin, release_name=kueue.RELEASE_NAME, namespace=kueue.NAMESPACE, values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator, self.jobset,
-                                                                 *self.placements.values()]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, self.mpi_operator, self.jobset]))
         self.webhooks_ready = self._webhook_probe(name, namespace, probe_job, probe_script)
 
         self.register_outputs({"kueueChartVersion": pin.version, "mpiOperatorVersion": mpi.version,
                                "jobsetVersion": jobset.version, "webhookProbe": kueue.WEBHOOK_PROBE})
-
-    def _on_system_nodes(self, name: str, key: str,
-                         manifest: kubernetes.yaml.v2.ConfigFile) -> kubernetes.apps.v1.DeploymentPatch:
-        """A server-side apply patch that places a release manifest's Deployment on the system nodes, tolerating
-        their taint (decisions/platform/kueue.py MANIFEST_DEPLOYMENTS)."""
-        namespace, deployment = kueue.MANIFEST_DEPLOYMENTS[key]
-        placement = system_placement(SYSTEM_NODE_LABELS)
-        return kubernetes.apps.v1.DeploymentPatch(
-            name, metadata=kubernetes.meta.v1.ObjectMetaPatchArgs(name=deployment, namespace=namespace),
-            spec=kubernetes.apps.v1.DeploymentSpecPatchArgs(template=kubernetes.core.v1.PodTemplateSpecPatchArgs(
-                spec=kubernetes.core.v1.PodSpecPatchArgs(
-                    node_selector=placement["nodeSelector"],
-                    tolerations=[kubernetes.core.v1.TolerationPatchArgs(**t) for t in placement["tolerations"]]))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[manifest]))
 
     def _webhook_probe(self, name: str, namespace: kubernetes.core.v1.Namespace, job: Mapping[str, Any],
                        script: Mapping[str, Any]) -> kubernetes.batch.v1.Job:
@@ -163,27 +143,26 @@ class TrainingOperators(pulumi.ComponentResource):
                                         custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
 
 
-class WorkloadPriorityClass(pulumi.CustomResource):
-    """A Kueue WorkloadPriorityClass. Its fields sit beside metadata, not under spec, which Python's
-    kubernetes.apiextensions.CustomResource cannot carry (it sends apiVersion, kind, metadata and spec only:
-    pulumi-kubernetes 4.34.2, as requirements.txt pins it, pulumi_kubernetes/apiextensions/CustomResource.py lines
-    143-157); the provider takes any top-level field under the type token, as the Node SDK's CustomResource sends
-    them (the same release's npm package @pulumi/kubernetes 4.34.2 apiextensions/customResource.js lines 84-86 and 96,
-    customResource.d.ts line 75)."""
-
-    def __init__(self, resource_name: str, opts: Optional[pulumi.ResourceOptions] = None, *,
-                 metadata: kubernetes.meta.v1.ObjectMetaArgs, value: int, description: str):
-        super().__init__(f"kubernetes:{kueue.API_VERSION}:WorkloadPriorityClass", resource_name, {
-            "apiVersion": kueue.API_VERSION, "kind": "WorkloadPriorityClass", "metadata": metadata,
-            "value": value, "description": description}, opts)
-
-
 class TrainingQueue(pulumi.ComponentResource):
-    """The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
+    """Kueue's custom resources and the NCCL acceptance test's standing parts, registered in two steps that the team
+    namespaces go between (layers.platform):
+
+    1. the constructor: the flavors, the priority classes and the ClusterQueue, all cluster-scoped; the team
+       namespaces then depend on `cluster_queue` (a Tenancy controller);
+    2. `serve(training_namespace)`: what the training namespace holds, its LocalQueues and the acceptance CronJobs
+       and accounts; then the outputs.
+
+    So a destroy deletes the training namespace, and with it every Workload that reserves quota, before the
+    ClusterQueue. Kueue keeps its finalizer kueue.x-k8s.io/resource-in-use on a ClusterQueue being deleted until no
+    workload reserves its quota (kubernetes-sigs/kueue v0.19.2 pkg/controller/core/clusterqueue_controller.go lines
+    193-205), so a ClusterQueue deleted first would hold the destroy, while jobs run, for the provider's delete
+    timeout and then fail it. A ResourceFlavor is held likewise while a ClusterQueue uses it
+    (resourceflavor_controller.go lines 107-117), which the ClusterQueue's dependency on its flavors orders.
+    The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     flavors: Dict[str, kubernetes.apiextensions.CustomResource]
     cluster_queue: kubernetes.apiextensions.CustomResource
     local_queues: Dict[str, kubernetes.apiextensions.CustomResource]
-    priority_classes: Dict[str, WorkloadPriorityClass]
+    priority_classes: Dict[str, KubernetesObject]
     nvlink_checks: Dict[str, kubernetes.batch.v1.CronJob]
     across_node_checks: Dict[str, kubernetes.batch.v1.CronJob]
 
@@ -192,19 +171,27 @@ class TrainingQueue(pulumi.ComponentResource):
         queue_spec = kueue.cluster_queue_spec(args.flavors)
 
         super().__init__("gpu-cloud:training:TrainingQueue", name, None, opts)
+        self._name, self._args = name, args
 
         # Created once Kueue's webhooks answer: a create they refuse is not retried.
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready])
         self.flavors = {flavor.name: self._custom(f"{name}-flavor-{flavor.name}", "ResourceFlavor", flavor.name,
                                                   kueue.resource_flavor_spec(flavor), after_kueue)
                         for flavor in args.flavors}
-        self.priority_classes = {priority.name: WorkloadPriorityClass(
-            f"{name}-priority-{priority.name}", after_kueue,
-            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=priority.name), value=priority.value,
-            description=priority.description) for priority in args.priority_classes}
+        # A WorkloadPriorityClass carries its fields beside metadata, not under spec (components/platform/
+        # release_manifest.py KubernetesObject says why that needs its own class).
+        self.priority_classes = {priority.name: KubernetesObject(f"{name}-priority-{priority.name}", {
+            "apiVersion": kueue.API_VERSION, "kind": "WorkloadPriorityClass",
+            "metadata": kubernetes.meta.v1.ObjectMetaArgs(name=priority.name), "value": priority.value,
+            "description": priority.description}, after_kueue) for priority in args.priority_classes}
         self.cluster_queue = self._custom(
             f"{name}-cluster-queue", "ClusterQueue", kueue.CLUSTER_QUEUE, queue_spec,
             pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready, *self.flavors.values()]))
+
+    def serve(self, training_namespace: pulumi.Input[str]) -> None:
+        """The training namespace's half (`training_namespace`: the Namespace resource's name output, so each object
+        waits for it), then the component's outputs."""
+        name, args = self._name, self._args
         # The priority classes first: a job naming one that does not exist yet gets no Workload. The `training`
         # queue was "<name>-local-queue" while it was the only one: the alias keeps it rather than create it anew
         # beside itself.
@@ -212,9 +199,9 @@ class TrainingQueue(pulumi.ComponentResource):
             f"{name}-local-queue-{queue}", "LocalQueue", queue, kueue.local_queue_spec(), pulumi.ResourceOptions(
                 parent=self, depends_on=[self.cluster_queue, *self.priority_classes.values()],
                 aliases=[pulumi.Alias(name=f"{name}-local-queue")] if queue == kueue.LOCAL_QUEUE else None),
-            namespace=args.training_namespace) for queue in kueue.LOCAL_QUEUES}
+            namespace=training_namespace) for queue in kueue.LOCAL_QUEUES}
 
-        self.nvlink_checks, self.across_node_checks = self._acceptance(name, args,
+        self.nvlink_checks, self.across_node_checks = self._acceptance(name, args, training_namespace,
                                                                        after=tuple(self.local_queues.values()))
 
         self.register_outputs({
@@ -226,25 +213,26 @@ class TrainingQueue(pulumi.ComponentResource):
             "acrossNodeChecks": [check["metadata"]["name"] for check in args.across_node_checks],
         })
 
-    def _acceptance(self, name: str, args: TrainingQueueArgs, after: Iterable[pulumi.Resource]
+    def _acceptance(self, name: str, args: TrainingQueueArgs, namespace: pulumi.Input[str],
+                    after: Iterable[pulumi.Resource]
                     ) -> Tuple[Dict[str, kubernetes.batch.v1.CronJob], Dict[str, kubernetes.batch.v1.CronJob]]:
         """The judge script, its service account (allowed to post Events, nothing else), the NVLink checks, and the
         across-node checks with their own account (allowed to list and create MPIJobs, nothing else)."""
         judge = acceptance.judge_configmap_manifest(acceptance.JUDGE_CONFIGMAP, TRAINING_NAMESPACE)
         configmap = kubernetes.core.v1.ConfigMap(
             f"{name}-nccl-judge", metadata=kubernetes.meta.v1.ObjectMetaArgs(
-                name=acceptance.JUDGE_CONFIGMAP, namespace=args.training_namespace),
+                name=acceptance.JUDGE_CONFIGMAP, namespace=namespace),
             data=judge["data"], opts=pulumi.ResourceOptions(parent=self))
         binding = self._account(name, "nccl-acceptance", acceptance.SERVICE_ACCOUNT, acceptance.JUDGE_RBAC_RULES,
-                                args.training_namespace, automount=False)
-        nvlink = self._cronjobs(name, args.nvlink_checks, args.training_namespace,
+                                namespace, automount=False)
+        nvlink = self._cronjobs(name, args.nvlink_checks, namespace,
                                 pulumi.ResourceOptions(parent=self, depends_on=[configmap, binding, *after]))
         if not args.across_node_checks:     # the account exists only where a check uses it
             return nvlink, {}
         scheduler = self._account(name, "nccl-scheduler", acceptance.SCHEDULER_SERVICE_ACCOUNT,
-                                  acceptance.SCHEDULER_RBAC_RULES, args.training_namespace, automount=True)
+                                  acceptance.SCHEDULER_RBAC_RULES, namespace, automount=True)
         # The MPIJobs they create run the judge as the judge's account, so they wait for both.
-        across = self._cronjobs(name, args.across_node_checks, args.training_namespace, pulumi.ResourceOptions(
+        across = self._cronjobs(name, args.across_node_checks, namespace, pulumi.ResourceOptions(
             parent=self, depends_on=[configmap, binding, scheduler, *after]))
         return nvlink, across
 

@@ -20,6 +20,19 @@ storageClassName "" (no dynamic provisioning), and the claim in the training nam
 The Lustre kernel client is not on the node image: the CSI driver's node container brings AL2023's lustre-client and
 loads the module (kubernetes-sigs/aws-fsx-csi-driver Dockerfile). The driver is the pinned Helm chart
 (decisions/catalog/charts.yaml), installed here because only a stack with Lustre needs it.
+
+Destroy. While a pod mounts the claim, Kubernetes keeps it, and the PV bound to it (kubernetes.io, Persistent Volumes,
+"Storage Object in Use Protection": a claim in use by a pod is removed only once no pod uses it, a PV bound to a claim
+only once it is no longer bound), and pulumi-kubernetes waits up to 10 minutes for a deletion to finish, then fails
+(provider/pkg/await/await.go, Deletion). Team pods are no resources of this program: only the namespace's own deletion
+removes them. So neither object is deleted by the engine on a destroy: the claim goes with its namespace (deletedWith:
+the engine skips the delete of a resource whose deletedWith target is deleted too, pulumi/pulumi
+pkg/resource/deploy/step.go), which removes the pods first; the cluster-scoped PV goes with the cluster, and its
+claimRef names the namespace as a plain string, so it does not wait for the namespace either. The claim is protected
+like the file system: a destroy that stops at the protected namespace would otherwise drop the claim from the state
+while the namespace keeps it (the engine counts a deletedWith resource gone once its target is marked for deletion,
+refused or not), and the next `pulumi up` would find it there already. Removing storage.lustre from a stack deletes
+both for real, and the claim's delete waits for the pods that mount it.
 """
 from __future__ import annotations
 
@@ -43,7 +56,6 @@ DATA_REPOSITORY_TIMEOUT = "30m"    # an S3 association takes up to 20 minutes (a
 @dataclass(frozen=True)
 class LustreArgs:
     cluster_name: str                                   # names (log group, alias, tags)
-    environment: str                                    # prod | staging | dev: backup retention
     capacity_gib: int
     throughput_per_tib: int
     efa: bool
@@ -57,7 +69,9 @@ class LustreArgs:
     dns_suffix: str                                     # the partition's (logs.<region>.<suffix>)
     # a CloudWatch Logs value (decisions.observability.logs.cloudwatch_retention_days)
     log_retention_days: int
-    namespace: pulumi.Input[str]                        # the training Namespace's own output: the claim waits for it
+    namespace: kubernetes.core.v1.Namespace             # the training namespace: the claim lives in it and goes with it
+    namespace_name: str                                 # its name, plain: the PV's claimRef, which must not wait for it
+    cluster: pulumi.Resource                            # the EKS cluster: the PV, cluster-scoped, goes with it
     import_path: Optional[str] = None                   # s3://bucket/prefix; None: the datasets bucket
     datasets_bucket: Optional[pulumi.Input[str]] = None  # bucket name, linked as s3://<bucket>/ without import_path
 
@@ -69,7 +83,6 @@ def _check(args: LustreArgs) -> None:
     if not args.client_security_group_ids:
         problems.append("client_security_group_ids is empty: no node could mount the file system")
     try:
-        lustre.backup_retention_days(args.environment)
         if args.import_path is not None:
             lustre.s3_prefix(args.import_path)
     except ValueError as error:
@@ -90,7 +103,6 @@ class Lustre(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LustreArgs, opts: Optional[pulumi.ResourceOptions] = None):
         _check(args)                                   # before anything is registered
-        retention = lustre.backup_retention_days(args.environment)
         log_group_name = lustre.log_group_name(args.cluster_name)
         repository = (lustre.s3_prefix(args.import_path) if args.import_path is not None
                       else pulumi.Output.concat("s3://", args.datasets_bucket, "/"))
@@ -101,11 +113,14 @@ class Lustre(pulumi.ComponentResource):
         # --- KMS: the file system's data and its log group ---------------------------------------------
         # The account root keeps full control, so IAM policies can grant use (FSx creates its grants through the
         # caller's) and the key never becomes unmanageable; CloudWatch Logs may use it for this log group only.
+        # Retained on delete: a destroy, even after `pulumi state unprotect --all`, leaves the key (the engine's delete
+        # is a no-op, pulumi/pulumi pkg/resource/deploy/step.go), so nothing it encrypted is made unreadable by a
+        # destroy; deleting it is a deliberate step (docs/deploying.md, Destroying a stack).
         self.kms_key = aws.kms.Key(
             f"{name}-kms", description=f"FSx for Lustre of {args.cluster_name}: data at rest and its log group",
             enable_key_rotation=True, deletion_window_in_days=KMS_DELETION_WINDOW_DAYS,
             policy=log_group_key_policy(args.partition, args.dns_suffix, args.region, args.account_id, log_group_name),
-            opts=pulumi.ResourceOptions(parent=self, protect=True))
+            opts=pulumi.ResourceOptions(parent=self, protect=True, retain_on_delete=True))
         aws.kms.Alias(f"{name}-kms-alias", name=f"alias/fsx/{args.cluster_name}-lustre",
                       target_key_id=self.kms_key.key_id, opts=child)
 
@@ -164,7 +179,8 @@ class Lustre(pulumi.ComponentResource):
                     ip_protocol="-1", description="EFA to FSx for Lustre", opts=child)
 
         # --- the file system ------------------------------------------------------------------------------
-        # Protected: it holds the training data and checkpoints written to it. Deleting it takes a final backup.
+        # Protected: it holds the training data and checkpoints written to it. No backups, automatic or final: FSx
+        # backs up no file system linked to S3, and the export to S3 protects it (decisions/storage/lustre.py).
         self.file_system = aws.fsx.LustreFileSystem(
             f"{name}-fs",
             deployment_type=lustre.DEPLOYMENT_TYPE,
@@ -180,18 +196,18 @@ class Lustre(pulumi.ComponentResource):
             kms_key_id=self.kms_key.arn,
             log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(
                 level=lustre.LOG_LEVEL, destination=self.log_group.arn),
-            automatic_backup_retention_days=retention,
-            daily_automatic_backup_start_time=lustre.DAILY_BACKUP_START,
+            # 0 switches automatic backups off; the provider's own skip_final_backup default (true) is set anyway.
+            automatic_backup_retention_days=lustre.BACKUP_RETENTION_DAYS,
+            # Kept although nothing is backed up: the provider replaces a file system whose copy_tags_to_backups
+            # changes (ForceNew, terraform-provider-aws internal/service/fsx/lustre_file_system.go), and stacks
+            # deployed before carry true.
             copy_tags_to_backups=True,
             weekly_maintenance_start_time=lustre.WEEKLY_MAINTENANCE_START,
-            skip_final_backup=False,
-            final_backup_tags={"Name": f"{args.cluster_name}-lustre-final", "gpu-cloud:backup": "final"},
+            skip_final_backup=not lustre.FINAL_BACKUP,
             tags={"Name": f"{args.cluster_name}-lustre"},
-            # FSx checks the group's rules when it creates the file system (port 988, and all traffic for EFA).
-            # A delete waits for the final backup: decisions/storage/lustre.py sizes it from the throughput tier.
-            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=checked_at_create,
-                                        custom_timeouts=pulumi.CustomTimeouts(
-                                            delete=lustre.delete_timeout(args.throughput_per_tib))))
+            # FSx checks the group's rules when it creates the file system (port 988, and all traffic for EFA). With
+            # no final backup to wait for, a delete takes the provider's own 30 minutes at most.
+            opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=checked_at_create))
 
         self.association = aws.fsx.DataRepositoryAssociation(
             f"{name}-data",
@@ -203,8 +219,9 @@ class Lustre(pulumi.ComponentResource):
             s3=aws.fsx.DataRepositoryAssociationS3Args(
                 auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(
                     events=list(lustre.AUTO_EVENTS)),
+                # What jobs write under /data reaches the bucket: the file system's protection.
                 auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(
-                    events=list(lustre.AUTO_EVENTS))),
+                    events=list(lustre.EXPORT_EVENTS))),
             opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(
                 create=DATA_REPOSITORY_TIMEOUT, update=DATA_REPOSITORY_TIMEOUT, delete=DATA_REPOSITORY_TIMEOUT)))
 
@@ -223,21 +240,22 @@ class Lustre(pulumi.ComponentResource):
                 mount_options=list(lustre.MOUNT_OPTIONS),
                 persistent_volume_reclaim_policy=lustre.RECLAIM_POLICY,
                 storage_class_name="",
-                claim_ref=kubernetes.core.v1.ObjectReferenceArgs(namespace=args.namespace, name=lustre.PVC_NAME),
+                claim_ref=kubernetes.core.v1.ObjectReferenceArgs(namespace=args.namespace_name, name=lustre.PVC_NAME),
                 csi=kubernetes.core.v1.CSIPersistentVolumeSourceArgs(
                     driver=lustre.CSI_DRIVER, volume_handle=self.file_system.id,
                     volume_attributes={"dnsname": self.file_system.dns_name,
                                        "mountname": self.file_system.mount_name})),
-            opts=child)
+            opts=pulumi.ResourceOptions(parent=self, deleted_with=args.cluster))
         self.pvc = kubernetes.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
-            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=lustre.PVC_NAME, namespace=args.namespace),
+            metadata=kubernetes.meta.v1.ObjectMetaArgs(name=lustre.PVC_NAME, namespace=args.namespace.metadata.name),
             spec=kubernetes.core.v1.PersistentVolumeClaimSpecArgs(
                 access_modes=list(lustre.ACCESS_MODES),
                 storage_class_name="",
                 volume_name=self.pv.metadata.name,
                 resources=kubernetes.core.v1.VolumeResourceRequirementsArgs(requests={"storage": size})),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.csi_driver]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.csi_driver], deleted_with=args.namespace,
+                                        protect=True))
 
         self.file_system_id = self.file_system.id
         self.dns_name = self.file_system.dns_name

@@ -5,11 +5,13 @@ answers "which chart" and "which image for this cluster". Pure: no Pulumi.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
+import yaml
 from pydantic import Field, model_validator
 
 from decisions.catalog.data_files import DataModel, load_model
@@ -82,15 +84,21 @@ class ImagePins(DataModel):
 
 
 class ManifestPin(DataModel):
-    """A project that ships no Helm chart, only a release manifest: applied from its URL at the pinned tag."""
+    """A project that ships no Helm chart, only a release manifest: kept in the repository (`file`, beside this
+    module) as its release published it at `url`, with the file's sha256. The program applies the kept copy; nothing
+    is fetched at `pulumi up`. scripts/vendor_manifests.py downloads `url` and checks it against `sha256`."""
     url: str = Field(pattern=r"^https://")
     version: str = Field(pattern=_SEMVER.pattern)
+    file: str = Field(pattern=r"^manifests/[a-z0-9.-]+\.yaml$")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     source: str
 
     @model_validator(mode="after")
-    def _url_names_version(self) -> "ManifestPin":
+    def _url_and_file_name_version(self) -> "ManifestPin":
         if f"/{self.version}/" not in self.url:
             raise ValueError(f"manifest url {self.url} is not at the pinned tag {self.version}")
+        if not self.file.endswith(f"-{self.version}.yaml"):
+            raise ValueError(f"manifest file {self.file} does not name the pinned version {self.version}")
         return self
 
 
@@ -126,6 +134,39 @@ def manifest(name: str) -> ManifestPin:
     if name not in pins:
         raise KeyError(f"no pinned manifest {name!r}; pinned: {sorted(pins)}")
     return pins[name]
+
+
+class ManifestDigestError(ValueError):
+    """A kept release manifest is missing or is not the file its pin's sha256 names."""
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@lru_cache(maxsize=None)
+def manifest_objects(name: str) -> Tuple[Mapping[str, Any], ...]:
+    """The objects of the pinned release manifest `name`, from the repository's copy (read_manifest). Cached and
+    shared: callers copy what they change."""
+    return read_manifest(name, manifest(name))
+
+
+def read_manifest(name: str, pin: ManifestPin, directory: Path = CHARTS_PATH.parent) -> Tuple[Mapping[str, Any], ...]:
+    """A kept manifest's objects in the file's order (empty documents dropped, as yaml/v2 drops them). The copy must
+    be the file its pin's sha256 names: an edited or truncated copy is refused here, before anything is registered."""
+    path = directory / pin.file
+    if not path.is_file():
+        raise ManifestDigestError(f"release manifest {name} {pin.version}: {path} is missing; "
+                                  f"run scripts/vendor_manifests.py {name}")
+    digest = file_sha256(path)
+    if digest != pin.sha256:
+        raise ManifestDigestError(f"release manifest {name} {pin.version}: {path.name} has sha256 {digest}, "
+                                  f"not the pinned {pin.sha256} (decisions/catalog/charts.yaml); "
+                                  f"run scripts/vendor_manifests.py {name} to restore the release's file")
+    # libyaml's loader where PyYAML has it: the two files are 1.5 MB, which the pure-Python loader takes seconds over.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open("rb") as text:
+        return tuple(doc for doc in yaml.load_all(text, Loader=loader) if doc)
 
 
 def kubernetes_minor(kubernetes_version: str) -> str:

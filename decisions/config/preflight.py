@@ -1,6 +1,6 @@
 """What AWS would refuse on the first `pulumi up`, found before anything is registered. Pure: no Pulumi.
 
-Three limits the stack's config alone does not show:
+Limits the stack's config alone does not show:
 
 - EC2 vCPU quotas. GPU instances draw on a per-region vCPU quota per family and purchase option
   (Service Quotas, service code `ec2`); `QUOTAS` lists the five GPU buckets. A bucket whose quota is below what the
@@ -12,13 +12,19 @@ Three limits the stack's config alone does not show:
   one cluster-autoscaler node-template tag per label, taint and extended resource (`asg_tags`, which
   components/nodes/nodepool.py tags the group with). Checked in decisions/config/validate.py, before the account is
   read.
+- The IAM roles the stack names (`role_issues`): the admin and team roles each get an EKS access entry, the
+  publisher roles are named in the model publisher role's trust policy. Both refuse a role that does not exist, ten
+  minutes and more into the first up (after the cluster). components/account.py reads each role of this account
+  with iam:GetRole.
+- The hosted zone of the inference record (`hosted_zone_issues`): Route 53 must hold it and `dr.domain` must be a
+  name the stack can give a CNAME in it. components/account.py reads it with route53:GetHostedZone.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
-from decisions.config.errors import ConfigIssue, key_path
+from decisions.config.errors import ConfigIssue, PathPart, key_path
 from decisions.config.model import NAMESPACE
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.drain import NTH_MANAGED_TAG
@@ -179,6 +185,192 @@ def asg_tag_issues(pools: Sequence[Tuple[int, object]], cluster_name: str,
                              f"{len(tags) - len(resource_tags) - own} of gpu-cloud's own; remove {len(tags) - ASG_TAGS_MAX} of "
                              "its labels, taints or the stack's tags"))
     return problems
+
+
+# ----------------------------------------------------------------------------- the IAM roles the stack names
+
+# How a named role is used: an EKS access entry (cluster.adminRoleArns and tenancy.teams.*.roleArns: STANDARD entries,
+# components/cluster.py and components/platform/tenancy.py) or a principal of the model publisher role's trust policy
+# (inference.triton.publisherRoleArns, decisions/storage/data_access.py publisher_trust_policy).
+ACCESS_ENTRY, TRUSTED = "access entry", "trust policy"
+
+# Every service-linked role lives under this path, and EKS takes none: "Access entries do not support service linked
+# roles ... You can identify service linked roles by their ARN, which is in the format
+# arn:aws:iam::*:role/aws-service-role/*" (Amazon EKS User Guide, Access entries, "Creating access entries",
+# docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html).
+SERVICE_LINKED_PATH = "/aws-service-role/"
+
+
+@dataclass(frozen=True)
+class RoleArn:
+    partition: str
+    account: str
+    path: str       # "/" or "/a/b/": part of the ARN, not of the name GetRole takes
+    name: str       # RoleName: unique in its account whatever the path
+
+
+def parse_role_arn(arn: str) -> RoleArn:
+    """`arn:aws:iam::111122223333:role/development/apps/my-role` -> aws, 111122223333, `/development/apps/`, `my-role`
+    (an ARN decisions/config/model.py IAM_ROLE_ARN admits)."""
+    _, partition, _, _, account, resource = arn.split(":", 5)
+    parts = resource.split("/")[1:]
+    return RoleArn(partition, account, "/" + "".join(f"{part}/" for part in parts[:-1]), parts[-1])
+
+
+@dataclass(frozen=True)
+class NamedRole:
+    parts: Tuple[PathPart, ...]     # its key path below `gpu-cloud:`
+    arn: str
+    use: str                        # ACCESS_ENTRY or TRUSTED
+
+    @property
+    def role(self) -> RoleArn:
+        return parse_role_arn(self.arn)
+
+
+def named_roles(spec) -> List[NamedRole]:
+    """Every role ARN the stack names, with its key path, in config order (spec: decisions.config.validate.StackSpec)."""
+    roles = [NamedRole(("cluster", "adminRoleArns", i), arn, ACCESS_ENTRY)
+             for i, arn in enumerate(spec.cluster.admin_role_arns)]
+    roles += [NamedRole(("tenancy", "teams", team, "roleArns", i), arn, ACCESS_ENTRY)
+              for team, access in spec.tenancy.teams for i, arn in enumerate(access.role_arns)]
+    roles += [NamedRole(("inference", "triton", "publisherRoleArns", i), arn, TRUSTED)
+              for i, arn in enumerate(spec.inference.triton.publisher_role_arns)]
+    return roles
+
+
+def roles_to_read(roles: Sequence[NamedRole], account_id: str, partition: str) -> List[str]:
+    """The names to read with iam:GetRole, each once: the roles of this account. GetRole takes a name and answers from
+    the caller's own account alone, so a role of another account cannot be read from here."""
+    names: List[str] = []
+    for named in roles:
+        role = named.role
+        if (role.partition, role.account) == (partition, account_id) and role.name not in names:
+            names.append(role.name)
+    return names
+
+
+@dataclass(frozen=True)
+class FoundRole:
+    arn: str        # as IAM reports it, with the role's path
+
+
+def role_issues(roles: Sequence[NamedRole], account_id: str, partition: str,
+                found: Mapping[str, Union[FoundRole, str]]) -> List[ConfigIssue]:
+    """Each named role against this account (`found`: role name -> the role IAM holds, or why it could not be read).
+
+    - An access entry's role must be a role of this account, not a service-linked one, and exist with the path the ARN
+      gives. EKS itself takes a STANDARD entry for another account's principal ("the ARN can be in the same, or
+      different, AWS account", Amazon EKS User Guide, "Creating access entries"), but refuses one that does not exist
+      ("An access entry includes the Amazon Resource Name (ARN) of one, and only one, existing IAM principal", same
+      page; the refusal is
+      InvalidParameterException "The specified principalArn is invalid: invalid principal", as in
+      terraform-aws-modules/terraform-aws-eks issue 2969, an SSO role named without its path). That refusal comes
+      after the cluster, about ten minutes into the first up, and another account's role cannot be read before it:
+      gpu-cloud takes this account's roles only, which another account's principals may assume.
+    - A publisher role may be another account's (a CI account's role assuming the publisher role is what cross-account
+      trust is for), but it must be of this account's partition: a trust policy cannot name a principal of another
+      partition: "You can't create a role to delegate access between an AWS GovCloud (US) account and a standard
+      AWS account" (AWS re:Post Knowledge Center, the IAM trust policy error "Invalid principal in policy",
+      repost.aws/knowledge-center/iam-trust-policy-error). One of this account must exist: "When you save the policy,
+      AWS transforms the ARN to a unique principal ID" (IAM User Guide, IAM JSON policy elements: Principal), and a
+      principal that was deleted is the same article's first cause of the refusal."""
+    issues: List[ConfigIssue] = []
+    for named in roles:
+        role, at = named.role, key_path(NAMESPACE, named.parts)
+        home = (role.partition, role.account) == (partition, account_id)
+        where = f"account {role.account}" + (f" of partition {role.partition}" if role.partition != partition else "")
+        if named.use == ACCESS_ENTRY and not home:
+            issues.append(ConfigIssue(at, f"{named.arn} is a role of {where}, and this stack deploys to account "
+                                          f"{account_id}: an access entry's role must be one gpu-cloud can read before "
+                                          "the cluster exists, and iam:GetRole reads this account's roles only; name a "
+                                          f"role of account {account_id} (principals of {role.account} may assume it)"))
+            continue
+        if named.use == ACCESS_ENTRY and role.path.startswith(SERVICE_LINKED_PATH):
+            issues.append(ConfigIssue(at, f"{named.arn} is a service-linked role, which EKS gives no access entry; "
+                                          "name a role of your own"))
+            continue
+        if named.use == TRUSTED and role.partition != partition:
+            issues.append(ConfigIssue(at, f"{named.arn} is a role of partition {role.partition}, and this account is "
+                                          f"in {partition}: a trust policy names principals of its own partition only; "
+                                          f"name a role of partition {partition}"))
+            continue
+        if not home:
+            continue            # another account's publisher: not readable from here, and allowed
+        answer = found.get(role.name, "not read")
+        refusal = ("EKS refuses the access entry of a role that does not exist, after the cluster is created"
+                   if named.use == ACCESS_ENTRY else
+                   "IAM refuses the model publisher role's trust policy if it names a role that does not exist")
+        if isinstance(answer, str):
+            issues.append(ConfigIssue(at, f"{named.arn} could not be read in account {account_id} ({answer}); "
+                                          f"{refusal}: create the role first or correct its name, and allow this "
+                                          "identity iam:GetRole on it"))
+        elif parse_role_arn(answer.arn).path != role.path:
+            issues.append(ConfigIssue(at, f"{named.arn}: IAM holds the role {role.name} as {answer.arn}, and an ARN "
+                                          f"with another path names no role ({refusal}); write {answer.arn}"))
+    return issues
+
+
+# ----------------------------------------------------------------------------- the inference record's hosted zone
+
+@dataclass(frozen=True)
+class FoundZone:
+    name: str           # the zone's name, without the trailing dot (as the provider gives it)
+    private: bool
+
+
+def record_zone(spec) -> Optional[str]:
+    """The hosted zone the stack writes its half of the inference record to: dr.hostedZoneId, when the stack has a DR
+    role and serves Triton (layers.serving makes the record only then); None when it writes none."""
+    if spec.dr.role in ("primary", "secondary") and spec.inference.triton.enabled:
+        return spec.dr.hosted_zone_id
+    return None
+
+
+def hosted_zone_issues(dr, scheme: str, zone: Union[FoundZone, str]) -> Tuple[List[ConfigIssue], List[str]]:
+    """dr.hostedZoneId and dr.domain against the zone Route 53 holds (or why it could not be read), for the record
+    components/serving/failover.py makes: a CNAME named dr.domain to Triton's load balancer (scheme: internal or
+    internet-facing).
+
+    - The zone must be readable: the record is written into it with the stack's identity.
+    - dr.domain must be below the zone's name: Route 53 takes a record only for the zone's name or a name under it
+      (ChangeResourceRecordSets answers InvalidChangeBatch "RRSet with DNS name ... is not permitted in zone ...").
+    - dr.domain may not be the zone's name: "A CNAME record is not allowed to coexist with any other data" (RFC 1912
+      section 2.4), and a zone's apex holds its SOA and NS records (Route 53: "RRSet of type CNAME with DNS name ... is
+      not permitted at apex in zone ...").
+    - A private zone answers "within one or more VPCs" associated with it (Amazon Route 53 Developer Guide, "Working
+      with private hosted zones", docs.aws.amazon.com/Route53/latest/DeveloperGuide/hosted-zones-private.html). Which
+      VPCs resolve the name cannot be judged here: the stack's own VPC does not exist before the first up, the clients
+      are named by network (dr.clientCidrs), not by VPC, and the provider's zone read returns no associations
+      (terraform-provider-aws internal/service/route53/zone_data_source.go sets no VPC from GetHostedZone). So a
+      private zone is a warning saying who can resolve the name, not an error."""
+    at_zone, at_domain = key_path(NAMESPACE, ("dr", "hostedZoneId")), key_path(NAMESPACE, ("dr", "domain"))
+    if isinstance(zone, str):
+        return [ConfigIssue(at_zone, f"{dr.hosted_zone_id} could not be read ({zone}); the stack writes its half of "
+                                     f"the {dr.domain} record into it with this stack's AWS identity: name a hosted "
+                                     "zone of this account, and allow this identity route53:GetHostedZone on it")], []
+    domain, name = dr.domain.lower().rstrip("."), zone.name.lower().rstrip(".")
+    issues: List[ConfigIssue] = []
+    if domain == name:
+        issues.append(ConfigIssue(at_domain, f"{dr.domain} is the apex of hosted zone {dr.hosted_zone_id}, and the "
+                                             "stack's record is a CNAME to its load balancer, which DNS allows at no "
+                                             "apex (RFC 1912 2.4: the apex holds the zone's SOA and NS); use a name "
+                                             f"below it, such as infer.{name}"))
+    elif not domain.endswith("." + name):
+        issues.append(ConfigIssue(at_domain, f"{dr.domain} is not in hosted zone {dr.hosted_zone_id} ({name}), and "
+                                             "Route 53 takes records for the zone's own names only; use a name ending "
+                                             f"in .{name}, or the zone that holds {dr.domain}"))
+    warnings: List[str] = []
+    if zone.private and scheme == "internet-facing":
+        warnings.append(f"{at_zone}: hosted zone {dr.hosted_zone_id} ({name}) is private, and Triton's load balancer "
+                        f"is internet-facing: {dr.domain} resolves only in the VPCs associated with the zone, so "
+                        "clients elsewhere reach the load balancer but cannot resolve its name; use a public zone, or "
+                        "check that every client resolves through one of those VPCs")
+    elif zone.private:
+        warnings.append(f"{at_zone}: hosted zone {dr.hosted_zone_id} ({name}) is private: {dr.domain} resolves only "
+                        "in the VPCs associated with it (and through Route 53 Resolver endpoints in them); gpu-cloud "
+                        "associates none, so check that the inference clients (dr.clientCidrs) resolve through one")
+    return issues, warnings
 
 
 def check_account(spec, account) -> List[str]:

@@ -120,7 +120,6 @@ class RegionPrices(DataModel):
     nat_gateway_data_gb: Optional[Rate] = Field(default=None, alias="natGatewayDataGb")
     interface_endpoint_data_gb: Optional[Rate] = Field(default=None, alias="interfaceEndpointDataGb")
     transit_gateway_data_gb: Optional[Rate] = Field(default=None, alias="transitGatewayDataGb")
-    lustre_backup_gb_month: Optional[Rate] = Field(default=None, alias="lustreBackupGbMonth")
 
 
 class Prices(DataModel):
@@ -615,8 +614,11 @@ def usage_costs(spec, prices: Optional[Prices] = None, kms_keys: Optional[int] =
     if spec.network.transit_gateway is not None:
         items.append(_usage("transit gateway data processed (from the VPC)", "GB", rates.transit_gateway_data_gb))
     if spec.storage.lustre is not None:
-        items.append(_usage("FSx for Lustre backups (incremental; automatic daily and the final one)", "GB-month",
-                            rates.lustre_backup_gb_month))
+        # What the file system's protection is billed as: the bucket's storage of what /data exports (objects are
+        # written as S3 Standard: FSx for Lustre User Guide, Exporting changes to the data repository), never FSx
+        # backups, which FSx does not take of a linked file system (decisions/storage/lustre.py).
+        items.append(_usage("S3 storage of what /data exports (FSx for Lustre's protection, not FSx backups)",
+                            "GB-month", None))
     volume = spec.monitoring.prometheus_volume_gib
     items.append(_usage(f"Prometheus volume (gp3, {volume} GiB)", "GB-month",
                         rates.gp3.gb_month if rates.gp3 else None, quantity=volume))

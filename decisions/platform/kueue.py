@@ -359,20 +359,6 @@ def kueue_values(system_node_labels: Mapping[str, str], driver_source: str) -> D
     }
 
 
-# The MPI Operator and the JobSet controller come from their release manifests (decisions/catalog/charts.yaml), whose
-# Deployments select and tolerate nothing: kubeflow/mpi-operator v0.8.0 deploy/v2beta1/mpi-operator.yaml (Deployment
-# mpi-operator/mpi-operator, the file's last document) and kubernetes-sigs/jobset v0.12.0
-# config/components/manager/manager.yaml (Deployment controller-manager, which config/default/kustomization.yaml puts in
-# jobset-system with the prefix jobset-). With the system nodes tainted they could run nowhere, so a server-side apply
-# patch of each (its own field manager; the manifests set neither field, so nothing conflicts) places them there:
-# its pod template's spec is decisions.nodes.pods.system_placement (components/platform/training.py).
-# manifest key (decisions/catalog/charts.yaml) -> (namespace, Deployment name)
-MANIFEST_DEPLOYMENTS: Mapping[str, Tuple[str, str]] = {
-    "mpi-operator": ("mpi-operator", "mpi-operator"),
-    "jobset": ("jobset-system", "jobset-controller-manager"),
-}
-
-
 def webhook_probe_configmap(namespace: str = NAMESPACE) -> Dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": WEBHOOK_PROBE, "namespace": namespace},
             "data": {WEBHOOK_PROBE_SCRIPT_KEY: WEBHOOK_PROBE_SCRIPT.read_text(encoding="utf-8")}}

@@ -32,7 +32,7 @@ from decisions.observability import monitoring
 from decisions.platform import kueue
 from decisions.serving import failover, triton as triton_rules
 from decisions.storage import replication
-from decisions.storage.lustre import mounts_lustre
+from decisions.storage.lustre import mounts_lustre, protection_summary
 
 if TYPE_CHECKING:
     from decisions.config.model import Dr, Network, Triton
@@ -116,6 +116,16 @@ def serving(spec: "StackSpec") -> Serving:
 
 
 # --- rules ----------------------------------------------------------------------------------------------------------
+def lustre_protection(spec: "StackSpec", peer: Optional[str]) -> Optional[str]:
+    """What keeps a stack's /data (FSx for Lustre), or None where it has none: its export to S3, and whether that
+    bucket reaches `peer` (the stack a primary replicates to). The pair's recovery point covers the replicated
+    buckets only."""
+    lustre = spec.storage.lustre
+    if lustre is None:
+        return None
+    return protection_summary(lustre.import_path, peer)
+
+
 def client_route_issues(client_cidrs: Sequence[str], vpc_cidr: str, routes: Sequence[str],
                         peer_cidr: Optional[str]) -> List[Tuple[Parts, str]]:
     """Can every client network reach this stack's internal load balancer, and the peer's from inside this VPC?

@@ -17,12 +17,13 @@ components/storage/lustre.py turns these into resources. What the file system is
 - **Encryption** with the stack's own customer-managed KMS key (rotation on, protected). **Logs**: data repository
   warnings and errors (WARN_ERROR) to a CloudWatch log group whose name starts with `/aws/fsx/` (provider docs,
   LustreFileSystem log_configuration.destination: "must begin with the /aws/fsx prefix").
-- **Backups**: daily at 01:00 UTC, kept BACKUP_RETENTION_DAYS by environment; a final backup when the file system
-  is deleted (the provider's `skip_final_backup` defaults to true, so it is set false explicitly). **Maintenance**:
-  Sundays 03:00 UTC, two hours after the backup starts.
 - **Data**: one data repository association from `importPath` (default: the datasets bucket) to `/data`, importing
   and exporting NEW, CHANGED and DELETED automatically. PERSISTENT_2 links S3 only through associations: the file
   system's own `import_path`/`auto_import_policy` are PERSISTENT_1 only (provider docs).
+- **Protection: the export, not backups** (`EXPORT_EVENTS`, `protection_problems`). FSx backs up no file system linked to S3, so a file
+  system has one or the other, and this program links every one: what jobs write under /data is exported to the
+  bucket, whose versioning keeps what is overwritten or deleted. No automatic backups, no final backup.
+  **Maintenance**: Sundays 03:00 UTC.
 
 EFA (`storage.lustre.efa`), from the FSx User Guide, "Working with EFA-enabled file systems" (prerequisites and
 considerations), and "File system access control with Amazon VPC" (EFA-enabled security groups):
@@ -37,7 +38,6 @@ considerations), and "File system access control with Amazon VPC" (EFA-enabled s
 """
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -59,23 +59,8 @@ THROUGHPUT_TIERS = (125, 250, 500, 1000)          # MB/s/TiB, PERSISTENT_2 SSD
 # FSx recommends EFA above 10 GBps of throughput capacity ("Working with EFA-enabled file systems").
 EFA_RECOMMENDED_ABOVE_MBPS = 10_000
 
-# Daily backup and weekly maintenance (UTC). FSx formats: HH:MM and d:HH:MM with d = 1 (Monday) to 7 (Sunday).
-DAILY_BACKUP_START = "01:00"
+# Weekly maintenance (UTC), FSx's d:HH:MM with d = 1 (Monday) to 7 (Sunday).
 WEEKLY_MAINTENANCE_START = "7:03:00"
-# Days an automatic backup is kept. prod: 14 (two weekly cycles: a bad delete found after a long weekend or a week's
-# holiday can still be undone); staging: 7. dev: 1: its data is a cache of S3 plus scratch, and one day undoes
-# yesterday's mistake at the cost of one incremental backup. 0 would switch automatic backups off.
-BACKUP_RETENTION_DAYS: Mapping[str, int] = {"prod": 14, "staging": 7, "dev": 1}
-PROD_MIN_BACKUP_RETENTION_DAYS = 7
-
-# Deleting the file system takes its final backup first (skip_final_backup is false), and the provider's default
-# delete timeout is 30 minutes for both (terraform-provider-aws internal/service/fsx/lustre_file_system.go,
-# Timeouts.Delete). A backup copies the blocks changed since the last backup, "independent of the storage capacity"
-# (FSx for Lustre User Guide, Working with backups: TBs changed take hours). The worst case is every block changed
-# since the last daily backup, read at the file system's own baseline throughput: one TiB per TiB of capacity at
-# per_tib MB/s, so the time depends on the throughput tier only. Plus the deletion itself, the provider's 30 min.
-DELETE_WITHOUT_BACKUP_MIN = 30
-TIB_BYTES = 2 ** 40
 
 FILE_SYSTEM_PATH = "/data"
 AUTO_EVENTS = ("NEW", "CHANGED", "DELETED")
@@ -225,23 +210,72 @@ def lustre_zone(pools: Sequence, pool_zones: Mapping[str, Tuple[str, ...]], zone
 
 # --- the rest of the file system's settings ----------------------------------------------------------------
 
-def backup_retention_days(environment: str) -> int:
-    """Days an automatic daily backup is kept (see BACKUP_RETENTION_DAYS)."""
-    try:
-        return BACKUP_RETENTION_DAYS[environment]
-    except KeyError:
-        raise ValueError(f"{environment!r} is not an environment: {', '.join(BACKUP_RETENTION_DAYS)}") from None
+# --- what protects the data: an export to S3 or FSx backups, never both ---------------------------------------
+# FSx gives a file system one or the other. "File system backups aren't supported on file systems that are linked to
+# an Amazon S3 data repository" (FSx for Lustre User Guide, "Using data repositories with Amazon FSx for Lustre");
+# automatic and user-initiated backups are for "persistent file systems that are not linked to an Amazon S3 durable
+# data repository" (the same guide, "Working with backups"); CreateBackup takes a Lustre file system only when it has
+# "a Persistent deployment type" and is "not linked to a data repository" (FSx API Reference, CreateBackup).
+#
+# This program links every file system (importPath, else the stack's datasets bucket: the datasets live in S3 and
+# /data is their working copy), so the link is its protection: automatic export writes each new and changed file
+# back ("As you create, modify, or delete files, Amazon FSx for Lustre automatically exports the defined changes
+# asynchronously once your application finishes modifying the file", FSx API Reference, AutoExportPolicy), and the
+# bucket's versioning keeps what is overwritten or deleted (decisions/storage/buckets.py). Exports are asynchronous:
+# what a job wrote in its last moments may still be on its way when the file system goes.
+EXPORT_PROTECTS = ("NEW", "CHANGED")     # what an export must carry for the bucket to hold every file written
+
+# The file system this program builds, which components/storage/lustre.py sets exactly so and protection_problems
+# holds (tests/test_lustre.py), as the pack holds any file system (fsx-backups-or-export): linked, exporting every
+# change, no automatic backups (0 switches them off, provider docs) and no final backup.
+EXPORT_EVENTS = AUTO_EVENTS
+BACKUP_RETENTION_DAYS = 0
+FINAL_BACKUP = False
+PROTECTION = "export to S3"
 
 
-def final_backup_minutes(per_tib: int) -> int:
-    """Worst-case minutes of the final backup: every block changed, read at the tier's baseline throughput."""
-    return math.ceil(TIB_BYTES / (per_tib * 1_000_000) / 60)
+def protection_summary(import_path: Optional[str], peer_stack: Optional[str] = None) -> str:
+    """What protects the file system's data, in a line (the plan and `--dr-pair` print it). `import_path`: the
+    stack's storage.lustre.importPath (None: its datasets bucket); `peer_stack`: the DR peer a primary replicates to."""
+    from decisions.storage import buckets   # here: buckets imports (through repair and the job templates) this module
+
+    events = ", ".join(EXPORT_EVENTS)
+    if import_path is not None:
+        where = (f"exported to {s3_prefix(import_path)} ({events}; importPath): its versioning and replication are "
+                 "that bucket's")
+    else:
+        noncurrent = buckets.LIFECYCLE[buckets.DATASETS].noncurrent_days
+        replicated = buckets.DATASETS in buckets.REPLICATED and peer_stack is not None
+        where = (f"exported to the stack's datasets bucket ({events}): versioned, old versions kept {noncurrent} days, "
+                 + (f"replicated to {peer_stack}" if replicated else
+                    "not replicated" + (f" to {peer_stack}" if peer_stack else "")))
+    return f"{where}; no FSx backups (FSx backs up no file system linked to S3)"
 
 
-def delete_timeout(per_tib: int) -> str:
-    """How long a delete may take (final backup, then the deletion), as a Pulumi custom timeout: whole hours."""
-    minutes = final_backup_minutes(per_tib) + DELETE_WITHOUT_BACKUP_MIN
-    return f"{math.ceil(minutes / 60)}h"
+def protection_problems(linked: bool, export_events: Sequence[str], backup_retention_days: int, final_backup: bool,
+                        prod: bool) -> List[str]:
+    """Why a file system's protection is one FSx refuses (backups asked of a linked file system, anywhere) or, in
+    prod, none at all (linked without exporting what jobs write, or not linked and not backed up). The pack's
+    fsx-backups-or-export rule uses it, and tests/test_lustre.py holds the program's own settings to it."""
+    problems: List[str] = []
+    if linked and backup_retention_days > 0:
+        problems.append(f"asks for automatic backups ({backup_retention_days} days) of a file system linked to S3, "
+                        "which FSx does not back up (FSx for Lustre User Guide, Using data repositories): set "
+                        "automatic_backup_retention_days=0; the export to S3 protects it")
+    if linked and final_backup:
+        problems.append("asks for a final backup of a file system linked to S3, which FSx does not back up (FSx for "
+                        "Lustre User Guide, Using data repositories): set skip_final_backup=True")
+    missing = [event for event in EXPORT_PROTECTS if event not in export_events]
+    if prod and linked and missing:
+        problems.append(f"is linked to S3 but does not export {' and '.join(missing)} files, and FSx backs up no "
+                        "linked file system, so what jobs write exists nowhere else: export "
+                        f"{', '.join(EXPORT_PROTECTS)} (the association's auto_export_policy)")
+    if prod and not linked and backup_retention_days < 1:
+        problems.append("is neither linked to S3 with automatic export nor backed up: set "
+                        "automatic_backup_retention_days (1 to 90), or link it to S3 and export")
+    if prod and not linked and not final_backup:
+        problems.append("is not linked to S3 and skips its final backup on delete: set skip_final_backup=False")
+    return problems
 
 
 def s3_prefix(uri: str) -> str:
