@@ -45,7 +45,8 @@ from decisions.cost import cost  # noqa: E402
 from decisions.nodes.drain import NTH_MANAGED_TAG  # noqa: E402
 from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
 from decisions.observability.logs import PROD_MIN_RETENTION_DAYS  # noqa: E402
-from decisions.platform.release_manifest import RELEASE_ANNOTATION  # noqa: E402
+from decisions.catalog.charts import load_charts  # noqa: E402
+from decisions.platform.release_manifest import RELEASE_ANNOTATION, release_label  # noqa: E402
 from decisions.storage.buckets import LOG_BUCKET_SSE, LOGS, REPLICATED, bucket_name  # noqa: E402
 from decisions.storage.lustre import protection_problems  # noqa: E402
 from decisions.storage.replication import PEER_REFERENCE  # noqa: E402
@@ -128,6 +129,8 @@ UNSCOPABLE_ACTIONS = ("ec2:GetInstanceTypesFromInstanceRequirements",)
 STATEFUL_TYPES = (EKS_CLUSTER, LUSTRE, KMS_KEY) + BUCKET_TYPES
 REPLICATED_PURPOSES = REPLICATED                    # what a primary prod stack copies (decisions/storage/buckets.py)
 DR_PEER_REFERENCE = PEER_REFERENCE                   # the StackReference layers.foundation registers
+# The releases whose own namespaces k8s-namespace-default-deny excepts: the pinned release manifests, name@version.
+PINNED_RELEASES = frozenset(release_label(name, pin.version) for name, pin in load_charts().manifests.items())
 
 
 @lru_cache(maxsize=1)
@@ -524,9 +527,10 @@ def _denies_all(policy: PolicyResource) -> bool:
 
 def _release_namespaces(resources: Sequence[PolicyResource]) -> Optional[set]:
     """Namespaces that belong to a pinned release manifest, decided from the objects: the namespace and every workload
-    the program runs in it carry one release's annotation (decisions/platform/release_manifest.py), and at least one
-    such workload runs there: the release declares the namespace for its own controller, and nothing else runs in it.
-    None while an annotation or namespace is not visible."""
+    the program runs in it carry the annotation of one release pinned in decisions/catalog/charts.yaml
+    (decisions/platform/release_manifest.py), and at least one such workload runs there: the release declares the
+    namespace for its own controller, and nothing else runs in it. None while an annotation or namespace is not
+    visible."""
     workloads = _by_type(resources, *POD_SPEC_PATHS)
     namespaces = _by_type(resources, NAMESPACE)
     if any(map(unseen, workloads + namespaces)):
@@ -544,7 +548,7 @@ def _release_namespaces(resources: Sequence[PolicyResource]) -> Optional[set]:
     for namespace in namespaces:
         release = get(namespace.props, "metadata", "annotations", RELEASE_ANNOTATION)
         name = get(namespace.props, "metadata", "name")
-        if release and running.get(name) == {release}:
+        if release in PINNED_RELEASES and running.get(name) == {release}:
             owned.add(name)
     return owned
 

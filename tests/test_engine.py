@@ -62,7 +62,7 @@ def test_accelerated_ami_comes_from_its_ssm_parameter():
 
 def test_a_component_its_provider_builds_at_up_is_named_when_the_run_holds_none_of_its_children():
     """A yaml/v2 ConfigFile or a Helm v4 Chart is a remote component: the provider registers its objects at
-    `pulumi up` (pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go parseUnstructured), the mocks answer it as
+    `pulumi up` (pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go register), the mocks answer it as
     one resource with no children. The run names it, and the plan warns that the pack did not see its objects."""
     import pulumi_kubernetes as kubernetes
 

@@ -60,7 +60,7 @@ def test_pytorch_job_renders_a_jobset_for_the_pool_with_its_file_system():
     env = {e["name"]: e.get("value") for e in trainer["env"]}
     # prod-eu-west-1 has Lustre: the claim is at /data. Its nodes boot from zero through the gate with the AMI's
     # driver, so torchrun's store waits Kueue's pods-ready timeout for them.
-    assert {"name": "data", "mountPath": "/data"} in trainer["volumeMounts"]
+    assert {"name": "data", "mountPath": "/data", "subPath": "data"} in trainer["volumeMounts"]
     assert env["PET_RDZV_CONF"] == f"timeout={kueue.pods_ready_timeout_s('ami')}"
     assert env["CHECKPOINT_URI"] == "s3://ckpt/bert"
 

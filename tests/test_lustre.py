@@ -464,3 +464,31 @@ def test_without_efa_the_file_system_waits_only_for_the_rules_fsx_checks(run):
                if fs_sg in (r.inputs["securityGroupId"], r.inputs["referencedSecurityGroupId"])} - own
     assert own and own <= set(fs.dependencies)
     assert clients and not clients & set(fs.dependencies)
+
+
+@pytest.mark.parametrize("command", ["job", "mpijob", "pytorch-job"])
+def test_what_a_job_writes_under_data_is_inside_the_link_that_exports_it(stack_runs, command):
+    """The claim's volume is the file system's root; the data repository association links its /data directory. A job
+    mounts that directory (subPath) at /data, and a --volume of the claim the same, so a file written at /data/x is
+    /data/x in the file system, under the link, exported to S3: the file system's only protection."""
+    import argparse
+    from jobs.__main__ import render
+
+    (dra,) = stack_runs["prod-eu-west-1"].of_type(DRA)
+    pool = "train-a100"
+    args = argparse.Namespace(command=command, stack="prod-eu-west-1", stack_file=None, pool=pool,
+                              image="example.com/train:1", program=["train.py"], name="job", checkpoint_uri="",
+                              scratch=None, max_restarts=3, workers=2, nodes=2, env=[],
+                              volume=["lustre-data:/shared"], gpus=None, mig_profile=None)
+    manifest = render(args)
+    pods = [manifest["spec"]["template"]["spec"]] if command == "job" else \
+        [r["template"]["spec"] for r in manifest["spec"]["mpiReplicaSpecs"].values()] if command == "mpijob" else \
+        [manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]]
+    mounts = []
+    for pod in pods:
+        claims = {v["name"] for v in pod.get("volumes", []) if (v.get("persistentVolumeClaim") or {}).get("claimName")
+                  == lustre.PVC_NAME}
+        mounts += [m for container in pod["containers"] for m in container.get("volumeMounts", [])
+                   if m["name"] in claims]
+    assert {m["mountPath"] for m in mounts} == {"/data", "/shared"}
+    assert all("/" + m.get("subPath", "") == dra.inputs["fileSystemPath"] == "/data" for m in mounts)

@@ -146,8 +146,8 @@ def _release(label):
 
 US, EU, DEV = STACKS
 P = "prod-us-east-1"
-JOBSET_NAMESPACE = "training-operators-jobset-jobset-system"
-JOBSET_CONTROLLER = "training-operators-jobset-jobset-system/jobset-controller-manager"
+JOBSET_NAMESPACE = "training-operators-jobset:jobset-system"
+JOBSET_CONTROLLER = "training-operators-jobset:jobset-system/jobset-controller-manager"
 # (policy, stack, resource to mutate, change, the resource the violation names ("" for the stack))
 VIOLATIONS = [
     ("launch-template-imdsv2", P, "train-h100-lt", _set(["inputs", "metadataOptions", "httpTokens"], "optional"),
@@ -273,6 +273,31 @@ def test_each_policy_passes_the_real_resource_and_catches_it_mutated(documents, 
 def test_every_policy_has_a_violating_case():
     assert {p.name for p in pack.POLICIES} - {v[0] for v in VIOLATIONS} == {
         "s3-access-logging", "s3-replication"}   # removal cases below
+
+
+def test_no_policy_writes_to_the_props_the_runner_shares_between_policies(documents, monkeypatch):
+    """plan/policy_runner.py builds one props proxy per resource for every resource policy, where pulumi_policy's
+    analyzer builds one per policy: sound only while no policy writes to them."""
+    from pulumi_policy import proxy
+
+    def refuse(self, key, value):
+        raise AssertionError(f"a policy wrote {key!r} into a resource's props")
+
+    monkeypatch.setattr(proxy._DictProxy, "__setitem__", refuse)
+    for document in documents.values():
+        for view in VIEWS:
+            run_pack(document, view=view)
+
+
+def test_only_a_pinned_releases_namespace_is_excepted(documents):
+    """The namespace and its controller carrying one label is not enough: it must be a release that
+    decisions/catalog/charts.yaml pins, or any namespace could except itself by annotating its workloads."""
+    document = documents[US]
+    for resource in document["resources"]:
+        if resource["name"] in (JOBSET_NAMESPACE, JOBSET_CONTROLLER):
+            _release("jobset@v9.9.9")(resource)
+    assert ("k8s-namespace-default-deny", JOBSET_NAMESPACE) in found(document)
+    assert pack.PINNED_RELEASES == {"mpi-operator@v0.8.0", "jobset@v0.12.0"}
 
 
 def test_a_missing_resource_is_caught_too(documents):

@@ -81,8 +81,38 @@ def test_type_tokens_are_the_providers(api_version, kind, token):
 
 
 def test_names_are_yaml_v2s_under_the_prefix():
-    assert rm.resource_name("ops-x", NAMESPACE) == "ops-x-op-system"
-    assert rm.resource_name("ops-x", ACCOUNT) == "ops-x-op-system/op"
+    # pulumi-kubernetes yaml/v2/yaml.go register: fmt.Sprintf("%s:%s", opts.ResourcePrefix, resourceName), the name
+    # "<namespace>/<name>" for a namespaced object.
+    assert rm.resource_name("ops-x", NAMESPACE) == "ops-x:op-system"
+    assert rm.resource_name("ops-x", ACCOUNT) == "ops-x:op-system/op"
+
+
+def test_each_object_answers_to_the_urn_its_yaml_v2_configfile_gave_it(stack_runs):
+    """A stack deployed while the manifests were yaml/v2 ConfigFiles holds each object under
+    ...$kubernetes:yaml/v2:ConfigFile$<type>::<ConfigFile name>:<namespace>/<name>. The component answers to the
+    ConfigFile (its alias), and the engine gives each child the alias its parent's implies (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go inheritedChildAlias: the parent alias's qualified type, the child's type, and
+    the child's name with the parent's name prefix swapped for the alias's), which must be that URN, or `pulumi up`
+    creates the objects anew and deletes the old, the CRDs and every MPIJob and JobSet with them."""
+    run = stack_runs["prod-us-east-1"]
+    for component in run.of_type("gpu-cloud:release_manifest:ReleaseManifest"):
+        assert component.aliases == ("type=kubernetes:yaml/v2:ConfigFile",)
+        old_parent_type = component.urn.split("::")[2].replace("gpu-cloud:release_manifest:ReleaseManifest",
+                                                                "kubernetes:yaml/v2:ConfigFile")
+        key = component.name.removeprefix("training-operators-")
+        for obj in charts.manifest_objects(key):
+            metadata = obj["metadata"]
+            scoped = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+            group_version = obj["apiVersion"] if "/" in obj["apiVersion"] else f"core/{obj['apiVersion']}"
+            child_type = f"kubernetes:{group_version}:{obj['kind']}"
+            # what yaml/v2 registered: the ConfigFile (named as the component) as parent, "<name>:<scoped>"
+            deployed = f"urn:pulumi:prod-us-east-1::gpu-cloud::{old_parent_type}${child_type}::{component.name}:{scoped}"
+            (child,) = [c for c in run.children_of(component.urn) if c.type == child_type
+                        and c.inputs["metadata"]["name"] == metadata["name"]
+                        and c.inputs["metadata"].get("namespace") == metadata.get("namespace")]
+            inherited = (f"urn:pulumi:prod-us-east-1::gpu-cloud::{old_parent_type}${child.type}::"
+                         f"{component.name}{child.name.removeprefix(component.name)}")
+            assert inherited == deployed
 
 
 def plan(objects):

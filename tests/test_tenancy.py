@@ -972,8 +972,8 @@ def test_every_workload_on_the_system_nodes_tolerates_their_taint(stack_runs, st
     # Every chart workload in the table is a system-node one; so are these, in every stack.
     releases = {r.inputs["chart"].rsplit("/", 1)[-1] for r in run.of_type("kubernetes:helm.sh/v3:Release")}
     expected = {"coredns", "aws-ebs-csi-driver", "training-operators-webhook-ready",
-                "training-operators-mpi-operator-mpi-operator/mpi-operator",
-                "training-operators-jobset-jobset-system/jobset-controller-manager",
+                "training-operators-mpi-operator:mpi-operator/mpi-operator",
+                "training-operators-jobset:jobset-system/jobset-controller-manager",
                 *(f"{chart} {w}" for chart in releases for w in CHART_WORKLOADS[chart])}
     assert {"cluster-autoscaler", "kueue", "gpu-operator", "kube-prometheus-stack"} <= releases
     assert expected <= set(placed), sorted(expected - set(placed))
@@ -993,3 +993,16 @@ def test_gpu_pools_do_not_carry_the_system_taint(stack, stack_runs):
     nodepools = [r for r in stack_runs[stack].resources if r.type.startswith("gpu-cloud:nodepool")]
     children = [r for r in stack_runs[stack].resources if r.parent in {n.urn for n in nodepools}]
     assert children and not [r.name for r in children if SYSTEM_NODE_TAINT.key in json.dumps(r.inputs)]
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "dev"])
+def test_a_team_namespaces_delete_outlasts_its_pods_grace(stack_runs, stack):
+    """A destroy deletes a team namespace while a job may still be checkpointing (up to the workload contract's
+    780 s, decisions/nodes/drain.py): the provider's default 10 minutes would fail it mid-grace."""
+    from decisions.nodes.drain import WORKLOAD_MAX_GRACE_S
+
+    namespaces = [r for r in stack_runs[stack].of_type(NAMESPACE) if r.name.startswith("tenancy-")]
+    assert len(namespaces) == 2
+    for namespace in namespaces:
+        seconds = int(namespace.delete_timeout.removesuffix("s"))
+        assert seconds == WORKLOAD_MAX_GRACE_S + 600 > 600, namespace.name

@@ -88,7 +88,7 @@ def test_the_mpi_operator_and_jobset_come_from_the_repositorys_copies_of_their_r
             child = by_identity[(obj["kind"], metadata.get("namespace"), metadata["name"])]
             # Named and typed as yaml/v2 registered it under the ConfigFile of the same name.
             scoped = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
-            assert child.name == f"training-operators-{key}-{scoped}"
+            assert child.name == f"training-operators-{key}:{scoped}"
             group_version = obj["apiVersion"] if "/" in obj["apiVersion"] else f"core/{obj['apiVersion']}"
             assert child.type == f"kubernetes:{group_version}:{obj['kind']}"
             # The release's object as it is, but for the annotation (and a workload's placement).
@@ -143,14 +143,6 @@ def test_each_manifest_object_waits_for_the_namespace_the_crds_and_what_its_cont
             else:
                 assert before(child) == {"Namespace", "CustomResourceDefinition"}, child.name
             assert all(by_urn[d].parent == component.urn for d in child.dependencies)
-
-
-def test_a_deployed_stack_keeps_the_objects_its_configfile_created(run):
-    """Stacks deployed while the manifests were yaml/v2 ConfigFiles: each component answers to the ConfigFile of its
-    name, and its children (named as yaml/v2 named them) inherit that alias, so `pulumi up` adopts the objects instead
-    of creating new ones and deleting the old (which would delete the CRDs and every MPIJob and JobSet with them)."""
-    for component in run.of_type(MANIFEST):
-        assert component.aliases == ("type=kubernetes:yaml/v2:ConfigFile",), component.aliases
 
 
 def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_after_kueue(run):
@@ -386,3 +378,20 @@ def test_the_probe_may_create_resourceflavors_and_nothing_else(run):
     assert binding.inputs["subjects"] == [{"kind": "ServiceAccount", "name": kueue.WEBHOOK_PROBE,
                                            "namespace": kueue.NAMESPACE}]
     assert binding.urn in run.one(JOB).dependencies
+
+
+def test_the_training_namespaces_half_is_registered_once():
+    """TrainingQueue.serve registers the LocalQueues and the checks, then the outputs: a second call would register
+    them twice under the same names, so it is refused."""
+    def build():
+        k8s = kubernetes.Provider("k8s", kubeconfig="{}")
+        opts = pulumi.ResourceOptions(providers={"kubernetes": k8s})
+        operators = TrainingOperators("training-operators", TrainingOperatorsArgs(driver_source="ami"), opts=opts)
+        queue = TrainingQueue("training", TrainingQueueArgs.for_pools(
+            ALL_POOLS, catalog, operators=operators, nvlink_schedule=None, across_node_schedule="0 6 * * 0"),
+            opts=opts)
+        queue.serve("training")
+        queue.serve("training")
+
+    with pytest.raises(Exception, match="already serves its namespace"):
+        run_component(build)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pulumi
+from pulumi_kubernetes import _utilities as kubernetes_utilities
 
 from decisions.catalog import charts
 from decisions.platform.release_manifest import release_label, release_objects, type_token
@@ -32,9 +33,13 @@ class KubernetesObject(pulumi.CustomResource):
     def __init__(self, resource_name: str, body: Mapping[str, Any], opts: Optional[pulumi.ResourceOptions] = None,
                  secret_fields: Tuple[str, ...] = ()):
         props = {key: pulumi.Output.secret(value) if key in secret_fields else value for key, value in body.items()}
+        # The typed classes' defaults first (the provider plugin's version, as each of them merges them), then the
+        # caller's options.
+        defaults = pulumi.ResourceOptions.merge(kubernetes_utilities.get_resource_opts_defaults(),
+                                                pulumi.ResourceOptions(
+                                                    additional_secret_outputs=list(secret_fields) or None))
         super().__init__(type_token(body["apiVersion"], body["kind"]), resource_name, props,
-                         pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                             additional_secret_outputs=list(secret_fields) or None)))
+                         pulumi.ResourceOptions.merge(defaults, opts))
 
 
 @dataclass(frozen=True)

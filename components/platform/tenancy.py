@@ -113,10 +113,13 @@ class Tenancy(pulumi.ComponentResource):
         self.cpu_memory_quotas, self.limit_ranges = {}, {}
         for ns in tenancy.TEAM_NAMESPACES:
             # Deleting a namespace deletes every Job, pod and ConfigMap in it, running training included: protected.
+            # Its delete waits for the pods' grace (decisions/platform/tenancy.py NAMESPACE_DELETE_TIMEOUT_S).
             namespace = kubernetes.core.v1.Namespace(
                 f"{name}-{ns}",
                 metadata=kubernetes.meta.v1.ObjectMetaArgs(name=ns, labels=tenancy.namespace_labels(ns)),
-                opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=list(args.controllers)))
+                opts=pulumi.ResourceOptions(parent=self, protect=True, depends_on=list(args.controllers),
+                                            custom_timeouts=pulumi.CustomTimeouts(
+                                                delete=f"{tenancy.NAMESPACE_DELETE_TIMEOUT_S}s")))
             self.namespaces[ns] = namespace
 
             self.quotas[ns] = kubernetes.core.v1.ResourceQuota(

@@ -171,7 +171,7 @@ class TrainingQueue(pulumi.ComponentResource):
         queue_spec = kueue.cluster_queue_spec(args.flavors)
 
         super().__init__("gpu-cloud:training:TrainingQueue", name, None, opts)
-        self._name, self._args = name, args
+        self._name, self._args, self._served = name, args, False
 
         # Created once Kueue's webhooks answer: a create they refuse is not retried.
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready])
@@ -190,7 +190,10 @@ class TrainingQueue(pulumi.ComponentResource):
 
     def serve(self, training_namespace: pulumi.Input[str]) -> None:
         """The training namespace's half (`training_namespace`: the Namespace resource's name output, so each object
-        waits for it), then the component's outputs."""
+        waits for it), then the component's outputs. Called once."""
+        if self._served:
+            raise ValueError(f"TrainingQueue {self._name} already serves its namespace")
+        self._served = True
         name, args = self._name, self._args
         # The priority classes first: a job naming one that does not exist yet gets no Workload. The `training`
         # queue was "<name>-local-queue" while it was the only one: the alias keeps it rather than create it anew

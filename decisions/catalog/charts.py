@@ -85,8 +85,10 @@ class ImagePins(DataModel):
 
 class ManifestPin(DataModel):
     """A project that ships no Helm chart, only a release manifest: kept in the repository (`file`, beside this
-    module) as its release published it at `url`, with the file's sha256. The program applies the kept copy; nothing
-    is fetched at `pulumi up`. scripts/vendor_manifests.py downloads `url` and checks it against `sha256`."""
+    module) with the file's sha256, as its release published it at `url` or, where charts.yaml says so (JobSet's), as
+    its release builds it. The program applies the kept copy; nothing is fetched at `pulumi up`.
+    scripts/vendor_manifests.py downloads `url`, checks it against `sha256`, and says whether a file that differs
+    differs in bytes only or in objects."""
     url: str = Field(pattern=r"^https://")
     version: str = Field(pattern=_SEMVER.pattern)
     file: str = Field(pattern=r"^manifests/[a-z0-9.-]+\.yaml$")

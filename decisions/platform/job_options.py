@@ -138,7 +138,7 @@ def job_storage(*, scratch: str, mounts_lustre: bool, lustre_configured: bool, u
     mounts: List[dict] = [dict(shm_mount), scratch_mount()]
     if mounts_lustre:
         volumes.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": lustre.PVC_NAME}})
-        mounts.append({"name": DATA_VOLUME, "mountPath": lustre.FILE_SYSTEM_PATH})
+        mounts.append({"name": DATA_VOLUME, "mountPath": lustre.FILE_SYSTEM_PATH, "subPath": lustre.MOUNT_SUBPATH})
     for i, volume in enumerate(user_volumes, start=1):
         taken = {mount["mountPath"]: mount["name"] for mount in mounts}
         flag = f"--volume {volume.claim}:{volume.path}"
@@ -150,7 +150,10 @@ def job_storage(*, scratch: str, mounts_lustre: bool, lustre_configured: bool, u
         name = f"{USER_VOLUME_PREFIX}{i}"
         claim: Dict[str, Any] = {"claimName": volume.claim, **({"readOnly": True} if volume.read_only else {})}
         volumes.append({"name": name, "persistentVolumeClaim": claim})
-        mounts.append({"name": name, "mountPath": volume.path, **({"readOnly": True} if volume.read_only else {})})
+        # The Lustre claim, wherever it is mounted, shows the linked directory (decisions/storage/lustre.py
+        # MOUNT_SUBPATH), as /data does.
+        mounts.append({"name": name, "mountPath": volume.path, **({"readOnly": True} if volume.read_only else {}),
+                       **({"subPath": lustre.MOUNT_SUBPATH} if volume.claim == lustre.PVC_NAME else {})})
     return volumes, mounts
 
 

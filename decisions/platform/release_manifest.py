@@ -4,8 +4,9 @@ The program applies the repository's copy of each manifest object by object (com
 instead of a `kubernetes.yaml.v2.ConfigFile`, whose objects the provider registers only at run time, where neither the
 offline plan, the policy pack's tests nor any check built on the plan can see them. Each object becomes the resource
 the ConfigFile would have registered: the type token of its apiVersion and kind, and the name yaml/v2 gives it
-(pulumi/pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go `parseUnstructured`: "<prefix>-<namespace>/<name>", or
-"<prefix>-<name>" for a cluster-scoped object), so that a stack deployed with the ConfigFile keeps its objects.
+(pulumi/pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go `register`, lines 345-352 at v4.32.0-27:
+"<prefix>:<namespace>/<name>", or "<prefix>:<name>" for a cluster-scoped object, the prefix being the ConfigFile's
+name, configfile.go lines 92-99), so that a stack deployed with the ConfigFile keeps its objects.
 
 What the program changes in an object, and nothing else:
 - every object carries RELEASE_ANNOTATION (the manifest and its version): on the cluster it says where the object
@@ -66,9 +67,11 @@ def type_token(api_version: str, kind: str) -> str:
 
 
 def resource_name(prefix: str, obj: Mapping[str, Any]) -> str:
+    """yaml/v2's name for the object under `prefix` (a colon, not the program's usual dash: the engine matches a
+    deployed child by it)."""
     metadata = obj["metadata"]
     scoped = f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
-    return f"{prefix}-{scoped}"
+    return f"{prefix}:{scoped}"
 
 
 def release_label(name: str, version: str) -> str:

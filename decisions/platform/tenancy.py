@@ -36,12 +36,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from decisions.catalog.catalog import load_catalog
 from decisions.config.model import IAM_ROLE_ARN
+from decisions.nodes.drain import WORKLOAD_MAX_GRACE_S
 from decisions.nodes.pods import SYSTEM_NODE_TAINT
 from decisions.nodes.pools import GPU_RESOURCE, offered_gpu_resources
 
 TRAINING_NAMESPACE = "training"
 INFERENCE_NAMESPACE = "inference"
 TEAM_NAMESPACES = (TRAINING_NAMESPACE, INFERENCE_NAMESPACE)
+# A team namespace's deletion waits for its pods to stop, a checkpointing job up to the workload contract's grace
+# (decisions/nodes/drain.py WORKLOAD_MAX_GRACE_S, 780 s), then for the controllers to clear their finalizers (the load
+# balancer controller deletes its NLB): the provider's own 10 minutes (pulumi-kubernetes provider/pkg/await/await.go,
+# a delete's default) on top of that grace, not instead of it.
+NAMESPACE_DELETE_TIMEOUT_S = WORKLOAD_MAX_GRACE_S + 600
 # Where the monitoring stack (a later issue) runs Prometheus; its scrapes are the only ingress from there.
 MONITORING_NAMESPACE = "monitoring"
 

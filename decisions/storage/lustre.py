@@ -62,7 +62,12 @@ EFA_RECOMMENDED_ABOVE_MBPS = 10_000
 # Weekly maintenance (UTC), FSx's d:HH:MM with d = 1 (Monday) to 7 (Sunday).
 WEEKLY_MAINTENANCE_START = "7:03:00"
 
+# The data repository association links this directory of the file system to S3, and pods mount the same directory
+# (a volumeMount's subPath) at the same path: what a job writes under /data is inside the link and is exported. The
+# claim's volume is the file system's root (the CSI driver mounts `mountname`), so a mount without the subPath would put
+# the datasets at /data/data and leave what jobs write outside the link, never exported.
 FILE_SYSTEM_PATH = "/data"
+MOUNT_SUBPATH = FILE_SYSTEM_PATH.lstrip("/")
 AUTO_EVENTS = ("NEW", "CHANGED", "DELETED")
 
 # Lustre's ports (FSx User Guide, "File system access control with Amazon VPC"): TCP 988 and TCP 1018-1023, from the
