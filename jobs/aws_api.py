@@ -11,6 +11,14 @@ image: no SDK to install at run time, nothing fetched from anywhere).
   tests/test_aws_api.py holds the signatures to botocore's signer and runs every call against moto in server
   mode with its authentication on, which recomputes the signature and applies the controller's IAM policy.
 
+- Every call is retried as botocore's standard retry mode retries it (botocore 1.44.18 retries/standard.py, the
+  mode the AWS SDKs share): at most 3 attempts; throttling codes, a 429 the operation does not model, the transient
+  codes, 500/502/503/504 and a lost connection are retried; the wait is full jitter, rand(0, 1) x min(base x 2^(n-1),
+  20 s), base 1 s after throttling and 50 ms otherwise, raised to an x-amz-retry-after header (capped at 5 s more);
+  and a retry quota (500 tokens, 5 per throttling retry, 14 per other retry, given back on success) stops retrying
+  while a service keeps failing. `Retry` does it, for the Kubernetes API as well (jobs/node_repair.py Kube).
+  tests/test_aws_api.py holds the classification, the delays and the quota to botocore's own classes.
+
 AWS_ENDPOINT_URL (the variable botocore honours for every service) sends every call to one endpoint, path-style for
 S3: tests only.
 """
@@ -19,14 +27,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
+import http.client
 import json
 import os
+import random
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 REFRESH_BEFORE_S = 15 * 60
@@ -36,9 +47,117 @@ TIMEOUT_S = 20
 
 
 class AwsError(Exception):
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, retry_after: Optional[str] = None,
+                 operation: str = ""):
         super().__init__(f"{code}: {message} (HTTP {status})")
         self.status, self.code, self.message = status, code, message
+        self.retry_after, self.operation = retry_after, operation    # x-amz-retry-after (ms); the Action or "s3"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Retries: botocore's standard mode (botocore 1.44.18 retries/standard.py, line numbers below)
+# --------------------------------------------------------------------------------------------------------------------
+
+MAX_ATTEMPTS = 3                           # DEFAULT_MAX_ATTEMPTS, line 36
+MAX_BACKOFF_S = 20.0                       # ExponentialBackoff._MAX_BACKOFF, line 346
+THROTTLING_BASE_S = 1.0                    # _DEFAULT_BACKOFF_CONFIG throttling_base_scale, line 351
+TRANSIENT_BASE_S = 0.05                    # non_throttling_base_scale, line 352
+RETRY_AFTER_MAX_ADDITIONAL_S = 5.0         # _RETRY_AFTER_MAX_ADDITIONAL, line 348 (header x-amz-retry-after, ms)
+# TransientRetryableChecker, lines 464-469.
+TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete"})
+TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+# ThrottledRetryableChecker, lines 510-525: the union of the throttling codes AWS services answer.
+THROTTLING_CODES = frozenset({
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException", "TooManyRequestsException",
+    "ProvisionedThroughputExceededException", "TransactionInProgressException", "RequestLimitExceeded",
+    "BandwidthLimitExceeded", "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
+    "EC2ThrottledException"})
+THROTTLING_STATUS = frozenset({429})       # ThrottlingStatusCodeChecker, line 549: only for an error not modeled
+# The error codes each operation's service model declares (botocore/data/<service>/<version>/service-2.json): a 429
+# with one of them is the model's to judge (lines 557-565), and none of them is modeled retryable.
+MODELED_ERRORS = {
+    "DescribeAutoScalingGroups": frozenset({"InvalidNextToken", "ResourceContention"}),
+    "TerminateInstanceInAutoScalingGroup": frozenset({"ScalingActivityInProgress", "ResourceContention"}),
+    "SuspendProcesses": frozenset({"ResourceInUse", "ResourceContention"}),
+    "RebootInstances": frozenset(),
+    "ListObjectsV2": frozenset({"NoSuchBucket"}),
+    "GetObject": frozenset({"NoSuchKey", "InvalidObjectState"}),
+}
+# RetryQuotaChecker, lines 704-706, and retries/quota.py RetryQuota.INITIAL_CAPACITY.
+QUOTA_CAPACITY, THROTTLING_RETRY_COST, RETRY_COST, NO_RETRY_INCREMENT = 500, 5, 14, 1
+# botocore's ConnectionError and HTTPClientError (line 470-473) are what urllib raises as OSError (URLError, refused,
+# reset, timed out) or http.client.HTTPException (RemoteDisconnected, IncompleteRead, BadStatusLine).
+CONNECTION_ERRORS = (OSError, http.client.HTTPException)
+
+THROTTLING, TRANSIENT = "throttling", "transient"
+
+
+def aws_retry_kind(error: BaseException) -> Tuple[Optional[str], Optional[float]]:
+    """(throttling | transient | None, the x-amz-retry-after delay in s) for a failed AWS call, as
+    StandardRetryConditions (lines 659-692) and ThrottlingErrorDetector (lines 637-656) judge it."""
+    if isinstance(error, AwsError):
+        modeled = error.code in MODELED_ERRORS.get(error.operation, ())
+        throttling = error.code in THROTTLING_CODES or (error.status in THROTTLING_STATUS and not modeled)
+        transient = error.code in TRANSIENT_CODES or error.status in TRANSIENT_STATUS
+        retry_after = None
+        try:
+            retry_after = int(error.retry_after) / 1000.0 if error.retry_after is not None else None
+        except (ValueError, OverflowError):
+            retry_after = None          # lines 436-443: a bad header is ignored
+        if retry_after is not None and retry_after < 0:
+            retry_after = None
+        return (THROTTLING if throttling else TRANSIENT if transient else None), retry_after
+    if isinstance(error, CONNECTION_ERRORS):
+        return TRANSIENT, None
+    return None, None
+
+
+class Retry:
+    """One client's retries: at most MAX_ATTEMPTS attempts, full-jitter backoff, and the retry quota. `classify`
+    says what kind of error a failure is (aws_retry_kind for AWS, node_repair.kube_retry_kind for Kubernetes)."""
+
+    def __init__(self, classify: Callable[[BaseException], Tuple[Optional[str], Optional[float]]] = aws_retry_kind,
+                 sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] = random.random):
+        self.classify, self.sleep, self.rand = classify, sleep, rand
+        self.quota = QUOTA_CAPACITY
+        self.lock = threading.Lock()
+
+    def delay(self, kind: str, attempt: int, retry_after: Optional[float] = None) -> float:
+        """ExponentialBackoff.delay_amount (lines 373-407): `attempt` is the 1-based attempt that failed."""
+        base = THROTTLING_BASE_S if kind == THROTTLING else TRANSIENT_BASE_S
+        t_i = self.rand() * min(base * 2 ** (attempt - 1), MAX_BACKOFF_S)
+        if retry_after is not None:
+            return max(t_i, min(retry_after, RETRY_AFTER_MAX_ADDITIONAL_S + t_i))
+        return t_i
+
+    def acquire(self, kind: str) -> bool:
+        cost = THROTTLING_RETRY_COST if kind == THROTTLING else RETRY_COST
+        with self.lock:
+            if cost > self.quota:
+                return False        # the quota is spent: this failure is final (RetryQuotaChecker.acquire_retry_quota)
+            self.quota -= cost
+            return True
+
+    def release(self, amount: int) -> None:
+        with self.lock:
+            self.quota = min(QUOTA_CAPACITY, self.quota + amount)
+
+    def call(self, attempt_once: Callable[[], Any]) -> Any:
+        attempt, acquired = 1, 0
+        while True:
+            try:
+                result = attempt_once()
+            except Exception as error:      # noqa: BLE001  (classified; anything unknown is not retried)
+                kind, retry_after = self.classify(error)
+                if kind is None or attempt >= MAX_ATTEMPTS or not self.acquire(kind):
+                    raise
+                acquired = THROTTLING_RETRY_COST if kind == THROTTLING else RETRY_COST
+                self.sleep(self.delay(kind, attempt, retry_after))
+                attempt += 1
+                continue
+            # release_retry_quota (lines 743-760): a success gives back what its last retry took, or 1.
+            self.release(acquired or NO_RETRY_INCREMENT)
+            return result
 
 
 class Credentials(NamedTuple):
@@ -143,25 +262,32 @@ class Aws:
 
     def __init__(self, region: str, dns_suffix: str, credentials: Any, endpoint: Optional[str] = None,
                  opener: Callable[..., Any] = urllib.request.urlopen,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)):
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
+                 retry: Optional[Retry] = None):
         self.region, self.dns_suffix, self.credentials = region, dns_suffix, credentials
         self.endpoint = (endpoint or os.environ.get("AWS_ENDPOINT_URL") or "").rstrip("/") or None
         self.opener, self.now = opener, now
+        self.retry = retry or Retry()
 
-    def _send(self, method: str, url: str, service: str, headers: Dict[str, str], body: bytes = b"") -> bytes:
-        headers = sign(method, url, headers, body, self.credentials.get(), self.region, service, self.now())
-        request = urllib.request.Request(url, data=body or None, method=method, headers=headers)
-        try:
-            with self.opener(request, timeout=TIMEOUT_S) as answer:
-                return answer.read()
-        except urllib.error.HTTPError as error:
-            raise _error(error.code, error.read()) from None
+    def _send(self, method: str, url: str, service: str, headers: Dict[str, str], body: bytes = b"",
+              operation: str = "") -> bytes:
+        def once() -> bytes:
+            # Signed again on every attempt: X-Amz-Date moves on, and the credentials may have been refreshed.
+            signed = sign(method, url, headers, body, self.credentials.get(), self.region, service, self.now())
+            request = urllib.request.Request(url, data=body or None, method=method, headers=signed)
+            try:
+                with self.opener(request, timeout=TIMEOUT_S) as answer:
+                    return answer.read()
+            except urllib.error.HTTPError as error:
+                raise _error(error.code, error.read(), error.headers.get("x-amz-retry-after") if error.headers
+                             else None, operation) from None
+        return self.retry.call(once)
 
     def query(self, service: str, version: str, action: str, params: Mapping[str, str]) -> ET.Element:
         url = (self.endpoint or f"https://{service}.{self.region}.{self.dns_suffix}") + "/"
         body = canonical_query({"Action": action, "Version": version, **params}).encode()
         answer = self._send("POST", url, service,
-                            {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body)
+                            {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}, body, action)
         return ET.fromstring(answer)
 
     # --- Auto Scaling and EC2
@@ -218,22 +344,24 @@ class Aws:
                 params["start-after"] = start_after
             if token:
                 params["continuation-token"] = token
-            root = ET.fromstring(self._send("GET", self._s3_url(bucket, query=canonical_query(params)), "s3", {}))
+            root = ET.fromstring(self._send("GET", self._s3_url(bucket, query=canonical_query(params)), "s3", {},
+                                            operation="ListObjectsV2"))
             keys += [_text(c, "Key") for c in root if _local(c.tag) == "Contents"]
             token = _text(root, "NextContinuationToken")
             if _text(root, "IsTruncated") != "true" or not token:
                 return keys
 
     def get_object(self, bucket: str, key: str) -> bytes:
-        return self._send("GET", self._s3_url(bucket, key), "s3", {})
+        return self._send("GET", self._s3_url(bucket, key), "s3", {}, operation="GetObject")
 
 
-def _error(status: int, body: bytes) -> AwsError:
-    """The Query protocol's <ErrorResponse><Error><Code>, EC2's <Response><Errors><Error>, S3's <Error>."""
+def _error(status: int, body: bytes, retry_after: Optional[str] = None, operation: str = "") -> AwsError:
+    """The Query protocol's <ErrorResponse><Error><Code>, EC2's <Response><Errors><Error>, S3's <Error>. A body that
+    is not XML (a load balancer's 503 page) has no code: its status alone decides a retry, as in botocore."""
     try:
         root = ET.fromstring(body)
     except ET.ParseError:
-        return AwsError(status, "HTTP", body[:200].decode("utf-8", "replace"))
+        return AwsError(status, "", body[:200].decode("utf-8", "replace"), retry_after, operation)
     error = next((e for e in root.iter() if _local(e.tag) == "Error"), root)
-    return AwsError(status, _text(error, "Code") or "Unknown", _text(error, "Message"))
+    return AwsError(status, _text(error, "Code"), _text(error, "Message"), retry_after, operation)
 

@@ -5,19 +5,25 @@ Runs as the Deployment kube-system/gpu-node-repair (one replica, Recreate). Ever
 1. reads the GPU nodes (label `poolLabel`), what their run-time checker last said through Prometheus
    (gpu_cloud_node_health_remediation, _fault, _timestamp_seconds: userdata/gpu_verify.py render_textfile), and
    their Auto Scaling groups;
-2. moves the repairs in flight on (`advance`): a reboot evicts the node's pods, reboots it, and is done when the
-   node's checker passes after the reboot, or escalates to a replacement; a replacement is done when the group no
-   longer has the instance;
-3. decides what to start (`decide`): the safety rules are there, and every decision, taken or refused, is an Event
-   on the node and a sample of gpu_cloud_repair_decisions_total;
-4. reads the gate's verdicts from S3 (`reportsPrefix`), exposes them as metrics, and suspends a pool's Launch process
+2. moves the repairs in flight on (`advance`), each step derived again from what it observes: a reboot evicts the
+   node's pods, reboots it (again, if the node never went down), and is done when the node's checker passes after
+   the reboot, or escalates to a replacement with its own start; a replacement terminates the instance (again, while
+   its group keeps it InService) and is done when the group no longer has it;
+3. decides what to start (`decide`) for every node that asks (`ask`: a fault, NotReady for 30 minutes, a silent
+   checker): the safety rules are there, and every decision, taken or refused, is an Event on the node and a sample
+   of gpu_cloud_repair_decisions_total; a node rebooted healthy in the last 24 hours that asks again is replaced;
+4. cordons every node that asks and every node in repair, whatever was decided, and uncordons a node it cordoned
+   once a check says it is healthy;
+5. reads the gate's verdicts from S3 (`reportsPrefix`), exposes them as metrics, and suspends a pool's Launch process
    after `brakeAfter` rejected launches in a row (`brake`).
 What it has started is written to its state ConfigMap before it acts (optimistic concurrency on resourceVersion),
 so a restart neither forgets a repair nor spends the budget twice. Metrics on :metricsPort/metrics.
 
-When it fails, who sees it: every failed call counts in gpu_cloud_repair_errors_total{source} and is logged; the
-loop's last success is gpu_cloud_repair_last_success_timestamp_seconds, and GpuRepairControllerDown fires when it
-stops. A failed tick changes nothing; the next one starts from the state ConfigMap.
+Every Kubernetes and AWS call is retried as botocore's standard mode retries (aws_api.Retry). When one still fails,
+who sees it: it counts in gpu_cloud_repair_errors_total{source} and is logged, the pass goes on with its other calls,
+and the next pass derives it again from what it observes; the loop's last success is
+gpu_cloud_repair_last_success_timestamp_seconds, and GpuRepairControllerDown fires when it stops. A pass that cannot
+read or write its state does nothing.
 
 Standard library only (plain python image); AWS calls through aws_api.py beside it. CONFIG (default
 /etc/gpu-node-repair/config.json) is decisions/nodes/repair.py's controller_config.
@@ -40,6 +46,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+if __package__:                 # imported as jobs.node_repair (the tests)
+    from . import aws_api
+else:                           # run as /opt/gpu-node-repair/node_repair.py: aws_api.py is beside it in the ConfigMap
+    import aws_api
+
 SA_DIR = Path(os.environ.get("SERVICEACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount"))
 COMPONENT = "gpu-node-repair"
 HOUR = 3600.0
@@ -59,10 +70,22 @@ class NodeState(NamedTuple):
     unschedulable: bool
     ours: bool                   # cordoned by this controller (its annotation is on the node)
     lifecycle: str               # the instance's state in its group ("InService", "Terminating:Wait", ...; "" if absent)
-    remediation: str             # what the last run-time check asks for: none, reset, reboot, replace ("" if unknown)
+    remediation: str             # what the last run-time check asks for: none, reboot, replace ("" if unknown)
     faults: Tuple[str, ...]
     checked_at: float            # when that check ran (0 if never)
     boot_id: str = ""            # the kubelet's status.nodeInfo.bootID: a new one proves a reboot happened
+    ready_since: float = 0.0     # the Ready condition's lastTransitionTime: since when it is (not) Ready
+    created: float = 0.0         # metadata.creationTimestamp
+    cordoned_at: float = 0.0     # when this controller cordoned it (its annotation's "since"; 0 if not ours)
+
+
+class Ask(NamedTuple):
+    """What a node asks for, and why: its checker's fault (kind "check"), a checker gone quiet ("stale") or a kubelet
+    gone quiet ("not-ready")."""
+    action: str                  # reboot | replace
+    kind: str                    # check | stale | not-ready
+    faults: Tuple[str, ...]
+    since: float                 # stale, not-ready: when it began, as observed (check: 0, see first_seen)
 
 
 class Decision(NamedTuple):
@@ -73,12 +96,36 @@ class Decision(NamedTuple):
     reason: str
 
 
-def serving(node: NodeState) -> bool:
-    return node.ready and not node.unschedulable and node.lifecycle == "InService"
-
-
 def wanted_action(node: NodeState, actions: Mapping[str, str]) -> Optional[str]:
     return actions.get(node.remediation)
+
+
+def ask(node: NodeState, now: float, config: Mapping[str, Any]) -> Optional[Ask]:
+    """What the node asks for now, from what is observed of it, or None. Any answer takes it out of service at once.
+
+    - NotReady for `notReadySeconds` (30 minutes: EKS node auto repair replaces a node NotReady that long, EKS User
+      Guide, "Automatically repair nodes in EKS clusters", its table's Ready row): a replacement. Until then the node
+      lifecycle controller's not-ready/unreachable taints keep new work off it, and a kubelet that comes back in time
+      (a network blip, a slow boot) costs nothing.
+    - A fresh check (at most `staleCheckSeconds` old) whose remediation is reboot or replace: that action.
+    - A Ready node whose check is older than `staleCheckSeconds` (five missed runs of the minutely timer): nobody
+      watches its GPUs, so it takes no new work, and at `staleRepairSeconds` (when GpuNodeHealthCheckStale fires) it is
+      rebooted, which restarts the checker and makes the gate prove the node again; a node whose checker stays silent
+      after that is replaced by the reboot's own rules."""
+    if not node.ready:
+        since = node.ready_since or node.created
+        if since and now - since >= config["notReadySeconds"]:
+            return Ask("replace", "not-ready", ("not-ready",), since)
+        return None
+    if now - node.checked_at <= config["staleCheckSeconds"]:
+        action = wanted_action(node, config["actions"])
+        return Ask(action, "check", node.faults or (node.remediation,), 0.0) if action else None
+    # The last sign of its checker: a check, else the node's return to Ready or its creation (a new node has not run
+    # its first check yet).
+    since = max(node.checked_at, node.ready_since, node.created)
+    if now - since > config["staleCheckSeconds"]:
+        return Ask("reboot", "stale", ("checker-stale",), since)
+    return None
 
 
 def active_for(repairs: Sequence[Mapping[str, Any]], node: str, now: float) -> Optional[Mapping[str, Any]]:
@@ -90,45 +137,61 @@ def active_for(repairs: Sequence[Mapping[str, Any]], node: str, now: float) -> O
     return None
 
 
+def rebooted_recently(repairs: Sequence[Mapping[str, Any]], node: NodeState, now: float,
+                      window: float) -> Optional[Mapping[str, Any]]:
+    """A reboot of this very instance that ended healthy within `window`: a node that asks again is replaced (NVIDIA's
+    RESET_GPU guidance, and the EKS node monitoring agent, replace when an error persists after a reboot)."""
+    for repair in repairs:
+        # A reboot that escalated is a replacement (tick sets its action), and one whose node left its group left
+        # with its instance: a reboot done on this instance ended healthy.
+        if (repair["node"] == node.name and repair["instance"] == node.instance_id and repair["phase"] == "done"
+                and repair["action"] == "reboot" and now - repair["startedAt"] < window):
+            return repair
+    return None
+
+
 def decide(now: float, config: Mapping[str, Any], nodes: Sequence[NodeState], repairs: Sequence[Mapping[str, Any]],
            first_seen: Mapping[str, float]) -> List[Decision]:
-    """What to do about every node whose run-time check asks for a reboot or a replacement, pool by pool.
+    """Whether to reboot or replace every node that asks (`ask`), pool by pool. This governs repairs only: a node that
+    asks is out of service already (Controller.tick cordons it whatever is decided here).
 
-    A node waits until it has asked for `confirmSeconds` (first_seen: when this controller first saw it ask, without
-    a break) on a fresh check. Then, in this order, a pool refuses: when more than `fleetFaultShare` of its nodes ask
-    at once (and more than one: a checker or image fault, not hardware); a node already leaving (cordoned by someone
-    else, or not InService in its group); a repair already in flight in the pool (`maxInFlight`: one; in a
-    reservation the replacement has no capacity until the old instance is gone); a spent budget (`maxPerHour`
-    repairs started in the last hour, dry-run decisions included); and a pool that would serve with fewer nodes than
-    its instance refresh keeps (`minHealthyPercent` of its nodes, rounded down). Otherwise: repair, or dry-run."""
+    A checker's fault waits until the node has asked for `confirmSeconds` (first_seen: when this controller first saw
+    it ask, without a break); a stale checker until `staleRepairSeconds`. Then, in this order, a pool refuses: when
+    more than `fleetFaultShare` of its nodes ask at once (and more than one: a checker, image or control-plane fault,
+    not hardware); a node already leaving (cordoned by someone else, or not InService in its group); a repair already
+    in flight in the pool (`maxInFlight`: one; in a reservation the replacement has no capacity until the old instance
+    is gone); and a spent budget (`maxPerHour` repairs started in the last hour, dry-run decisions included).
+    Otherwise: repair, or dry-run; a reboot of a node rebooted healthy within `recurrenceSeconds` is a replacement."""
     decisions: List[Decision] = []
-    actions = config["actions"]
     for pool, policy in sorted(config["pools"].items()):
         members = [n for n in nodes if n.pool == pool]
-        asking = sorted((n for n in members if wanted_action(n, actions)), key=lambda n: (first_seen.get(n.name, now),
-                                                                                           n.name))
+        asks = {n.name: a for n in members for a in [ask(n, now, config)] if a}
+        asking = sorted((n for n in members if n.name in asks), key=lambda n: (first_seen.get(n.name, now), n.name))
         if not asking:
             continue
         in_flight = [(r["action"], r["node"]) for r in repairs if r["pool"] == pool and r["phase"] in IN_FLIGHT]
         started = sum(1 for r in repairs if r["pool"] == pool and now - r["startedAt"] < HOUR)
-        up = sum(1 for n in members if serving(n))
-        floor_ = len(members) * policy["minHealthyPercent"] // 100
         halted = len(asking) > max(1, math.floor(config["fleetFaultShare"] * len(members)))
         for node in asking:
-            action = wanted_action(node, actions)
+            wanted = asks[node.name]
+            action, what = wanted.action, ", ".join(wanted.faults)
             if active_for(repairs, node.name, now):
                 continue                                    # a second fault during its repair: the repair goes on
-
+            earlier = rebooted_recently(repairs, node, now, config["recurrenceSeconds"]) if action == "reboot" else None
+            if earlier:
+                action = "replace"
+                what += (f" again, {int(now - earlier['startedAt'])} s after the reboot that ended healthy "
+                         f"(at most {config['recurrenceSeconds']} s)")
             seen_for = now - first_seen.get(node.name, now)
-            if now - node.checked_at > config["staleCheckSeconds"]:
-                outcome, reason = "waiting", f"its last health check is {int(now - node.checked_at)} s old"
-            elif seen_for < config["confirmSeconds"]:
-                outcome, reason = "waiting", (f"{', '.join(node.faults) or node.remediation} seen for {int(seen_for)} s "
-                                              f"of {config['confirmSeconds']}")
+            if wanted.kind == "check" and seen_for < config["confirmSeconds"]:
+                outcome, reason = "waiting", f"{what} seen for {int(seen_for)} s of {config['confirmSeconds']}"
+            elif wanted.kind == "stale" and now - wanted.since < config["staleRepairSeconds"]:
+                outcome, reason = "waiting", (f"its last health check is {int(now - wanted.since)} s old; repaired at "
+                                              f"{config['staleRepairSeconds']} s")
             elif halted:
                 outcome, reason = "refused", (f"{len(asking)} of {len(members)} nodes of pool {pool} ask for repair at "
-                                              "once: more than the checker or the image should be trusted with; a "
-                                              "person must look")
+                                              "once: more than the checker, the image or the control plane should be "
+                                              "trusted with; a person must look")
             elif (node.unschedulable and not node.ours) or node.lifecycle != "InService":
                 outcome, reason = "refused", (f"already leaving (cordoned: {node.unschedulable}, group state: "
                                               f"{node.lifecycle or 'not in its group'})")
@@ -138,36 +201,32 @@ def decide(now: float, config: Mapping[str, Any], nodes: Sequence[NodeState], re
             elif started >= policy["maxPerHour"]:
                 outcome, reason = "refused", (f"budget spent: {started} repairs in pool {pool} in the last hour "
                                               f"(at most {policy['maxPerHour']})")
-            elif up - serving(node) < floor_:
-                outcome, reason = "refused", (f"pool {pool} would serve with {up - serving(node)} of {len(members)} "
-                                              f"nodes, below its minimum healthy {floor_} "
-                                              f"({policy['minHealthyPercent']} %)")
             else:
                 outcome = DRY_RUN if config["dryRun"] else "repair"
-                reason = f"{', '.join(node.faults) or node.remediation}: {action}"
+                reason = f"{what}: {action}"
                 started += 1
                 if not config["dryRun"]:
                     in_flight.append((action, node.name))
-                    up -= serving(node)
             decisions.append(Decision(node.name, pool, action, outcome, reason))
     return decisions
 
 
 class Step(NamedTuple):
     phase: str                   # the repair's phase from now on
-    do: str                      # what to do now: "" | evict | reboot | replace | uncordon
+    do: str                      # what to do now: "" | evict | reboot | replace
     reason: str
 
 
 def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], node: Optional[NodeState],
-            evictable: int = 0) -> Step:
-    """The next step of a repair in flight. `node` is None once the node is gone; `evictable` counts the pods still
-    to leave it (reboot only)."""
+            evictable: int = 0, reboot_failed: bool = False) -> Step:
+    """The next step of a repair in flight, from what is observed now, so that a call that failed (or was never made)
+    is made again: `node` is None once the node is gone; `evictable` counts the pods still to leave it (draining);
+    `reboot_failed` says the last pass's reboot call failed."""
     phase, timeout = repair["phase"], config["repairTimeoutSeconds"]
     gone = node is None or node.lifecycle in ("", "Terminated")
     if gone:
-        return Step("done", "", "the instance has left its group" + (" (replaced after failing its gate)"
-                                                                     if repair["action"] == "reboot" else ""))
+        return Step("done", "", "the instance has left its group" + (" (replaced by it after failing its gate)"
+                                                                     if phase != "replacing" else ""))
     if phase == "draining":
         if evictable == 0:
             return Step("rebooting", "reboot", "drained")
@@ -175,18 +234,36 @@ def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], no
             return Step("rebooting", "reboot", f"{evictable} pods still there after {config['drainTimeoutSeconds']} s")
         return Step("draining", "evict", f"{evictable} pods to evict")
     if phase == "rebooting":
+        rebooted_at = repair.get("rebootedAt", math.inf)
         # A new boot (RebootInstances only asks the OS; a check may still run before it goes down), and a check since.
-        after = node.boot_id != repair.get("bootId") and node.checked_at > repair.get("rebootedAt", math.inf)
+        after = node.boot_id != repair.get("bootId") and node.checked_at > rebooted_at
         if after and node.ready and node.remediation == "none":
-            return Step("done", "uncordon", "healthy after its reboot")
+            return Step("done", "", "healthy after its reboot")
         if after and wanted_action(node, config["actions"]):
             return Step("replacing", "replace", f"still faulty after its reboot ({', '.join(node.faults)})")
         if now - repair["startedAt"] >= timeout:
             return Step("replacing", "replace", f"not healthy {timeout} s after the repair began")
+        # Still the same boot and Ready throughout: the reboot never happened. EC2 hard-reboots an instance that has
+        # not shut down "within a few minutes" (EC2 API Reference, RebootInstances; four minutes in its earlier
+        # wording), and a stopped kubelet shows as not Ready after kube-controller-manager's node-monitor-grace-period
+        # (40 s by default): `rebootRetrySeconds` covers both, and a pass.
+        went_down = node.boot_id != repair.get("bootId") or not node.ready or node.ready_since > rebooted_at
+        if not went_down and (reboot_failed or now - rebooted_at >= config["rebootRetrySeconds"]):
+            return Step("rebooting", "reboot", "the reboot call failed" if reboot_failed else
+                        f"still the same boot and Ready {int(now - rebooted_at)} s after its reboot: rebooted again")
         return Step("rebooting", "", "waiting for the node to pass its gate and a health check")
-    if phase == "replacing" and now - repair["startedAt"] >= timeout and not repair.get("stuck"):
-        return Step("replacing", "stuck", f"still in its group {timeout} s after the repair began")
+    if phase == "replacing" and node.lifecycle == "InService":
+        # The group still serves it: the terminate call failed or was never made. Anything else (Terminating:Wait,
+        # Terminating:Proceed, Detaching) is the group and the drain handler at work.
+        return Step("replacing", "replace", "still InService in its group: terminated again")
     return Step(phase, "", "")
+
+
+def stuck(now: float, config: Mapping[str, Any], repair: Mapping[str, Any]) -> bool:
+    """A replacement past the repair timeout, counted from when it became a replacement (an escalated reboot's
+    replacement has its own start, or GpuRepairStuck would fire as soon as it began)."""
+    return (repair["phase"] == "replacing"
+            and now - repair.get("replacingSince", repair["startedAt"]) >= config["repairTimeoutSeconds"])
 
 
 class Report(NamedTuple):
@@ -232,32 +309,58 @@ def report_key_at(prefix: str, pool: str, when: float) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 class HttpError(Exception):
-    def __init__(self, status: int, text: str):
+    def __init__(self, status: int, text: str, retry_after: Optional[str] = None):
         super().__init__(f"HTTP {status}: {text[:300]}")
-        self.status = status
+        self.status, self.retry_after = status, retry_after
+
+
+def kube_retry_kind(error: BaseException) -> Tuple[Optional[str], Optional[float]]:
+    """The API server's answers, judged by botocore's standard rules (aws_api.Retry): 429 (API Priority and Fairness,
+    or the server's max-in-flight limit, with Retry-After in seconds) is throttling; 500, 502, 503, 504 and a lost
+    connection are transient. A 409 is not retried: it says the object changed, and the next pass reads it again."""
+    if isinstance(error, HttpError):
+        retry_after = None
+        if error.retry_after is not None:
+            try:
+                retry_after = max(0.0, float(error.retry_after))
+            except ValueError:
+                retry_after = None
+        if error.status in aws_api.THROTTLING_STATUS:
+            return aws_api.THROTTLING, retry_after
+        return (aws_api.TRANSIENT if error.status in aws_api.TRANSIENT_STATUS else None), retry_after
+    if isinstance(error, aws_api.CONNECTION_ERRORS):
+        return aws_api.TRANSIENT, None
+    return None, None
 
 
 class Kube:
-    """The API server, with the pod's service-account token and CA."""
+    """The API server, with the pod's service-account token and CA; every call retried as aws_api.Retry does."""
 
-    def __init__(self, base: Optional[str] = None, sa_dir: Path = SA_DIR):
+    def __init__(self, base: Optional[str] = None, sa_dir: Path = SA_DIR, retry: Optional[Any] = None):
         if base is None:
             host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
             base = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
         self.base, self.sa_dir = base, sa_dir
         self.context = ssl.create_default_context(cafile=str(sa_dir / "ca.crt")) if base.startswith("https") else None
+        self.retry = retry or aws_api.Retry(kube_retry_kind)
 
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        token = (self.sa_dir / "token").read_text(encoding="utf-8").strip()   # projected: re-read, it rotates
-        request = urllib.request.Request(self.base + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
-                                                  "Content-Type": content_type})
-        try:
-            with urllib.request.urlopen(request, timeout=20, context=self.context) as answer:
-                return json.loads(answer.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            raise HttpError(error.code, error.read().decode("utf-8", "replace")) from None
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+             retried: bool = True) -> Any:
+        """`retried`=False for an answer that is itself the news (an eviction's 429: a PodDisruptionBudget says not
+        now; the next pass asks again)."""
+        def once() -> Any:
+            token = (self.sa_dir / "token").read_text(encoding="utf-8").strip()   # projected: re-read, it rotates
+            request = urllib.request.Request(self.base + path, method=method,
+                                             data=None if body is None else json.dumps(body).encode(),
+                                             headers={"Authorization": f"Bearer {token}", "Accept": "application/json",
+                                                      "Content-Type": content_type})
+            try:
+                with urllib.request.urlopen(request, timeout=20, context=self.context) as answer:
+                    return json.loads(answer.read() or b"{}")
+            except urllib.error.HTTPError as error:
+                raise HttpError(error.code, error.read().decode("utf-8", "replace"),
+                                error.headers.get("Retry-After") if error.headers else None) from None
+        return self.retry.call(once) if retried else once()
 
 
 def prometheus_vector(base: str, query: str, opener: Callable[..., Any] = urllib.request.urlopen) -> List[Dict]:
@@ -277,7 +380,9 @@ def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen) 
         node = sample["metric"].get("node")
         return None if not node else health.setdefault(node, {"remediation": "", "faults": [], "checkedAt": 0.0})
 
-    for sample in prometheus_vector(base, "gpu_cloud_node_health_timestamp_seconds", opener):
+    # The last check of the last hour, not the instant value: a node whose scrape fails drops out of an instant query
+    # after Prometheus' 5-minute lookback, and its staleness must still count from its last check.
+    for sample in prometheus_vector(base, "max_over_time(gpu_cloud_node_health_timestamp_seconds[1h])", opener):
         found = entry(sample)
         if found is not None:
             found["checkedAt"] = max(found["checkedAt"], float(sample["value"][1]))
@@ -290,6 +395,23 @@ def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen) 
         if found is not None:
             found["faults"] = sorted(set(found["faults"]) | {sample["metric"].get("fault", "")})
     return health
+
+
+def _time(stamp: Optional[str]) -> float:
+    """A Kubernetes timestamp (RFC 3339, "2026-11-28T10:00:00Z") as Unix time; 0 if absent or unreadable."""
+    try:
+        return datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _cordoned_at(mark: Optional[str]) -> float:
+    """When this controller cordoned the node, from its annotation ({"action", "since"}; older ones: "startedAt")."""
+    try:
+        found = json.loads(mark) if mark else {}
+        return float(found.get("since", found.get("startedAt", 0.0))) if isinstance(found, dict) else 0.0
+    except (ValueError, TypeError):
+        return 0.0
 
 
 def instance_id(provider_id: str) -> str:
@@ -389,6 +511,9 @@ class Controller:
         self.said: Dict[str, Tuple[str, str]] = {}        # node -> the last (outcome, reason) told: no repeated Events
         self.reports: Dict[str, Report] = {}              # S3 key -> parsed report, for the keys still in the window
         self.node_uids: Dict[str, str] = {}
+        self.failed: set = set()                          # (node or pool, call) that failed in the last pass
+        self.failed_brakes: set = set()
+        self.told: Dict[str, Tuple[str, str, str]] = {}   # node -> the last repair step told: no repeated Events
         self.health_seen, self.last_success = False, 0.0
         # Every counter from 0, so that its first event is an increase (increase() needs two samples).
         for pool in config["pools"]:
@@ -448,15 +573,19 @@ class Controller:
                 continue
             self.node_uids[meta["name"]] = meta.get("uid", "")
             iid = instance_id(spec.get("providerID", ""))
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+            condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
             checked = health.get(meta["name"], {})
-            nodes.append(NodeState(meta["name"], pool, iid, ready, bool(spec.get("unschedulable")),
-                                   self.config["repairAnnotation"] in (meta.get("annotations") or {}),
+            mark = (meta.get("annotations") or {}).get(self.config["repairAnnotation"])
+            nodes.append(NodeState(meta["name"], pool, iid, condition.get("status") == "True",
+                                   bool(spec.get("unschedulable")), mark is not None,
                                    lifecycle.get(iid, ""), checked.get("remediation", ""),
                                    tuple(checked.get("faults", ())), float(checked.get("checkedAt", 0.0)),
-                                   (status.get("nodeInfo") or {}).get("bootID", "")))
+                                   (status.get("nodeInfo") or {}).get("bootID", ""),
+                                   _time(condition.get("lastTransitionTime")), _time(meta.get("creationTimestamp")),
+                                   _cordoned_at(mark)))
         for node in nodes if self.health_seen else ():   # the confirmation clock: any fresh answer but a repair resets it
-            if wanted_action(node, self.config["actions"]) and now - node.checked_at <= self.config["staleCheckSeconds"]:
+            if node.ready and wanted_action(node, self.config["actions"]) and \
+                    now - node.checked_at <= self.config["staleCheckSeconds"]:
                 self.first_seen.setdefault(node.name, now)
             else:
                 self.first_seen.pop(node.name, None)
@@ -516,21 +645,22 @@ class Controller:
             try:
                 self.kube.call("POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction",
                                {"apiVersion": "policy/v1", "kind": "Eviction",
-                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}})
+                                "metadata": {"name": meta["name"], "namespace": meta["namespace"]}}, retried=False)
             except HttpError as error:      # 429: a PodDisruptionBudget says not now; the next pass tries again
                 if error.status not in (404, 429):
                     raise SourceError("kubernetes", error) from error
+            except OSError as error:
+                raise SourceError("kubernetes", error) from error
 
-    def carry_out(self, repair: Mapping[str, Any], do: str) -> None:
-        node, iid = repair["node"], repair["instance"]
+    def carry_out(self, node: str, instance: str, do: str, mark: str = "") -> None:
         if do == "cordon":
-            self.patch_node(node, True, json.dumps({"action": repair["action"], "startedAt": repair["startedAt"]}))
+            self.patch_node(node, True, mark)
         elif do == "evict":
             self.evict(self.pods_on(node))
         elif do == "reboot":
-            calling("aws", self.aws.reboot_instance, iid)
+            calling("aws", self.aws.reboot_instance, instance)
         elif do == "replace":
-            calling("aws", self.aws.replace_instance, iid)
+            calling("aws", self.aws.replace_instance, instance)
         elif do == "uncordon":
             self.patch_node(node, False, None)
 
@@ -548,13 +678,18 @@ class Controller:
 
     # --- one pass ---------------------------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Observe, decide, write what will be done to the state ConfigMap, then do it. A failure anywhere ends the
-        pass; what was saved is picked up by the next."""
+        """Observe, decide, write the repairs to the state ConfigMap, then act. Every action is derived again on every
+        pass from what is observed (a schedulable node that should not be, an instance still InService, a reboot that
+        never happened, a healthy node still cordoned), so a call that fails after its retries is made again by the
+        next pass. A pass that cannot read or write the state does nothing."""
         now = self.clock()
         state, version = calling("kubernetes", self.load_state)
         nodes, groups = self.observe(now)
         by_name = {n.name: n for n in nodes}
-        work: List[Tuple[Mapping[str, Any], str, str]] = []       # (repair, what to do, why), in order
+        work: List[Tuple[str, str, str, str]] = []          # (node, instance, what to do, the annotation of a cordon)
+        steps: List[Tuple[Mapping[str, Any], str]] = []      # (repair, why it moved), for its Event
+        failed, self.failed = self.failed, set()
+        self.failed_brakes = {key for key in failed if key[1] == "brake"}
 
         for repair in state["repairs"]:
             if repair["phase"] not in IN_FLIGHT:
@@ -562,15 +697,29 @@ class Controller:
             node = by_name.get(repair["node"])
             if node is not None and node.instance_id != repair["instance"]:
                 node = None                                   # the name came back on another instance
-            pods = len(self.pods_on(repair["node"])) if repair["phase"] == "draining" and node is not None else 0
-            step = advance(now, self.config, repair, node, pods)
+            pods = 0
+            if repair["phase"] == "draining" and node is not None:
+                try:
+                    pods = len(self.pods_on(repair["node"]))
+                except SourceError as error:                  # the drain waits a pass: nothing is judged unseen
+                    self.error(error.source, str(error))
+                    continue
+            step = advance(now, self.config, repair, node, pods, (repair["node"], "reboot") in failed)
             if step.do == "reboot":
-                repair.update(rebootedAt=now, bootId=node.boot_id if node else "")
-            if step.do == "stuck":
-                repair["stuck"] = True
-            elif step.do or step.phase != repair["phase"]:
-                work.append((repair, step.do, step.reason))
+                repair.update(rebootedAt=now, bootId=node.boot_id if node else "",
+                              reboots=repair.get("reboots", 0) + 1)
+            if step.do == "replace" and repair["phase"] != "replacing":
+                # An escalated reboot: a replacement from now, with its own start (GpuRepairStuck counts from it).
+                repair.update(action="replace", escalatedFrom=repair["action"], replacingSince=now)
+            if step.do:
+                work.append((repair["node"], repair["instance"], step.do, ""))
+            if step.reason and (step.phase != repair["phase"] or step.do):
+                steps.append((repair, step.reason))
             repair["phase"] = step.phase
+            was_stuck, repair["stuck"] = repair.get("stuck", False), stuck(now, self.config, repair)
+            if repair["stuck"] and not was_stuck:
+                steps.append((repair, f"still in its group {self.config['repairTimeoutSeconds']} s after the "
+                                      "replacement began"))
 
         decisions = decide(now, self.config, nodes, state["repairs"], self.first_seen) if self.health_seen else []
         for decision in decisions:
@@ -580,23 +729,63 @@ class Controller:
                           "action": decision.action, "startedAt": now,
                           "phase": DRY_RUN if decision.outcome == DRY_RUN else
                           ("draining" if decision.action == "reboot" else "replacing")}
+                if decision.action == "replace":
+                    repair["replacingSince"] = now
                 state["repairs"].append(repair)
-                if decision.outcome == "repair":   # cordon first, so nothing new lands on the node
-                    work += [(repair, "cordon", ""), (repair, "evict" if decision.action == "reboot" else "replace", "")]
-        state["repairs"] = [r for r in state["repairs"] if r["phase"] in IN_FLIGHT or now - r["startedAt"] < 24 * HOUR]
+                if decision.outcome == "repair":
+                    work.append((node.name, node.instance_id, "evict" if decision.action == "reboot" else "replace",
+                                 ""))
+        keep = max(24 * HOUR, self.config["recurrenceSeconds"])
+        state["repairs"] = [r for r in state["repairs"] if r["phase"] in IN_FLIGHT or now - r["startedAt"] < keep]
+
+        # Out of service first: every node that asks, and every node in repair, is cordoned whatever was decided; a
+        # node this controller cordoned that no longer asks, is Ready and has passed a check since, is uncordoned.
+        cordons, uncordons = [], []
+        if not self.config["dryRun"] and self.health_seen:
+            in_repair = {r["node"]: r for r in state["repairs"] if r["phase"] in IN_FLIGHT}
+            for node in nodes:
+                wanted = ask(node, now, self.config)
+                repair = in_repair.get(node.name)
+                if repair is not None and repair["instance"] != node.instance_id:
+                    repair = None
+                if (wanted or repair) and not node.unschedulable:
+                    why = (f"{repair['action']} in flight" if repair else
+                           f"{', '.join(wanted.faults)}: {wanted.action} asked for")
+                    cordons.append((node.name, node.instance_id, "cordon", json.dumps(
+                        {"action": repair["action"] if repair else wanted.action, "since": now, "reason": why})))
+                elif node.ours and not wanted and not repair and node.ready and node.remediation == "none" \
+                        and node.checked_at > node.cordoned_at and node.lifecycle == "InService":
+                    uncordons.append((node.name, node.instance_id, "uncordon", ""))
 
         brakes, gate_samples, consecutive = self.gate(now, state, groups)
         calling("kubernetes", self.save_state, state, version)
-        for repair, do, why in work:
-            if do:
-                self.carry_out(repair, do)
-            if why:
+        # Each call on its own: one that fails (after its retries) is counted and logged, and the rest go on.
+        for node_name, instance, do, mark in cordons + work + uncordons:
+            try:
+                self.carry_out(node_name, instance, do, mark)
+            except SourceError as error:
+                self.failed.add((node_name, do))
+                self.error(error.source, f"{do} {node_name}: {error}")
+                continue
+            if do == "cordon" and not any(r["node"] == node_name for r, _ in steps):
+                self.event(node_name, "GpuNodeCordoned", json.loads(mark)["reason"])
+            elif do == "uncordon":
+                self.event(node_name, "GpuNodeUncordoned", "healthy: no fault on its last check", warning=False)
+        for repair, why in steps:
+            key = (repair["node"], repair["phase"], why)
+            if self.told.get(repair["node"]) != key:
+                self.told[repair["node"]] = key
                 self.event(repair["node"], f"GpuRepair{repair['phase'].capitalize()}", f"{repair['action']}: {why}",
                            warning=repair["phase"] != "done")
         for pool, message in brakes:
             if not self.config["dryRun"]:
                 group = self.config["pools"][pool]["asg"]
-                calling("aws", self.aws.suspend_launch, group)
+                try:
+                    calling("aws", self.aws.suspend_launch, group)
+                except SourceError as error:
+                    self.failed.add((pool, "brake"))
+                    self.error(error.source, f"suspend Launch on {group}: {error}")
+                    continue
                 groups.setdefault(group, {}).setdefault("suspended", []).append("Launch")
             self.log(f"{COMPONENT}: {message}")
         for decision in decisions:
@@ -611,10 +800,18 @@ class Controller:
         rejections in a row."""
         brakes, samples, consecutive = [], [], {}
         for pool, policy in sorted(self.config["pools"].items()):
-            reports = self.pool_reports(pool, now)
+            try:
+                reports = self.pool_reports(pool, now)
+            except SourceError as error:      # the brake waits a pass; the repairs do not
+                self.error(error.source, str(error))
+                continue
             count, last = consecutive_rejections(reports, state["brakes"].get(pool, ""))
             consecutive[pool] = count
-            if count >= self.config["brakeAfter"] and "Launch" not in groups.get(policy["asg"], {}).get("suspended", []):
+            suspended = "Launch" in groups.get(policy["asg"], {}).get("suspended", [])
+            if (pool, "brake") in self.failed_brakes and not suspended:
+                # The last pass's SuspendProcesses failed after the brake was saved: suspend again.
+                brakes.append((pool, f"pool {pool}: suspending Launch on {policy['asg']} again (the last call failed)"))
+            elif count >= self.config["brakeAfter"] and not suspended:
                 state["brakes"][pool] = last
                 brakes.append((pool, f"pool {pool}: {count} launches rejected by the gate in a row (last {last}); " + (
                     "dry run: Launch left on" if self.config["dryRun"] else
@@ -661,14 +858,18 @@ class Controller:
                  "nodes' health completed (0: none yet).", {}, self.last_success)]
         return out
 
+    def run_once(self) -> None:
+        """One pass of the loop: a pass that fails is counted and logged, and the next starts again."""
+        try:
+            self.tick()
+        except SourceError as error:
+            self.error(error.source, str(error))
+        except Exception as error:  # noqa: BLE001  (a bug: reported, nothing more done this pass)
+            self.error("controller", f"{error}\n{traceback.format_exc()}")
+
     def run_forever(self) -> None:
         while True:
-            try:
-                self.tick()
-            except SourceError as error:
-                self.error(error.source, str(error))
-            except Exception as error:  # noqa: BLE001  (a bug: reported, nothing more done this pass)
-                self.error("controller", f"{error}\n{traceback.format_exc()}")
+            self.run_once()
             time.sleep(self.config["intervalSeconds"])
 
 
@@ -701,9 +902,6 @@ def serve_metrics(metrics: Metrics, port: int) -> http.server.ThreadingHTTPServe
 
 
 def main() -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import aws_api
-
     config = json.loads(Path(os.environ.get("CONFIG", "/etc/gpu-node-repair/config.json")).read_text())
     metrics = Metrics()
     serve_metrics(metrics, config["metricsPort"])

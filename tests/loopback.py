@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -19,13 +19,16 @@ class QuietHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def answer(self, code: int, body: Any = b"", content_type: Optional[str] = None) -> None:
-        """`body`: bytes as they are, anything else as JSON."""
+    def answer(self, code: int, body: Any = b"", content_type: Optional[str] = None,
+               headers: Optional[Dict[str, str]] = None) -> None:
+        """`body`: bytes as they are, anything else as JSON; `headers`: more response headers (Retry-After, ...)."""
         if not isinstance(body, bytes):
             body, content_type = json.dumps(body).encode(), content_type or "application/json"
         self.send_response(code)
         if content_type:
             self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -203,35 +203,34 @@ def test_gpu_alerts_carry_the_pool_and_ignore_nodes_outside_gpu_pools(spec, tmp_
 
 # --- GPU faults ----------------------------------------------------------------------------------------------------
 
-# The EKS node monitoring agent's fatal XIDs (aws/eks-node-monitoring-agent; Amazon EKS User Guide, "Detect node
-# health issues"), Azure NHC's additions (Azure/azurehpc-health-checks v0.4.5 customTests/azure_gpu_xid.nhc line 8),
-# and the XIDs the NVIDIA device plugin blames on applications (NVIDIA/k8s-device-plugin v0.20.0
-# internal/rm/health.go lines 233-240).
-EKS_FATAL = {46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158}
-AZURE_ADDS = {56, 57, 58, 65, 68, 69, 73, 80, 81, 92}
-APPLICATION_XIDS = {13, 31, 43, 45, 68, 109}
+# What NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, "Resolution Bucket
+# (Immediate Action)"; tests/test_faults.py holds every entry) recovers with new hardware (RESTART_BM,
+# CHECK_MECHANICALS, CONTACT_SUPPORT), with a GPU reset (RESET_GPU, RESTART_VM, the XID 48 and NVLink workflows), and
+# what it leaves to the application (RESTART_APP) or to nobody (IGNORE, XID 45's workflow).
+CATALOG_REPLACE = {54, 56, 57, 58, 65, 73, 79, 81, 142}
+CATALOG_RESET = {46, 48, 62, 64, 74, 95, 109, 110, 119, 120, 136, 140, 143, 151, 155, 156, 158}
+BLACKWELL_NVLINK = set(range(144, 151))      # WORKFLOW_NVLINK5_ERR; their Hopper counterpart, XID 74, pages
+CATALOG_RESTART_APP = {13, 31, 68, 69, 80, 94}
+CATALOG_IGNORE = {43, 45, 63, 92}
 
 
-BLACKWELL_NVLINK = set(range(144, 151))      # their Hopper counterpart, XID 74, is fatal
-
-
-def test_xid_lists_are_the_sources_lists_with_the_disputed_ones_apart():
-    assert set(ar.DISPUTED_XIDS) == (EKS_FATAL | AZURE_ADDS) & APPLICATION_XIDS == {68, 109}
-    assert set(ar.FATAL_XIDS) == (EKS_FATAL | AZURE_ADDS | BLACKWELL_NVLINK) - APPLICATION_XIDS
+def test_xid_alert_lists_are_nvidias_buckets():
+    assert set(ar.FATAL_XIDS) == CATALOG_REPLACE | CATALOG_RESET | BLACKWELL_NVLINK
+    assert set(ar.APPLICATION_XIDS) == CATALOG_RESTART_APP
     assert len(ar.FATAL_XIDS) == len(set(ar.FATAL_XIDS))
 
 
-def test_each_fatal_xid_pages_each_disputed_one_warns_and_others_stay_silent(spec, tmp_path):
+def test_each_fatal_xid_pages_each_application_one_warns_its_owner_and_others_stay_silent(spec, tmp_path):
     groups = groups_of(spec)
-    harmless = (0, 13, 31, 43, 45, 94)        # 0: none yet; 94: contained ECC error, in no fatal list
-    fatal = sorted((EKS_FATAL | AZURE_ADDS | BLACKWELL_NVLINK) - APPLICATION_XIDS)   # the sources', not the module's
-    disputed = sorted((EKS_FATAL | AZURE_ADDS) & APPLICATION_XIDS)
-    codes = fatal + disputed + list(harmless)
+    harmless = (0, *sorted(CATALOG_IGNORE), 2000)        # 0: none yet; IGNORE; 2000: in no catalog entry
+    fatal = sorted(CATALOG_REPLACE | CATALOG_RESET | BLACKWELL_NVLINK)     # the catalog's, not the module's
+    application = sorted(CATALOG_RESTART_APP)
+    codes = fatal + application + list(harmless)
     gpus = {code: {"node": NODE, "gpu": str(i), "UUID": f"GPU-{code}"} for i, code in enumerate(codes)}
     inputs = [node_info()] + [series("DCGM_FI_DEV_XID_ERRORS", gpus[code], f"{code}x3") for code in codes]
     run_promtool_tests(tmp_path, groups, [
         case(inputs, "GpuFatalXid", "1m", [on_node(gpus[c], severity="critical") for c in fatal], groups),
-        case(inputs, "GpuDisputedXid", "1m", [on_node(gpus[c]) for c in disputed], groups),
+        case(inputs, "GpuApplicationXid", "1m", [on_node(gpus[c]) for c in application], groups),
     ])
 
 
@@ -244,7 +243,7 @@ def test_a_fatal_xid_followed_by_a_harmless_one_still_pages(spec, tmp_path):
               series("DCGM_EXP_XID_ERRORS_COUNT", {**gpu, "xid": "45"}, "3x5")]
     run_promtool_tests(tmp_path, groups, [
         case(inputs, "GpuFatalXid", "2m", [on_node({**gpu, "xid": "79"}, severity="critical")], groups),
-        case(inputs, "GpuDisputedXid", "2m", [], groups)])
+        case(inputs, "GpuApplicationXid", "2m", [], groups)])
 
 
 @pytest.mark.parametrize("alert, metric, bad, good, severity", [
@@ -252,7 +251,9 @@ def test_a_fatal_xid_followed_by_a_harmless_one_still_pages(spec, tmp_path):
     ("GpuRowRemapFailure", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "1x5", "0x5", "critical"),
     ("GpuRowRemapPending", "DCGM_FI_DEV_ROW_REMAP_PENDING", "1x5", "0x5", "warning"),
     ("GpuRowRemapLimit", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "512x5", "511x5", "critical"),
-    ("GpuNvlinkRecoveryErrors", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "0 0 1 1 1", "2x5", "warning"),
+    # DCGM v4.6.0 fails a GPU on one NVLink replay or recovery error (DcgmHealthWatch.cpp MonitorNVLink4Fields)
+    ("GpuNvlinkRecoveryErrors", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "0 0 1 1 1", "2x5", "critical"),
+    ("GpuNvlinkReplayErrors", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "0 0 1 1 1", "2x5", "critical"),
 ])
 def test_gpu_fault_counters(spec, tmp_path, alert, metric, bad, good, severity):
     """Fires on the faulty GPU; a clean one (or an old, flat NVLink count) stays silent."""
@@ -759,15 +760,42 @@ def test_node_level_series_get_the_node_name_at_scrape_time():
 # --- the run-time checker's fault classes --------------------------------------------------------------------------
 
 def test_a_fault_the_runtime_checker_finds_pages_with_its_remediation_and_a_warning_informs(spec, tmp_path):
+    """A failed check pages once it has held for 2 minutes, the 120 s the repair controller waits before it trusts
+    one (decisions/nodes/repair.py CONFIRM_S); a single reading that clears pages nothing. A warning informs at
+    once."""
     groups = groups_of(spec)
     failing = {"node": NODE, "job": "node-exporter", "fault": "row-remap-failure", "status": "fail",
                "remediation": "replace"}
+    blip = {"node": OTHER, "job": "node-exporter", "fault": "pcie-width", "status": "fail", "remediation": "replace"}
     warning = {"node": NODE, "job": "node-exporter", "fault": "sxid-nonfatal", "status": "warn", "remediation": "none"}
-    inputs = [node_info(), series("gpu_cloud_node_health_fault", failing, "1x3"),
+    inputs = [node_info(), node_info(OTHER), series("gpu_cloud_node_health_fault", failing, "1x6"),
+              series("gpu_cloud_node_health_fault", blip, "1 1 0 0 0 0"),
               series("gpu_cloud_node_health_fault", warning, "1x3")]
     run_promtool_tests(tmp_path, groups, [
-        case(inputs, "GpuNodeHealthCheckFailed", "1m", [on_node(failing, severity="critical")], groups),
-        case(inputs, "GpuNodeHealthWarning", "1m", [on_node(warning, severity="info")], groups)])
+        case(inputs, "GpuNodeHealthCheckFailed", "1m", [], groups),        # pending, not yet paging
+        case(inputs, "GpuNodeHealthCheckFailed", "2m", [on_node(failing, severity="critical")], groups),
+        case(inputs, "GpuNodeHealthCheckFailed", "4m", [on_node(failing, severity="critical")], groups),
+        case(inputs, "GpuNodeHealthWarning", "0m", [on_node(warning, severity="info")], groups)])
+
+
+def test_a_failed_check_waits_as_long_as_the_repair_controller():
+    from decisions.nodes.repair import CONFIRM_S
+    [rule] = [r for r in ar.node_rules([], None) if r["alert"] == "GpuNodeHealthCheckFailed"]
+    assert rule["for"] == "2m" and CONFIRM_S == 120
+
+
+def test_pcie_replays_warn_above_dcgms_allowance_for_a_gen4_x16_link_held_5_minutes(spec, tmp_path):
+    """DCGM v4.6.0 (DcgmHealthWatch.cpp GetExpectedPcieReplayRate): 0.96 replays a minute per Gen4 lane, 16 on x16.
+    17 a minute for 10 minutes warns; 16 a minute does not; a burst of 500 once does not either."""
+    groups = groups_of(spec)
+    bad, fine, burst = ({"node": NODE, "gpu": str(i), "UUID": f"GPU-{i}"} for i in range(3))
+    metric = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+    inputs = [node_info(), series(metric, bad, "0+17x20"), series(metric, fine, "0+16x20"),
+              series(metric, burst, "0x5 500x15")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "GpuPcieReplays", "8m", [], groups),                  # above since 5m, pending
+        case(inputs, "GpuPcieReplays", "12m", [on_node(bad)], groups)])
+    assert ar.FAULTS.limits.pcie_replays_per_minute == 16
 
 
 def test_every_alert_the_fault_table_names_is_a_rule_of_every_stack(specs):

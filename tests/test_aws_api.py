@@ -1,6 +1,9 @@
 """jobs/aws_api.py: the repair controller's own AWS client (standard library only).
 
 - Its Signature Version 4 is held to botocore's signer, request by request.
+- Its retries are held to botocore's standard mode (botocore.retries.standard): which answers are retried and as
+  what, for every operation it calls, every status and every code botocore's checkers or the operations' models
+  name; the backoff; the retry quota; and the calls on the wire against a server that fails them.
 - Its credentials come from a stand-in EKS Pod Identity agent, read the way botocore's container provider reads
   them (botocore 1.44.8 credentials.py ContainerProvider): the token file as the Authorization header, re-read.
 - Every call runs against moto in server mode on 127.0.0.1 with moto's authentication on: moto recomputes each
@@ -15,14 +18,22 @@
 """
 from __future__ import annotations
 
-import datetime
 import contextlib
+import datetime
+import http.client
 import json
+import socket
+import urllib.error
 
 import boto3
+import botocore.session
 import pytest
+from botocore import exceptions as botocore_errors
 from botocore.auth import S3SigV4Auth, SigV4Auth
-from botocore.awsrequest import AWSRequest
+from botocore.awsrequest import AWSRequest, AWSResponse
+from botocore.parsers import ResponseParserError
+from botocore.retries import quota as botocore_quota
+from botocore.retries import standard
 from botocore.credentials import Credentials as BotoCredentials
 from moto import settings
 from moto.autoscaling.models import autoscaling_backends
@@ -286,3 +297,195 @@ def test_it_reads_the_gate_reports_and_nothing_else_of_the_bucket(aws_world):
     with pytest.raises(aws_api.AwsError) as raised:
         aws.get_object(BUCKET, "verifier/train/bundle.tar")
     assert raised.value.status == 403
+
+
+# ----------------------------------------------------------------------------- retries, held to botocore's standard mode
+
+SERVICES = {"DescribeAutoScalingGroups": "autoscaling", "TerminateInstanceInAutoScalingGroup": "autoscaling",
+            "SuspendProcesses": "autoscaling", "RebootInstances": "ec2", "ListObjectsV2": "s3", "GetObject": "s3"}
+_SESSION = botocore.session.get_session()
+
+
+def _operation(name):
+    return _SESSION.get_service_model(SERVICES[name]).operation_model(name)
+
+
+def _modeled_codes(name):
+    return {s.metadata.get("error", {}).get("code") or s.name for s in _operation(name).error_shapes}
+
+
+# Every code botocore's checkers name, every code our operations model, and codes AWS answers that no rule names.
+CODES = sorted(set(standard.ThrottledRetryableChecker._THROTTLED_ERROR_CODES)
+               | set(standard.TransientRetryableChecker._TRANSIENT_ERROR_CODES)
+               | {c for name in SERVICES for c in _modeled_codes(name)}
+               | {"", "ValidationError", "AccessDenied", "InvalidInstanceID.NotFound", "UnauthorizedOperation",
+                  "IncorrectInstanceState", "InternalFailure", "ServiceUnavailable", "SignatureDoesNotMatch"})
+STATUSES = (400, 403, 404, 408, 409, 429, 500, 501, 502, 503, 504, 509)
+
+
+def _context(name, status, code, attempt=1, headers=None):
+    return standard.RetryContext(attempt_number=attempt, operation_model=_operation(name),
+                                 parsed_response={"Error": {"Code": code or str(status)}},
+                                 http_response=AWSResponse("https://aws", status, headers or {}, None))
+
+
+def _theirs(context):
+    """botocore's verdict: None, or the kind of retry (whose backoff base differs)."""
+    if not standard.StandardRetryConditions(max_attempts=aws_api.MAX_ATTEMPTS).is_retryable(context):
+        return None
+    detector = standard.ThrottlingErrorDetector(standard.RetryEventAdapter())
+    return aws_api.THROTTLING if detector.is_throttling_error_from_context(context) else aws_api.TRANSIENT
+
+
+def test_the_modeled_errors_are_the_service_models():
+    for name in SERVICES:
+        assert aws_api.MODELED_ERRORS[name] == _modeled_codes(name), name
+        assert not any(s.metadata.get("retryable") for s in _operation(name).error_shapes), name
+
+
+def test_which_answers_are_retried_and_how_is_what_botocore_decides():
+    """Every operation the controller calls x every status x every code: retried or not, throttling or not."""
+    differ = []
+    for name in SERVICES:
+        for status in STATUSES:
+            for code in CODES:
+                ours, _ = aws_api.aws_retry_kind(aws_api.AwsError(status, code, "m", operation=name))
+                theirs = _theirs(_context(name, status, code))
+                if ours != theirs:
+                    differ.append((name, status, code, ours, theirs))
+    assert differ == []
+
+
+@pytest.mark.parametrize("ours,theirs", [
+    (urllib.error.URLError(ConnectionRefusedError(111, "refused")), botocore_errors.EndpointConnectionError(
+        endpoint_url="https://ec2")),
+    (socket.timeout("timed out"), botocore_errors.ReadTimeoutError(endpoint_url="https://ec2")),
+    (TimeoutError("connect timed out"), botocore_errors.ConnectTimeoutError(endpoint_url="https://ec2")),
+    (http.client.RemoteDisconnected("closed"), botocore_errors.ConnectionClosedError(endpoint_url="https://ec2")),
+    (ConnectionResetError(104, "reset"), botocore_errors.ConnectionClosedError(endpoint_url="https://ec2")),
+    (http.client.IncompleteRead(b""), botocore_errors.HTTPClientError(error="incomplete read")),
+    (ValueError("not XML"), ResponseParserError("not XML")),
+])
+def test_a_lost_connection_is_retried_as_botocore_retries_it(ours, theirs):
+    context = standard.RetryContext(attempt_number=1, operation_model=_operation("RebootInstances"),
+                                    caught_exception=theirs)
+    assert aws_api.aws_retry_kind(ours)[0] == _theirs(context)
+
+
+@pytest.mark.parametrize("status,code,retry_after", [
+    (400, "Throttling", None), (503, "RequestLimitExceeded", None), (500, "InternalFailure", None),
+    (503, "", None), (429, "", "2500"), (400, "Throttling", "40000"), (503, "", "-5"), (503, "", "soon")])
+def test_the_backoff_is_botocores(status, code, retry_after):
+    headers = {} if retry_after is None else {"x-amz-retry-after": retry_after}
+    for attempt in (1, 2, 3, 6):
+        for draw in (0.0, 0.37, 0.999):
+            context = _context("TerminateInstanceInAutoScalingGroup", status, code, attempt, headers)
+            theirs = standard.ExponentialBackoff(random=lambda: draw, service_name="auto-scaling",
+                                                 throttling_detector=standard.ThrottlingErrorDetector(
+                                                     standard.RetryEventAdapter())).delay_amount(context)
+            error = aws_api.AwsError(status, code, "m", retry_after, "TerminateInstanceInAutoScalingGroup")
+            kind, after = aws_api.aws_retry_kind(error)
+            assert aws_api.Retry(rand=lambda: draw).delay(kind, attempt, after) == pytest.approx(theirs)
+
+
+def test_three_attempts_at_most_and_the_quota_is_botocores():
+    """The same run of calls through ours and through botocore's RetryQuotaChecker: an outage of 503s long enough to
+    spend the quota, then successes that give it back. Attempts and the quota agree call by call."""
+    theirs_quota = botocore_quota.RetryQuota()
+    detector = standard.ThrottlingErrorDetector(standard.RetryEventAdapter())
+    checker = standard.RetryQuotaChecker(theirs_quota, detector)
+    conditions = standard.StandardRetryConditions(max_attempts=aws_api.MAX_ATTEMPTS)
+    retry = aws_api.Retry(sleep=lambda s: None)
+    plan = [("503", 3)] * 25 + [("ok", 0)] * 40 + [("throttle", 1)] * 10 + [("403", 1)] * 3
+    cut_short = 0
+
+    for outcome, failures in plan:
+        code, status = {"503": ("", 503), "throttle": ("Throttling", 400), "403": ("AccessDenied", 403),
+                        "ok": ("", 200)}[outcome]
+        # botocore: attempt, fail, ask for a retry while it may, until an attempt succeeds or it gives up
+        request_context, attempt, theirs_attempts = {}, 1, 0
+        while True:
+            theirs_attempts += 1
+            if attempt > failures:
+                checker.release_retry_quota(request_context, AWSResponse("https://aws", 200, {}, None))
+                break
+            context = _context("DescribeAutoScalingGroups", status, code, attempt)
+            context.request_context = request_context
+            if not (conditions.is_retryable(context) and checker.acquire_retry_quota(context)):
+                break
+            attempt += 1
+        # ours
+        attempts = []
+
+        def once():
+            attempts.append(1)
+            if len(attempts) <= failures:
+                raise aws_api.AwsError(status, code, "m", operation="DescribeAutoScalingGroups")
+            return "ok"
+
+        try:
+            retry.call(once)
+        except aws_api.AwsError:
+            pass
+        assert len(attempts) == theirs_attempts <= aws_api.MAX_ATTEMPTS, outcome
+        cut_short += outcome == "503" and len(attempts) < aws_api.MAX_ATTEMPTS
+        assert retry.quota == theirs_quota.available_capacity, (outcome, retry.quota, theirs_quota.available_capacity)
+    assert cut_short and 0 < retry.quota < botocore_quota.RetryQuota.INITIAL_CAPACITY   # spent, then won some back
+
+
+class FlakyAws:
+    """A Query endpoint that answers the first `failures` requests with `status`/`body`, then succeeds."""
+
+    def __init__(self, failures, status, body, headers=None):
+        self.left, self.requests = failures, []
+        owner = self
+
+        class Handler(QuietHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                owner.requests.append(self.headers["Authorization"])
+                if owner.left > 0:
+                    owner.left -= 1
+                    self.send_response(status)
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    return self.wfile.write(body)
+                self.answer(200, b'<RebootInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+                                 b'<return>true</return></RebootInstancesResponse>', "text/xml")
+
+        self.server = LoopbackServer(Handler)
+
+
+THROTTLED = (b'<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message>'
+             b'</Error></Errors><RequestID>r</RequestID></Response>')
+
+
+@pytest.mark.parametrize("failures,status,body,headers,attempts,raised", [
+    (2, 503, THROTTLED, {}, 3, None),                             # throttled twice: the third attempt succeeds
+    (3, 503, THROTTLED, {}, 3, "RequestLimitExceeded"),          # three times: the call fails, after 3 attempts
+    (1, 502, b"<html>bad gateway</html>", {}, 2, None),          # a proxy's page, no XML: its status decides
+    (1, 403, b'<Response><Errors><Error><Code>UnauthorizedOperation</Code></Error></Errors></Response>', {}, 1,
+     "UnauthorizedOperation"),                                   # not retried
+    (1, 429, b"", {"x-amz-retry-after": "3000"}, 2, None),       # a 429 the model does not name; waits 3 s
+])
+def test_a_call_on_the_wire_is_retried_as_botocore_would(failures, status, body, headers, attempts, raised):
+    flaky = FlakyAws(failures, status, body, headers)
+    slept = []
+    try:
+        aws = aws_api.Aws(REGION, "amazonaws.com", Static(KEYS), endpoint=flaky.server.url,
+                          retry=aws_api.Retry(sleep=slept.append, rand=lambda: 0.5))
+        if raised:
+            with pytest.raises(aws_api.AwsError) as error:
+                aws.reboot_instance("i-0abc")
+            assert error.value.code == raised
+        else:
+            aws.reboot_instance("i-0abc")
+        assert len(flaky.requests) == attempts and len(slept) == attempts - 1
+        if headers.get("x-amz-retry-after"):
+            assert slept == [3.0]                                 # max(t_i, min(3 s, t_i + 5 s)), t_i = 0.5 x 1 s
+        if status == 503 and not raised:
+            assert slept == [0.5 * 1, 0.5 * 2]                    # throttling: base 1 s, doubled, times the draw
+    finally:
+        flaky.server.close()

@@ -18,14 +18,23 @@ The host is modelled on awslabs/amazon-eks-ami templates/al2023 (v20260714, Kube
   packages appear only when the gate installs them; the gate installs no EFA software.
 A background thread plays systemd's part of the boot (the one-shot finishing, the fabric manager training).
 The AMI's own boot units (nodeadm-run.service, kubelet.service, ... at v20260714, tests/upstream/al2023-units.json)
-sit in the sandbox's /etc/systemd/system; the real `systemctl --root=DIR enable` links the gate's units among them,
-and a reboot (`reboot()` below) starts nodeadm-run.service as systemd would: first the units it requires and that
-come before it, run from their unit files; if one fails, nodeadm-run and so the kubelet never start.
+sit in the sandbox's /etc/systemd/system; the real `systemctl --root=DIR` links the gate's units among them (and
+refuses what systemd refuses there, such as masking a unit whose file is in /etc/systemd/system).
+The boot is modelled as the AMI runs it:
+- cloud-final runs the user-data script through cloud-init's own code (the Debian cloud-init package under the system
+  python3, as .ci/run installs it): cloudinit/helpers.py Runners.run with cc_scripts_user at its per-instance
+  frequency, which writes the semaphore before it runs the script and skips the module once it is there;
+- a reboot (`reboot()` below) clears /run (a tmpfs), stops what the last boot left running, runs cloud-final again,
+  then starts nodeadm-run.service as systemd would: first the units it requires and that come before it, run from
+  their unit files; if one fails, nodeadm-run never runs. nodeadm-run restarts the kubelet, whose start runs the
+  ExecStartPre= commands of kubelet.service and its drop-ins (`start_kubelet()`); one that fails keeps it down;
+- a boot can die at any moment (`run(die_in_gate=True)`, `reboot(die_in_gate=True)`): every process of it is
+  SIGKILLed, with no trap run, as a kernel panic ends it (the AMI panics on an oops).
 
 Stand-ins (PATH shims) exist only for what this machine lacks or must not touch: `nvidia-smi`,
-`nv-fabricmanager`, `systemctl` (unit states in files; `start` waits for an activating job as systemd does;
-`--root=DIR mask` makes the /dev/null links; `--root=DIR enable` is the real systemctl), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel), and on the
-a libfabric `fi_info` where a test plants one (an image with the full EFA install). The verifier inside the bundle is a
+`nv-fabricmanager`, `systemctl` without `--root` (unit states in files; `start` waits for an activating job as
+systemd does; with `--root=DIR` it is the real systemctl), `dnf`, `modprobe`, `modinfo`, `uname` (the AMI's kernel),
+and a libfabric `fi_info` where a test plants one (an image with the full EFA install). The verifier inside the bundle is a
 small stand-in gpu_verify.py that writes a pass or fail report chosen by FAKE_VERIFY; the real verifier is
 tested in test_gpu_verify.py.
 """
@@ -35,6 +44,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -44,13 +55,14 @@ from pathlib import Path
 
 import boto3
 import pytest
+from moto.autoscaling.exceptions import ValidationError
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.responses import EmptyResult
 
 from tests import upstream_records
-from tests.conftest import VENV_BIN, require_tool
+from tests.conftest import VENV_BIN, missing, require_tool
 from tests.loopback import LoopbackServer, QuietHandler, moto_server
-from userdata.render import NodeBootstrap, build_verifier_artifact, render_shell_part
+from userdata.render import NodeBootstrap, build_verifier_artifact, gate_unit_text, render_shell_part
 
 REGION = "us-east-1"
 BUCKET = "gpu-cloud-artifacts"
@@ -62,6 +74,7 @@ STANDARD_AMI = "amazon-eks-node-al2023-x86_64-standard-1.33-v20260714"
 AMI_KERNEL = "6.12.94-123.180.amzn2023.x86_64"
 AMI_UNITS = upstream_records.record("al2023-units.json")
 REPO_DRIVER = "580.159.03"       # what `dnf install nvidia-open` resolves to on the 580-open stream
+SYSTEM_PYTHON = "/usr/bin/python3"   # cloud-init's, from the Debian package
 CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUMKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
 
 # ----------------------------------------------------------------------------- moto, IMDS, EFA download
@@ -70,12 +83,15 @@ LIFECYCLE_CALLS: list = []
 
 
 def _complete_lifecycle_action(self):  # recording stand-in; moto 5.2.5 lacks this action
-    LIFECYCLE_CALLS.append({
+    call = {
         "hook": self._get_param("LifecycleHookName"),
         "asg": self._get_param("AutoScalingGroupName"),
         "instance": self._get_param("InstanceId"),
         "result": self._get_param("LifecycleActionResult"),
-    })
+    }
+    if any(c["instance"] == call["instance"] for c in LIFECYCLE_CALLS):   # answered: the action is closed
+        raise ValidationError(f"No active Lifecycle Action found with instance ID {call['instance']}")
+    LIFECYCLE_CALLS.append(call)
     return EmptyResult()  # like moto's other no-output actions (e.g. delete_lifecycle_hook)
 
 
@@ -172,8 +188,8 @@ SHIMS = {
     """,
     "systemctl": r"""
         echo "systemctl $*" >>"$FAKE_STATE/systemctl.log"
-        root=""
-        if [ "${1#--root=}" != "$1" ]; then root=${1#--root=}; shift; fi
+        # on the sandbox's unit files: the real one, whatever the verb
+        if [ "${1#--root=}" != "$1" ]; then exec "$FAKE_REAL_SYSTEMCTL" "$@"; fi
         [ "$1" = --no-block ] && { nb=1; shift; }
         cmd=$1; shift
         unit() { u=${1%.service}; echo "$FAKE_STATE/units/$u"; }
@@ -201,11 +217,8 @@ SHIMS = {
           is-active) [ "$1" = --quiet ] && { q=1; shift; }
                      s=$(state "$1"); [ -z "$q" ] && echo "$s"; [ "$s" = active ] ;;
           start) for u in "$@"; do begin "$u" || exit $?; done ;;
-          enable) if [ -n "$root" ]; then exec "$FAKE_REAL_SYSTEMCTL" --root="$root" enable "$@"; fi
-                  [ "$1" = --now ] && { now=1; shift; }
+          enable) [ "$1" = --now ] && { now=1; shift; }
                   for u in "$@"; do [ -e "$(unit "$u")" ] || exit 1; [ -n "$now" ] && { begin "$u" || exit $?; }; done; true ;;
-          mask) mkdir -p "$root/etc/systemd/system"
-                for u in "$@"; do ln -sf /dev/null "$root/etc/systemd/system/$u"; done ;;
           stop) ;;
           *) exit 1 ;;
         esac
@@ -288,6 +301,45 @@ sys.exit(1 if mode == "fail" else 0)
 '''
 
 
+# cloud-final's user scripts, run by cloud-init's own code: the module runner (cloudinit/helpers.py Runners.run, which
+# writes the per-instance semaphore in FileSemaphores._acquire before it calls the module) with cc_scripts_user's
+# handler at the module's own frequency, as cloudinit/config/modules.py _run_modules calls it ("config-" + name).
+CLOUD_FINAL = r"""
+import inspect, json, logging, sys
+from cloudinit import helpers
+from cloudinit.cloud import Cloud
+from cloudinit.config import cc_scripts_user
+
+cloud_dir, iid, out = sys.argv[1:4]
+
+
+class Datasource:  # what Paths and Cloud ask of one here: the instance id
+    def get_instance_id(self):
+        return iid
+
+
+paths = helpers.Paths({"cloud_dir": cloud_dir}, ds=Datasource())
+cloud = Cloud(Datasource(), paths, {}, None, helpers.Runners(paths))
+handle = cc_scripts_user.handle
+args = ["scripts_user", {}, cloud, logging.getLogger("cloud-final"), []]
+if "log" not in inspect.signature(handle).parameters:   # cloud-init 23.2 and later drop the log argument
+    del args[3]
+result = {"ran": False, "failed": None}
+try:
+    result["ran"], _ = cloud.run("config-scripts_user", handle, args, freq=cc_scripts_user.meta["frequency"])
+except Exception as e:  # cloud-final logs a failed module and goes on
+    result.update(ran=True, failed=str(e))
+with open(out, "w") as f:
+    json.dump(result, f)
+sys.exit(1 if result["failed"] else 0)
+"""
+
+
+def _require_cloud_init():
+    if not (Path(SYSTEM_PYTHON).exists() and Path("/usr/lib/python3/dist-packages/cloudinit").is_dir()):
+        missing("cloud-init's Python package (Debian cloud-init, installed by .ci/run) is not under the system python3")
+
+
 def _write_exe(path: Path, body: str) -> None:
     path.write_text("#!/usr/bin/env bash\n" + textwrap.dedent(body).lstrip())
     path.chmod(0o755)
@@ -317,6 +369,29 @@ def _pool_group(ec2, autoscaling):
             AutoScalingGroupName=ASG, MinSize=0, MaxSize=1000, DesiredCapacity=0, AvailabilityZones=[f"{REGION}a"],
             LaunchTemplate={"LaunchTemplateName": "gpu-cloud-p5", "Version": "$Latest"})
     return autoscaling
+
+
+def _kill_session(sid):
+    """SIGKILL every process of session `sid` until none is left. Not killpg: `timeout` puts what it runs in a process
+    group of its own, which outlives the group's kill."""
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()   # state, ppid, pgrp, session, ...
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found.append(int(pid))
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
 
 
 _LIST_KEYS = {"After", "Before", "Requires", "Wants", "RequiredBy", "WantedBy"}
@@ -387,6 +462,10 @@ class Node:
             "FAKE_REPO_DRIVER": REPO_DRIVER, "FAKE_VERIFY": "pass",
             "FAKE_REAL_SYSTEMCTL": require_tool("systemctl"),
         }
+        self._halt = threading.Event()           # set when this boot ends: its systemd stand-in stops too
+        (self.tmp / "cloud_final.py").write_text(CLOUD_FINAL)
+        self.cloud_dir = self.root / "var/lib/cloud"
+        self.semaphore = self.cloud_dir / "instances" / self.instance_id / "sem/config_scripts_user"
 
     def _sysfs(self, count):
         """EFA devices as the kernel shows them: class links into the PCI device, whose driver is efa."""
@@ -405,27 +484,62 @@ class Node:
     def boot(self, kmod_after=0.0, kmod_result="active", fm_after=0.0, fm_result="active"):
         """systemd's part of the accelerated AMI's boot, running alongside cloud-final: nvidia-kmod-load
         finishes `kmod_after` seconds in (loading the AMI's module), then the fabric manager and persistenced."""
-        units = self.state / "units"
+        units, halt = self.state / "units", self._halt
 
         def run():
-            time.sleep(kmod_after)
+            if halt.wait(kmod_after):
+                return
             if kmod_result == "active":
                 (self.state / "kmod").write_text(self.ami_driver + "\n")
                 (units / "nvidia-persistenced").write_text("active\n")
                 (self.state / "pm").touch()     # the daemon turns persistence mode on for every GPU
                 (units / "nvidia-fabricmanager").write_text("activating\n")
             (units / "nvidia-kmod-load").write_text(kmod_result + "\n")
-            if kmod_result == "active" and fm_result is not None:
-                time.sleep(fm_after)
+            if kmod_result == "active" and fm_result is not None and not halt.wait(fm_after):
                 (units / "nvidia-fabricmanager").write_text(fm_result + "\n")
 
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         return thread
 
-    def run(self, **env):
-        self.proc = subprocess.run(["bash", str(self.script)], env={**self.env, **env}, capture_output=True,
-                                   text=True, timeout=120)
+    def _spawn(self, command, env, die_in_gate):
+        """Run one boot's command to its end; or, with die_in_gate, until the gate waits for the driver module, then
+        SIGKILL every process of it at once, as a kernel panic does (no trap runs)."""
+        if not die_in_gate:
+            return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        waits = self.shim_log("systemctl").count("systemctl start nvidia-kmod-load.service")
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        deadline = time.monotonic() + 60
+        while self.shim_log("systemctl").count("systemctl start nvidia-kmod-load.service") == waits:
+            assert proc.poll() is None and time.monotonic() < deadline, "the gate never reached the driver step"
+            time.sleep(0.05)
+        _kill_session(proc.pid)
+        out, err = proc.communicate(timeout=30)
+        return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+    def cloud_final(self, env, die_in_gate=False):
+        """cloud-final's scripts_user module, by cloud-init's own code (CLOUD_FINAL). The user-data's shell part is
+        where cloud-init's init stage puts it (/var/lib/cloud/instance/scripts/part-002, mode 0700; test_render.py
+        checks that it writes the script byte for byte)."""
+        _require_cloud_init()
+        scripts = self.cloud_dir / "instances" / self.instance_id / "scripts"
+        scripts.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.script, scripts / "part-002")
+        (scripts / "part-002").chmod(0o700)
+        link = self.cloud_dir / "instance"
+        if not link.is_symlink():
+            link.symlink_to(f"instances/{self.instance_id}")
+        out = self.tmp / "cloud-final.json"
+        out.unlink(missing_ok=True)
+        proc = self._spawn([SYSTEM_PYTHON, str(self.tmp / "cloud_final.py"), str(self.cloud_dir), self.instance_id,
+                            str(out)], env, die_in_gate)
+        self.final = json.loads(out.read_text()) if out.exists() else None
+        return proc
+
+    def run(self, die_in_gate=False, **env):
+        """The first boot's cloud-final, which runs the user-data script."""
+        self.proc = self.cloud_final({**self.env, **env}, die_in_gate)
         return self.proc
 
     # --- observations
@@ -458,25 +572,58 @@ class Node:
         return found["AutoScalingInstances"][0]["HealthStatus"]
 
     def unit(self, name):
-        """A unit file of the sandbox, as {key: [values]} per section (systemd's list settings accumulate)."""
+        """A unit of the sandbox with its drop-ins (<name>.d/*.conf, in name order, after the unit file), as
+        {key: [values]} per section: list settings accumulate and an empty assignment clears them (systemd.unit(5))."""
+        units = self.root / "etc/systemd/system"
         sections: dict = {}
-        current = None
-        for line in (self.root / "etc/systemd/system" / name).read_text().splitlines():
-            line = line.strip()
-            if not line or line[0] in "#;":
-                continue
-            if line.startswith("["):
-                current = sections.setdefault(line.strip("[]"), {})
-                continue
-            key, _, value = line.partition("=")
-            current.setdefault(key, []).extend(value.split() if key in _LIST_KEYS else [value])
+        for path in [units / name, *sorted((units / f"{name}.d").glob("*.conf"))]:
+            current = None
+            for line in path.read_text().splitlines():
+                line = line.strip()
+                if not line or line[0] in "#;":
+                    continue
+                if line.startswith("["):
+                    current = sections.setdefault(line.strip("[]"), {})
+                    continue
+                key, _, value = line.partition("=")
+                if not value:
+                    current[key] = []
+                    continue
+                current.setdefault(key, []).extend(value.split() if key in _LIST_KEYS else [value])
         return sections
 
-    def reboot(self, boot=None, **env):
-        """The instance boots again: its modules and daemons start afresh (boot(**boot) plays them), and systemd starts
-        nodeadm-run.service, which nodeadm uses to (re)start the kubelet. Before it, every unit it requires that is
+    def _in_sandbox(self, command):
+        """A unit's command line with its paths in the sandbox: the program where the sandbox has it (else the
+        host's), and every argument under /run, /var, /etc or /opt."""
+        argv = command.split()
+        if (self.root / argv[0].lstrip("/")).exists():
+            argv[0] = str(self.root) + argv[0]
+        return [argv[0]] + [str(self.root) + a if a.startswith(("/run/", "/var/", "/etc/", "/opt/")) else a
+                            for a in argv[1:]]
+
+    def start_kubelet(self):
+        """systemd starting kubelet.service: its ExecStartPre= commands, the AMI's and the drop-ins', in order;
+        one that fails fails the start. The AMI's own (`iptables -P FORWARD ACCEPT`) is not modelled."""
+        self.kubelet_checks = []
+        for command in self.unit("kubelet.service")["Service"].get("ExecStartPre", []):
+            if command.startswith("/sbin/iptables "):
+                continue
+            argv = self._in_sandbox(command)
+            self.kubelet_checks.append(argv)
+            if subprocess.run(argv, env=self.env, capture_output=True, timeout=30).returncode != 0:
+                return False
+        return True
+
+    def reboot(self, boot=None, die_in_gate=False, **env):
+        """The instance boots again: what the last boot ran is gone and /run (a tmpfs) is empty; its modules and
+        daemons start afresh (boot(**boot) plays them); cloud-final runs its modules (cloud-init's semaphore skips the
+        per-instance user script); systemd starts nodeadm-run.service. Before it, every unit it requires that is
         ordered before it runs from its unit file (ExecStart, Environment); a failed one fails nodeadm-run's start
-        job, as systemd's Requires= with After= does. Returns whether the kubelet started."""
+        job, as systemd's Requires= with After= does. nodeadm-run then restarts the kubelet (start_kubelet).
+        Returns whether the kubelet started."""
+        self._halt.set()
+        self._halt = threading.Event()
+        shutil.rmtree(self.root / "run", ignore_errors=True)
         for path in ("kmod", "pm"):
             (self.state / path).unlink(missing_ok=True)
         for unit in ("nvidia-kmod-load", "nvidia-fabricmanager", "nvidia-persistenced"):
@@ -484,6 +631,7 @@ class Node:
                 (self.state / "units" / unit).write_text("activating\n" if unit == "nvidia-kmod-load" else "inactive\n")
         if self.ami == "nvidia":
             self.boot(**(boot or {}))
+        self.final_proc = self.cloud_final({**self.env, **env})
         units = self.root / "etc/systemd/system"
         run = units / "nodeadm-run.service"
         self.boot_runs = []
@@ -499,20 +647,25 @@ class Node:
             if "nodeadm-run.service" not in unit["Unit"].get("Before", []):
                 continue
             environment = dict(item.split("=", 1) for item in unit["Service"].get("Environment", []))
-            command = unit["Service"]["ExecStart"][0].split()
-            command[0] = str(self.root) + command[0]       # the unit's command, in the sandbox
             self.boot_runs.append(name)
-            self.proc = subprocess.run(command, env={**self.env, **environment, **env}, capture_output=True,
-                                       text=True, timeout=120)
+            self.proc = self._spawn(self._in_sandbox(unit["Service"]["ExecStart"][0]),
+                                    {**self.env, **environment, **env}, die_in_gate)
             if self.proc.returncode != 0:
                 return False                               # "Dependency failed for EKS Nodeadm Run"
-        kubelet = units / "kubelet.service"
-        return not (kubelet.is_symlink() and os.readlink(kubelet) == "/dev/null")
+        return self.start_kubelet()
 
     def masked(self):
         unit_dir = self.root / "etc/systemd/system"
         return sorted(p.name for p in unit_dir.glob("*") if p.is_symlink() and os.readlink(p) == "/dev/null") \
             if unit_dir.exists() else []
+
+    def marker(self, name):
+        """The gate's state: persistent (in-service, gate-running, rejected) under /var/lib/gpu-cloud, or this boot's
+        (verified) under /run/gpu-cloud; None where there is none."""
+        for base in ("var/lib/gpu-cloud", "run/gpu-cloud"):
+            if (self.root / base / name).exists():
+                return (self.root / base / name).read_text()
+        return None
 
     def explain(self):
         return f"rc={self.proc.returncode}\n--- stderr ---\n{self.proc.stderr[-6000:]}"
@@ -552,9 +705,12 @@ def _assert_abandoned(n, reason_part):
     reason = tags.get("gpu-cloud:verify-reason", "")
     assert reason and reason_part in reason, (reason, n.explain())
     assert len(reason) <= 256
-    assert n.masked() == ["kubelet.service", "nodeadm-run.service"], n.explain()
-    assert any(line.split()[-3:] == ["mask", "nodeadm-run.service", "kubelet.service"]
-               for line in n.shim_log("systemctl")), n.shim_log("systemctl")
+    # the kubelet stays down by its drop-in (no verified file this boot), the AMI's unit files untouched
+    assert n.marker("verified") is None and not n.start_kubelet(), n.explain()
+    assert n.masked() == [] and _ami_units_intact(n)
+    # for good: the reason on disk for every later boot of this instance, no gate left under way
+    assert " ".join(n.marker("rejected").split())[:256] == reason
+    assert n.marker("gate-running") is None and n.marker("in-service") is None
     # the report (the verifier's, or the bootstrap's own stub) is printed into the log
     assert n.report()["verdict"] == "fail"
     assert (n.root / "var/lib/gpu-cloud/verify.json").read_text().strip() in n.log()
@@ -564,16 +720,41 @@ def _assert_abandoned(n, reason_part):
     assert " ".join(published["boot"]["reason"].split())[:256] == reason
     assert published["boot"]["mode"] == "launch" and published["boot"]["pool"] == "p5"
     assert published["checks"] == n.report()["checks"]
-    # a rejected launch never installs the boot units
-    assert not (n.root / "etc/systemd/system/nodeadm-run.service.requires").exists()
+    # the gate's own unit and the drop-in came first, before anything could fail; the run-time checker never
+    assert _gate_installed(n)
+    assert not (n.root / "etc/systemd/system/timers.target.wants/gpu-cloud-health.timer").exists()
     return reason
+
+
+def _ami_units_intact(n):
+    """The AMI's unit files as the AMI installs them (no /dev/null links over them, no edits)."""
+    units = n.root / "etc/systemd/system"
+    return all(not (units / u).is_symlink() and (units / u).read_text() == found["text"]
+               for u, found in AMI_UNITS["units"].items())
+
+
+def _gate_installed(n):
+    """The gate's unit (enabled: nodeadm-run requires it) and the kubelet's drop-in, as the user-data carries them,
+    and the unit's command, this very user-data script."""
+    units = n.root / "etc/systemd/system"
+    return ((units / "gpu-cloud-gate.service").read_text() == gate_unit_text("gpu-cloud-gate.service")
+            and (units / "kubelet.service.d/10-gpu-cloud-gate.conf").read_text()
+            == gate_unit_text("kubelet-gpu-cloud-gate.conf")
+            and os.readlink(units / "nodeadm-run.service.requires/gpu-cloud-gate.service")
+            == "/etc/systemd/system/gpu-cloud-gate.service"
+            and (n.root / "opt/gpu-cloud/bin/gpu-cloud-gate").read_bytes() == n.script.read_bytes())
 
 
 def _assert_continued(n):
     assert n.proc.returncode == 0, n.explain()
+    assert n.final == {"ran": True, "failed": None}      # cloud-final ran the script, under its semaphore
+    assert n.semaphore.is_file()
     assert n.lifecycle() == [{"hook": HOOK, "asg": ASG, "instance": n.instance_id, "result": "CONTINUE"}]
     assert n.tags() == {"gpu-cloud:verify": "pass"}
-    assert n.masked() == []
+    assert n.masked() == [] and _ami_units_intact(n) and _gate_installed(n)
+    # this boot's verdict lets the kubelet start; later boots are in service; no gate under way
+    assert n.marker("verified") == "" and n.start_kubelet(), n.explain()
+    assert n.marker("in-service") and n.marker("gate-running") is None and n.marker("rejected") is None
     (key, published), = n.published()
     assert published["verdict"] == "pass" and published["boot"]["mode"] == "launch" and key.endswith("-launch.json")
 
@@ -818,13 +999,41 @@ def test_a_passing_gate_installs_itself_to_run_before_nodeadm_at_every_later_boo
     # no ordering cycle: nodeadm-run waits for cloud-final (the AMI's unit), the gate for neither
     assert "cloud-final.service" in run["Unit"]["After"]
     assert not {"cloud-final.service", "nodeadm-run.service", "kubelet.service"} & set(gate["Unit"]["After"])
-    assert gate["Service"]["Environment"] == ["GPU_CLOUD_BOOT=reboot"]
+    # the boot mode is the gate's own (its markers on disk), nothing the unit says
+    assert "Environment" not in gate["Service"]
+    # the kubelet, whoever starts it, waits for the gate and needs this boot's verdict
+    kubelet = n.unit("kubelet.service")
+    assert kubelet["Unit"]["After"] == ["containerd.service", "gpu-cloud-gate.service"]
+    assert kubelet["Service"]["ExecStartPre"] == ["/sbin/iptables -P FORWARD ACCEPT -w 5",
+                                                  "/usr/bin/test -f /run/gpu-cloud/verified"]
     # the unit's command is this very user-data script, exports and all, executable
     command = n.root / gate["Service"]["ExecStart"][0].lstrip("/")
     assert command.read_bytes() == n.script.read_bytes() and os.access(command, os.X_OK)
     assert (n.root / "etc/gpu-cloud/health.env").read_text() == (
         "GPU_CLOUD_EXPECT=/opt/gpu-cloud/verify/expect/p5.48xlarge.json\n"
         f"GPU_CLOUD_INSTANCE_ID={n.instance_id}\nGPU_CLOUD_VERIFY_BUDGET_S=30\nGPU_CLOUD_VERIFY_KILL_GRACE_S=60\n")
+
+
+def test_the_kubelet_starts_only_in_a_boot_whose_gate_passed(node):
+    n = node()
+    n.boot()
+    n.run()
+    _assert_continued(n)            # this boot: verified, the kubelet may start
+    shutil.rmtree(n.root / "run")    # the next boot's empty /run, before its gate has run
+    assert not n.start_kubelet()
+    assert n.kubelet_checks == [["/usr/bin/test", "-f", f"{n.root}/run/gpu-cloud/verified"]]
+
+
+def test_systemd_refuses_to_mask_the_ami_units_so_the_gate_uses_a_drop_in(node):
+    """Why no `systemctl mask`: on this AMI kubelet.service and nodeadm-run.service are files in /etc/systemd/system
+    (awslabs/amazon-eks-ami v20260714 template.json line 172 copies runtime/rootfs to /), where masking needs the
+    /dev/null link. The real systemctl, on the AMI's layout:"""
+    n = node()
+    for unit in ("kubelet.service", "nodeadm-run.service"):
+        refused = subprocess.run([n.env["FAKE_REAL_SYSTEMCTL"], f"--root={n.root}", "mask", unit],
+                                 capture_output=True, text=True)
+        assert refused.returncode != 0 and "already exists" in refused.stderr, refused.stderr
+    assert _ami_units_intact(n)
 
 
 def test_a_reboot_runs_the_gate_again_before_the_kubelet_starts(node):
@@ -835,6 +1044,7 @@ def test_a_reboot_runs_the_gate_again_before_the_kubelet_starts(node):
     textfiles = n.root / "var/lib/node_exporter/textfile_collector"
     (textfiles / "gpu_cloud_health.prom").write_text("gpu_cloud_node_health_pass 0\n")   # last boot's
     assert n.reboot(boot={"kmod_after": 1.0}), n.explain()
+    assert n.final == {"ran": False, "failed": None}       # cloud-init: the user script ran for this instance
     assert n.boot_runs == ["gpu-cloud-gate.service"]
     assert "instance %s (p5.48xlarge) pool p5 asg %s, reboot boot" % (n.instance_id, ASG) in n.log()
     assert "bundle from an earlier boot matches its sha256" in n.log()
@@ -845,7 +1055,7 @@ def test_a_reboot_runs_the_gate_again_before_the_kubelet_starts(node):
     assert [c["result"] for c in n.lifecycle()] == ["CONTINUE"]
     assert [(p["verdict"], p["boot"]["mode"]) for _, p in n.published()] == [("pass", "launch"), ("pass", "reboot")]
     assert not (textfiles / "gpu_cloud_health.prom").exists()
-    assert n.health() == "Healthy" and n.masked() == []
+    assert n.health() == "Healthy" and n.masked() == [] and n.marker("verified") == ""
 
 
 def test_a_node_that_fails_its_gate_after_a_reboot_keeps_the_kubelet_down_and_is_replaced(node):
@@ -855,7 +1065,7 @@ def test_a_node_that_fails_its_gate_after_a_reboot_keeps_the_kubelet_down_and_is
     _assert_continued(n)
     assert not n.reboot(FAKE_VERIFY="fail")
     assert n.proc.returncode != 0
-    assert n.masked() == ["kubelet.service", "nodeadm-run.service"]
+    assert not n.start_kubelet() and n.masked() == [] and _ami_units_intact(n)
     assert n.tags() == {"gpu-cloud:verify": "fail", "gpu-cloud:verify-reason": "nvlink_active gpu3; ecc_uncorrected gpu1"}
     # its group replaces it (through the termination hook); no launch hook to answer any more
     assert n.health() == "Unhealthy"
@@ -863,8 +1073,71 @@ def test_a_node_that_fails_its_gate_after_a_reboot_keeps_the_kubelet_down_and_is
     (_, first), (key, last) = n.published()
     assert key.endswith("-reboot.json") and last["verdict"] == "fail" and last["boot"]["mode"] == "reboot"
     assert last["boot"]["reason"] == "nvlink_active gpu3; ecc_uncorrected gpu1"
-    # and the next boot stays down: nothing starts a masked nodeadm-run
-    assert not n.reboot() and n.boot_runs == []
+    # and the next boot stays down: its gate refuses at once (the hardware is not given another chance), reports the
+    # instance again, and publishes nothing new (the brake counts each rejection once)
+    assert not n.reboot() and n.boot_runs == ["gpu-cloud-gate.service"]
+    assert n.tags()["gpu-cloud:verify-reason"] == \
+        "gate: rejected at an earlier boot: nvlink_active gpu3; ecc_uncorrected gpu1"
+    assert "systemctl start nvidia-kmod-load.service" not in n.shim_log("systemctl")[-3:]
+    assert len(n.published()) == 2 and n.health() == "Unhealthy"
+
+
+# ----------------------------------------------------------------------------- a boot that dies in the gate
+# The AMI panics on an oops and reboots 10 s later (kernel.panic_on_oops=1, kernel.panic=10: awslabs/amazon-eks-ami
+# v20260714 templates/al2023/runtime/rootfs/etc/sysctl.d/99-amazon.conf lines 2-3): a driver oops on a bad GPU during
+# the gate ends the boot with no trap run. cloud-init wrote its semaphore before the script ran, so it never runs it
+# again.
+
+
+def test_a_first_boot_that_dies_in_the_gate_is_abandoned_at_the_next_boot_and_its_kubelet_never_starts(node):
+    n = node()
+    n.boot(kmod_after=60)                    # the gate waits for the driver module when the instance goes down
+    n.run(die_in_gate=True)
+    assert n.proc.returncode == -signal.SIGKILL and n.final is None
+    assert n.semaphore.is_file()             # cloud-init's, written before it ran the script
+    assert n.lifecycle() == [] and n.published() == [] and n.tags() == {}
+    # what the dead boot left on disk: the gate for every later boot, the kubelet's drop-in, a gate under way
+    assert _gate_installed(n) and n.marker("gate-running").split()[1] == "launch"
+    assert not n.reboot(), n.explain()
+    assert n.final == {"ran": False, "failed": None}       # cloud-init skips the user script: "already ran"
+    assert n.boot_runs == ["gpu-cloud-gate.service"]         # the gate ran as a unit, in launch mode
+    reason = _assert_abandoned(n, "never reached a verdict")
+    assert reason.startswith("gate: the gate started at ") and reason.endswith(
+        "(launch boot) never reached a verdict: the instance went down during it")
+    # it did not give the hardware a second run
+    assert n.shim_log("systemctl").count("systemctl start nvidia-kmod-load.service") == 1
+    # nor does any later boot
+    assert not n.reboot() and "rejected at an earlier boot" in n.tags()["gpu-cloud:verify-reason"]
+    assert len(n.published()) == 1 and len(n.lifecycle()) == 1
+
+
+def test_a_later_boot_that_dies_in_the_gate_is_reported_unhealthy_at_the_boot_after(node):
+    n = node()
+    n.boot()
+    n.run()
+    _assert_continued(n)
+    assert not n.reboot(boot={"kmod_after": 60}, die_in_gate=True)
+    assert n.proc.returncode == -signal.SIGKILL and n.marker("gate-running").split()[1] == "reboot"
+    assert not n.reboot(), n.explain()
+    assert n.proc.returncode != 0 and not n.start_kubelet()
+    assert "(reboot boot) never reached a verdict" in n.tags()["gpu-cloud:verify-reason"]
+    assert n.health() == "Unhealthy" and [c["result"] for c in n.lifecycle()] == ["CONTINUE"]
+    assert [(p["verdict"], p["boot"]["mode"]) for _, p in n.published()] == [("pass", "launch"), ("fail", "reboot")]
+
+
+def test_a_continue_that_went_through_without_its_marker_ends_in_unhealthy_not_in_a_stranded_node(node):
+    """CONTINUE reached Auto Scaling, but the boot went down before the in-service marker was on disk: the next boot's
+    gate runs in launch mode, and its answer to the hook is refused (no lifecycle action is open). It must not leave
+    an instance in service with its kubelet down and nobody to replace it."""
+    n = node()
+    n.boot()
+    n.run()
+    _assert_continued(n)
+    (n.root / "var/lib/gpu-cloud/in-service").unlink()
+    assert not n.reboot(), n.explain()
+    assert "gate: CompleteLifecycleAction CONTINUE failed" in n.tags()["gpu-cloud:verify-reason"]
+    assert "ABANDON failed; reporting the instance Unhealthy instead" in n.log()
+    assert n.health() == "Unhealthy" and not n.start_kubelet()
 
 
 def test_the_health_unit_runs_the_verifier_in_runtime_mode_and_a_fault_is_not_its_failure(default_node, tmp_path):
@@ -888,14 +1161,15 @@ def test_the_health_unit_runs_the_verifier_in_runtime_mode_and_a_fault_is_not_it
 
 
 def test_the_boot_units_pass_systemd_analyze_verify(default_node, tmp_path):
-    """systemd's own parser over the gate's units beside the AMI's (commands moved into the sandbox, the AMI's
-    binaries, absent here, stood in by /bin/true): unknown keys, bad values and missing commands are reported."""
+    """systemd's own parser over the gate's units and the kubelet's drop-in, beside the AMI's units (commands moved
+    into the sandbox, the AMI's binaries, absent here, stood in by /bin/true): unknown keys, bad values and missing
+    commands are reported, in a drop-in too."""
     analyze = require_tool("systemd-analyze")
     n = default_node
     units = tmp_path / "units"
-    units.mkdir()
+    (units / "kubelet.service.d").mkdir(parents=True)
     names = ["gpu-cloud-gate.service", "gpu-cloud-health.service", "gpu-cloud-health.timer", *AMI_UNITS["units"]]
-    for name in names:
+    for name in [*names, "kubelet.service.d/10-gpu-cloud-gate.conf"]:
         text = (n.root / "etc/systemd/system" / name).read_text().replace("/opt/gpu-cloud", f"{n.root}/opt/gpu-cloud")
         text = re.sub(r"^(ExecStart(?:Pre)?)=(/usr/bin/nodeadm|/usr/bin/kubelet|/etc/eks/|/sbin/iptables)\S*",
                       r"\1=/bin/true", text, flags=re.M)

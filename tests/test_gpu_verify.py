@@ -32,7 +32,7 @@ _spec.loader.exec_module(gv)
 NODE_CHECKS = ("nvml_init", "driver_version", "gpu_count", "nvidia_smi", "xid_kernel_log",
                "sxid_kernel_log", "xid_events")
 TABLE = bundle_document()
-XIDS = {group: set(TABLE["xids"][group]) for group in ("fatal", "nvlink", "disputed", "application")}
+XIDS = {group: set(TABLE["xids"][group]) for group in ("replace", "fatal", "nvlink", "application")}
 GPU_CHECK_NAMES = tuple(name for name, _ in gv.GPU_CHECKS)
 XID_79_LINE = ("Aug 01 10:05:00 ip-10-0-0-1 kernel: NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', "
                "name=<unknown>, GPU has fallen off the bus.")
@@ -368,32 +368,37 @@ def test_gpus_still_training_are_polled_together_until_each_completes(verify):
 # XIDs
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("xids, status, counted", [
-    ([79], "fail", [79]),                 # fallen off the bus
-    ([48], "fail", [48]),                 # double-bit ECC
-    ([92], "fail", [92]),                 # Azure NHC's addition
-    ([68], "warn", [68]),                 # fatal for Azure, application-caused for the device plugin
-    ([109], "warn", [109]),               # fatal for EKS, application-caused for the device plugin
-    ([13, 31, 43, 45], "pass", []),       # application-caused only: not counted
-    ([94], "warn", [94]),                 # contained ECC error: in no list, so unknown
-    ([13, 94, 2000], "warn", [94, 2000]),
-    ([13, 68, 79, 79], "fail", [79]),
-    ([94, 79], "fail", [79]),
+@pytest.mark.parametrize("xids, status, counted, fault", [
+    ([79], "fail", [79], "xid-replace"),           # fallen off the bus: RESTART_BM
+    ([54], "fail", [54], "xid-replace"),           # auxiliary power: CHECK_MECHANICALS
+    ([142], "fail", [142], "xid-replace"),         # CONTACT_SUPPORT
+    ([48], "fail", [48], "xid-fatal"),             # double-bit ECC: reset, then the SRAM threshold decides
+    ([109], "fail", [109], "xid-fatal"),           # RESET_GPU, though the device plugin blames the application
+    ([69], "pass", [], None),                      # RESTART_APP, though Azure calls it fatal
+    ([80], "pass", [], None),                      # RESTART_APP
+    ([92], "pass", [], None),                      # IGNORE, though Azure calls it fatal
+    ([68], "pass", [], None),                      # RESTART_APP
+    ([13, 31, 43, 45], "pass", [], None),          # the application's: not counted
+    ([2000], "warn", [2000], "xid-unknown"),       # in no catalog entry
+    ([13, 94, 2000], "warn", [2000], "xid-unknown"),
+    ([13, 68, 79, 79], "fail", [79], "xid-replace"),
+    ([48, 79], "fail", [48, 79], "xid-replace"),   # the strongest class names the outcome: replace over reboot
+    ([94, 109], "fail", [109], "xid-fatal"),
 ])
-def test_kernel_log_xids_are_classified(verify, xids, status, counted):
+def test_kernel_log_xids_are_classified_by_nvidias_catalog(verify, xids, status, counted, fault):
     node = fk.healthy("p4d.24xlarge")
     node.kernel_log += [xid_line(x) for x in xids]
     run = verify(node)
     check = run.find("xid_kernel_log")
-    assert (check["status"], check["value"]) == (status, counted)
+    assert (check["status"], check["value"], check["fault"]) == (status, counted, fault)
     assert run.report["verdict"] == ("fail" if status == "fail" else "pass")
-    if set(xids) & XIDS["disputed"]:
-        assert "device plugin" in check["detail"] and "so this warns" in check["detail"]
+    if fault:
+        assert run.report["remediations"][fault] == TABLE["faults"][fault]["remediation"]
     for unknown in set(xids) - set().union(*XIDS.values()):
         assert "XID %d on PCI:0000:53:00" % unknown in check["detail"]
-        assert "in none of the lists" in check["detail"]
-    if 13 in xids:
-        assert "not counted: XID 13" in check["detail"]
+        assert "not in the fault table's XID catalog" in check["detail"]
+    if set(xids) & XIDS["application"]:
+        assert "not counted: XID" in check["detail"] and "the application's" in check["detail"]
 
 
 @pytest.mark.parametrize("lines, status, detail", [
@@ -431,20 +436,25 @@ def test_xid_154_event_during_the_run_reads_the_recovery_action(verify, action_n
 
 def test_unknown_xid_event_during_the_run_warns_with_its_number(verify):
     node = fk.healthy("p5.48xlarge")
-    node.xid_events = [[6, 94]]
+    node.xid_events = [[6, 2000]]
     run = verify(node)
     check = run.find("xid_events")
-    assert (check["status"], check["value"]) == ("warn", [94]) and "XID 94 on GPU 6" in check["detail"]
+    assert (check["status"], check["value"]) == ("warn", [2000]) and "XID 2000 on GPU 6" in check["detail"]
     assert run.report["verdict"] == "pass"
 
 
-def test_xid_68_event_during_the_run_warns(verify):
+def test_xid_events_during_the_run_follow_nvidias_resolution(verify):
+    """XID 109 (RESET_GPU) fails the node for a reboot; 68 (RESTART_APP) is only named, the application's."""
     node = fk.healthy("p5.48xlarge")
-    node.xid_events = [[2, 68], [3, 13]]
+    node.xid_events = [[2, 68], [3, 13], [5, 109]]
     run = verify(node)
     check = run.find("xid_events")
-    assert check["status"] == "warn" and run.report["verdict"] == "pass"
-    assert check["value"] == [68] and "GPU 2" in check["detail"]
+    assert (check["status"], check["value"], check["fault"]) == ("fail", [109], "xid-fatal")
+    assert run.report["remediation"] == "reboot" and "GPU 5" in check["detail"]
+    assert "not counted: XID 13, 68" in check["detail"]
+    node.xid_events = [[2, 68]]
+    check = verify(node).find("xid_events")
+    assert (check["status"], check["value"]) == ("pass", [])
 
 
 def test_unreadable_kernel_log_file_fails(tmp_path):
@@ -1124,7 +1134,7 @@ def test_unwritable_report_exits_2_and_prints_the_report(tmp_path, capsys):
 def test_textfile_passes_promtool(tmp_path, monkeypatch):
     promtool = require_tool("promtool")
     node = fk.healthy("g4dn.12xlarge")
-    node.kernel_log.append(xid_line(68))
+    node.kernel_log.append(xid_line(2000))             # unknown: warns
     (tmp_path / "expect.json").write_text(json.dumps(fk.expect_for("g4dn.12xlarge")))
     (tmp_path / "kern.log").write_text("\n".join(node.kernel_log))
     args = gv.parse_args(["--expect", str(tmp_path / "expect.json"), "--report",

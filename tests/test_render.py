@@ -246,6 +246,23 @@ def test_shell_part_is_env_exports_plus_bootstrap_body():
     assert "AWS_ENDPOINT_URL" not in script
 
 
+def test_shell_part_carries_the_gate_units():
+    """The gate's unit and the kubelet's drop-in travel in the user-data (bootstrap.sh installs them before it has a
+    bundle): bash sees exactly the unit files, without their comment lines, and nothing else of them."""
+    script = shell_part_of(render_user_data(largest_node()))
+    lines = [line for line in script.split("set -Eeuo pipefail")[0].splitlines(keepends=True)
+             if not line.startswith(("#!", "export "))]
+    out = subprocess.run(["bash", "-c", "".join(lines) + 'printf "%s\\0%s" "$GATE_UNIT" "$KUBELET_DROPIN"'],
+                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    gate, dropin = out.split("\0")
+    for text, name in ((gate, "gpu-cloud-gate.service"), (dropin, "kubelet-gpu-cloud-gate.conf")):
+        source = (ROOT / "userdata/units" / name).read_text().splitlines(keepends=True)
+        assert text == "".join(line for line in source if not line.startswith("#"))
+        assert "#" not in text and text.startswith("[Unit]\n")
+    assert "ExecStartPre=/usr/bin/test -f /run/gpu-cloud/verified\n" in dropin
+    assert render.GATE_UNITS == {"GATE_UNIT": "gpu-cloud-gate.service", "KUBELET_DROPIN": "kubelet-gpu-cloud-gate.conf"}
+
+
 def test_unset_driver_version_exports_empty():
     script = shell_part_of(render_user_data(make_node(driver_source="install", driver_version=None)))
     assert "export GPU_CLOUD_DRIVER_VERSION=''\n" in script
@@ -273,8 +290,9 @@ def test_largest_realistic_input_fits_16k():
     size = len(doc.encode())
     assert size <= USER_DATA_LIMIT_BYTES, size
     # the checks and the driver install travel in the bundle: the user-data script keeps only what must work
-    # without one (fetching it, failing closed, publishing the verdict, installing the gate for later boots)
-    assert len(shell_part_of(doc).encode()) <= 9 * 1024
+    # without one (fetching it, failing closed, publishing the verdict, and the gate's unit and the kubelet's drop-in,
+    # installed before anything else; 10,054 bytes when this bound was set)
+    assert len(shell_part_of(doc).encode()) <= 10.5 * 1024
     print(f"largest rendered user-data: {size} bytes")  # visible with -s; quoted in reports
     cfg = node_config_of(doc)
     assert len(cfg["spec"]["kubelet"]["config"]["registerWithTaints"]) == 6
@@ -434,7 +452,7 @@ STAND_IN_EXPECT = {"p5.48xlarge": {"instanceType": "p5.48xlarge", "gpuCount": 8}
                    "p4d.24xlarge": {"instanceType": "p4d.24xlarge", "gpuCount": 8}}
 # sha256 of the bundle build_verifier_artifact makes from _stand_ins and STAND_IN_EXPECT. It is the same on every
 # machine and Python (no zlib, no tarfile writer): if this changes, every pool's launch template changes with it.
-STAND_IN_SHA256 = "f1364366698160eb67fd7d4d288c7f34b1f99b5f580017bde498c6e8a0aa68f1"
+STAND_IN_SHA256 = "129024d5cc982e47129cb813db1096c9399148552d87765e316d13350b9ccfc9"
 
 
 def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
@@ -450,10 +468,11 @@ def test_artifact_is_deterministic_and_holds_the_gate_and_verifier(tmp_path):
     assert first == second
     assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
     members = _members(first)
+    # the gate's own unit is not in the bundle: the user-data carries it (test_shell_part_carries_the_gate_units)
     assert list(members) == ["expect/p5.48xlarge.json", "faults.json", "gate.sh", "gpu_verify.py", "health.sh",
-                             "install.sh", "pynvml.py", "units/gpu-cloud-gate.service",
-                             "units/gpu-cloud-health.service", "units/gpu-cloud-health.timer"]
-    for unit in ("health.sh", "units/gpu-cloud-gate.service", "units/gpu-cloud-health.timer"):
+                             "install.sh", "pynvml.py", "units/gpu-cloud-health.service",
+                             "units/gpu-cloud-health.timer"]
+    for unit in ("health.sh", "units/gpu-cloud-health.service", "units/gpu-cloud-health.timer"):
         assert members[unit][1] == (ROOT / "userdata" / unit).read_bytes()
     # The fault table the verifier judges by: decisions/nodes/faults.py's, as JSON.
     assert json.loads(members["faults.json"][1]) == bundle_document()
@@ -481,8 +500,7 @@ def test_artifact_is_a_plain_ustar_archive_without_extension_headers(tmp_path, m
     headers = _raw_headers(data)
     assert [h[:100].rstrip(b"\0") for h in headers] == [
         b"expect/p4d.24xlarge.json", b"expect/p5.48xlarge.json", b"faults.json", b"gate.sh", b"gpu_verify.py",
-        b"health.sh", b"install.sh", b"pynvml.py", b"units/gpu-cloud-gate.service", b"units/gpu-cloud-health.service",
-        b"units/gpu-cloud-health.timer"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
+        b"health.sh", b"install.sh", b"pynvml.py", b"units/gpu-cloud-health.service", b"units/gpu-cloud-health.timer"]                        # sorted; regular files only, no pax (x/g) or GNU (L/K) headers
     for h in headers:
         assert h[156:157] == b"0" and h[257:265] == b"ustar\x0000"
         assert h[100:108] == b"0000644\0" and h[108:124] == b"0000000\0" * 2 and h[136:148] == b"07033241600\0"

@@ -43,17 +43,21 @@ def test_the_controller_is_told_every_pool_of_the_stack_with_its_group_and_safet
         assert config["prometheusUrl"] == f"{monitoring.PROMETHEUS_URL}:{monitoring.PROMETHEUS_PORT}"
 
 
-def test_the_reserved_pool_keeps_three_of_four_and_the_others_ninety_percent(stack_runs):
+def test_each_pool_repairs_one_at_a_time_within_its_budget_and_says_whether_it_is_reserved(stack_runs):
     config, _ = _config(stack_runs["prod-us-east-1"])
     assert config["pools"]["train-h100"] == {"asg": "gpu-cloud-prod-us-east-1-train-h100", "reserved": True,
-                                             "minHealthyPercent": 75, "maxPerHour": 2, "maxInFlight": 1}
-    assert config["pools"]["infer-l40s"]["minHealthyPercent"] == 90
+                                             "maxPerHour": 2, "maxInFlight": 1}
     assert config["pools"]["infer-l40s"]["reserved"] is False
 
 
 def test_timings_follow_the_drain_and_the_gate():
     assert repair.REPAIR_TIMEOUT_S == drain.LIFECYCLE_DRAIN_TIMEOUT_S + 3000 + boot.node_ready_seconds() == 4500
     assert repair.CONFIRM_S == 120 and repair.STALE_CHECK_S == 300 and repair.BRAKE_AFTER == 3
+    # NotReady: EKS node auto repair's 30 minutes; a silent checker: when GpuNodeHealthCheckStale fires (300 s, for 5m)
+    assert repair.NOT_READY_S == 1800 and repair.STALE_REPAIR_S == repair.STALE_CHECK_S + 300
+    # a reboot not seen within EC2's four minutes to a hard reboot, node-monitor-grace-period and a pass
+    assert repair.REBOOT_RETRY_S >= 240 + 40 + repair.INTERVAL_S
+    assert repair.RECURRENCE_S == 24 * 3600
 
 
 def test_the_controller_runs_once_on_a_system_node_as_nobody_after_its_identity(stack_runs):
@@ -118,5 +122,6 @@ def test_bad_repair_settings_name_the_key(value, message):
 def test_every_remediation_of_the_fault_table_but_none_is_something_the_controller_does():
     from decisions.nodes.faults import REMEDIATIONS, load_faults
     assert set(repair.ACTIONS) == set(REMEDIATIONS) - {"none"}
-    assert repair.ACTIONS == {"reset": "reboot", "reboot": "reboot", "replace": "replace"}
+    assert repair.ACTIONS["reboot"] == "reboot" and repair.ACTIONS["replace"] == "replace"
+    assert repair.ACTIONS.get("reset", "reboot") == "reboot"
     assert {f.remediation for f in load_faults().faults} - {"none"} <= set(repair.ACTIONS)

@@ -164,6 +164,12 @@ MISTAKES = [
     ("accelerator label set by hand", lambda c: pool(1)(c).update(labels={"k8s.amazonaws.com/accelerator": "l40s"}), "gpu-cloud:nodePools[1].labels.k8s.amazonaws.com/accelerator", "set by gpu-cloud itself"),
     ("MIG on a GPU without MIG", lambda c: pool(1)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}), "gpu-cloud:nodePools[1].gpuSharing.mode", "mig is not supported on L40S"),
     ("MIG profile of another GPU", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfile": "1g.5gb"}), "gpu-cloud:nodePools[0].gpuSharing.migProfile", "allowed: 1g.10gb"),
+    # Turning MIG mode on on an A100 takes a GPU reset, which EC2's pass-through GPUs do not expose (NVML:
+    # NVML_ERROR_RESET_REQUIRED, a VM reboot needed; the gate does not reboot for it): refused, naming what is allowed.
+    ("MIG on an A100 80GB", lambda c: pool(1)(c).update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mig", "migProfile": "1g.10gb"}), "gpu-cloud:nodePools[1].gpuSharing.mode",
+     "mig is refused on A100 80GB (p4de.24xlarge): turning MIG mode on on an Ampere GPU takes a GPU reset"),
+    ("MIG mix on an A100 40GB", lambda c: pool(1)(c).update(instanceTypes=["p4d.24xlarge"], gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 2}}), "gpu-cloud:nodePools[1].gpuSharing.mode",
+     "NVML_ERROR_RESET_REQUIRED until a VM reboot), and the node gate does not reboot for it: every new node would be rejected. Allowed here: none, time-slicing or mps; mig on H100, H200 or B200"),
     ("time-slicing replicas out of range", lambda c: pool(1)(c).update(gpuSharing={"mode": "time-slicing", "replicas": 64}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
     ("MPS without replicas", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps"}), "gpu-cloud:nodePools[1].gpuSharing", "mode mps needs replicas (2 to 48)"),
     ("MPS over the MPS server's 48 clients", lambda c: pool(1)(c).update(gpuSharing={"mode": "mps", "replicas": 49}), "gpu-cloud:nodePools[1].gpuSharing.replicas", "less than or equal to 48"),
@@ -179,7 +185,7 @@ MISTAKES = [
      "needs 8 compute and 8 memory slices of each GPU (3 x 2g.20gb: 6 and 6; 2 x 1g.10gb: 2 and 2), over the budget of one H100: 7 compute and 8 memory slices"),
     ("MIG mix over the memory slices", lambda c: pool(0)(c).update(gpuSharing={"mode": "mig", "migProfiles": {"3g.40gb": 1, "1g.20gb": 2, "1g.10gb": 1}}), "gpu-cloud:nodePools[0].gpuSharing.migProfiles",
      "needs 6 compute and 9 memory slices of each GPU"),
-    ("Triton on a pool of several MIG profiles", lambda c: pool(1)(c).update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}),
+    ("Triton on a pool of several MIG profiles", lambda c: pool(1)(c).update(instanceTypes=["p5.48xlarge"], gpuSharing={"mode": "mig", "migProfiles": {"1g.10gb": 2, "3g.40gb": 1}}),
      "gpu-cloud:inference.triton.pool", "'infer' cuts its GPUs into several MIG profiles"),
     ("label key with a space", lambda c: pool(1)(c).update(labels={"my label": "x"}), "gpu-cloud:nodePools[1].labels.my label", "Kubernetes label key"),
     ("label the kubelet may not set itself", lambda c: pool(1)(c).update(labels={"node-role.kubernetes.io/gpu": "x"}), "gpu-cloud:nodePools[1].labels.node-role.kubernetes.io/gpu", "kubelet may not set"),

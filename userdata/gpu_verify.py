@@ -202,9 +202,9 @@ class FaultTable(object):
         try:
             self.faults: Dict[str, Dict[str, Any]] = dict(document["faults"])
             xids = document["xids"]
+            self.replace_xids = frozenset(int(x) for x in xids["replace"])
             self.fatal_xids = frozenset(int(x) for x in xids["fatal"])
             self.nvlink_xids = frozenset(int(x) for x in xids["nvlink"])
-            self.disputed_xids = frozenset(int(x) for x in xids["disputed"])
             self.application_xids = frozenset(int(x) for x in xids["application"])
             self.recovery_action_xid = int(xids["recoveryAction"])
             self.sxid_fatal_word = str(document["sxids"]["fatalWord"])
@@ -866,9 +866,10 @@ class Sighting(object):
 
 
 def classify_xids(table: FaultTable, sightings: List[Sighting], where: str) -> Outcome:
-    """Judge XIDs by the fault table: fatal ones, Blackwell NVLink ones the driver did not call
-    non-fatal, and an XID 154 naming a recovery action fail; disputed, non-fatal NVLink and unknown
-    ones warn; application-caused ones are only listed in the detail."""
+    """Judge XIDs by the fault table, which follows NVIDIA's XID catalog: those it recovers only with new
+    hardware (replace) or a GPU reset (reboot), Blackwell NVLink ones the driver did not call non-fatal, and
+    an XID 154 naming a recovery action fail; non-fatal NVLink and unknown ones warn; the application's
+    (RESTART_APP, IGNORE) are only listed in the detail."""
     threshold = "no critical XID"
     recovery = table.recovery_action_xid
     changes = sorted(set((s.where, s.action) for s in sightings if s.xid == recovery), key=str)
@@ -877,12 +878,11 @@ def classify_xids(table: FaultTable, sightings: List[Sighting], where: str) -> O
     def seen(test: Callable[[Sighting], bool]) -> List[Tuple[int, str]]:
         return sorted(set((s.xid, s.where) for s in sightings if test(s)))
 
+    replace = seen(lambda s: s.xid in table.replace_xids)
     fatal = seen(lambda s: s.xid in table.fatal_xids)
     nvlink = seen(lambda s: s.xid in table.nvlink_xids and not s.nonfatal)
     nvlink_nonfatal = seen(lambda s: s.xid in table.nvlink_xids and s.nonfatal)
-    disputed = seen(lambda s: s.xid in table.disputed_xids)
-    known = (table.fatal_xids | table.nvlink_xids | table.disputed_xids | table.application_xids
-             | {recovery})
+    known = (table.replace_xids | table.fatal_xids | table.nvlink_xids | table.application_xids | {recovery})
     unknown = seen(lambda s: s.xid not in known)
     ignored = sorted(set(s.xid for s in sightings if s.xid in table.application_xids))
 
@@ -891,6 +891,9 @@ def classify_xids(table: FaultTable, sightings: List[Sighting], where: str) -> O
 
     # (fault class, the XIDs it counts, what) in order of strength
     found: List[Tuple[str, List[int], str]] = []
+    if replace:
+        found.append(("xid-replace", [x for x, _ in replace], "critical %s %s: NVIDIA's catalog knows no "
+                      "recovery short of other hardware" % (listed(replace), where)))
     if fatal:
         found.append(("xid-fatal", [x for x, _ in fatal], "critical %s %s" % (listed(fatal), where)))
     if nvlink:
@@ -900,23 +903,19 @@ def classify_xids(table: FaultTable, sightings: List[Sighting], where: str) -> O
         found.append(("xid-recovery-action", [recovery], "XID %d %s: recovery action changed to %s" % (
             recovery, where, "; ".join("%s on %s" % (recovery_action_name(a), w)
                                        for w, a in needs_recovery))))
-    if disputed:
-        found.append(("xid-disputed", [x for x, _ in disputed],
-                      "%s %s: fatal for the EKS node monitoring agent or Azure's health checks but "
-                      "ignored as application-caused by the NVIDIA device plugin; the lists disagree, "
-                      "so this warns" % (listed(disputed), where)))
     if nvlink_nonfatal:
         found.append(("xid-nvlink-nonfatal", [x for x, _ in nvlink_nonfatal],
                       "NVLink %s %s, marked non-fatal by the driver" % (listed(nvlink_nonfatal), where)))
     if unknown:
-        found.append(("xid-unknown", [x for x, _ in unknown], "%s %s: in none of the lists this gate "
-                      "trusts; like the EKS node monitoring agent with unknown XIDs, this warns"
+        found.append(("xid-unknown", [x for x, _ in unknown], "%s %s: not in the fault table's XID "
+                      "catalog; like the EKS node monitoring agent with unknown XIDs, this warns"
                       % (listed(unknown), where)))
     notes = []
     if changes and not needs_recovery:
         notes.append("XID %d: recovery action back to none on %s" % (recovery, ", ".join(w for w, _ in changes)))
     if ignored:
-        notes.append("not counted: XID %s (application-caused)" % ", ".join(str(x) for x in ignored))
+        notes.append("not counted: XID %s (the application's: NVIDIA's catalog says restart it, or ignore)"
+                     % ", ".join(str(x) for x in ignored))
     if not found:
         return passed([], threshold, "; ".join(["no critical XID %s" % where] + notes))
     # The strongest class names the outcome (a failing one before a warning one, in the order above);

@@ -9,7 +9,8 @@ document with two parts:
    merges over its own containerd config), spec.kubelet {config (a KubeletConfiguration merged over
    the defaults: maxPods, registerWithTaints), flags}, spec.instance.localStorage.strategy
    (enum RAID0 | RAID10 | Mount).
-2. ``text/x-shellscript``: ``export`` lines for the bootstrap environment contract followed by
+2. ``text/x-shellscript``: ``export`` lines for the bootstrap environment contract, the gate's unit and the
+   kubelet's drop-in (``GATE_UNITS``, installed before anything else), then
    the body of ``userdata/bootstrap.sh``. cloud-init runs it in cloud-final, before
    nodeadm-run.service starts the kubelet. It stays small: it fetches the pool's bundle, checks it
    and sources the bundle's ``gate.sh``, where the checks and the driver install live.
@@ -38,8 +39,11 @@ HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SH = HERE / "bootstrap.sh"
 GPU_VERIFY_PY = HERE / "gpu_verify.py"
 BUNDLE_SCRIPTS = ("gate.sh", "install.sh", "health.sh")   # sourced by bootstrap.sh; health.sh run by its unit
-# systemd units bootstrap.sh installs on a pass: the gate on every later boot, the run-time checker's timer
-BOOT_UNITS = ("gpu-cloud-gate.service", "gpu-cloud-health.service", "gpu-cloud-health.timer")
+# systemd units in the bundle, which bootstrap.sh installs on a pass: the run-time checker and its timer
+BOOT_UNITS = ("gpu-cloud-health.service", "gpu-cloud-health.timer")
+# What bootstrap.sh installs first of all, before it has a bundle, so they travel in the user-data itself: the gate's
+# unit, and the kubelet's drop-in that requires this boot's verdict (shell variable -> file in userdata/units/).
+GATE_UNITS = {"GATE_UNIT": "gpu-cloud-gate.service", "KUBELET_DROPIN": "kubelet-gpu-cloud-gate.conf"}
 DRIVER_SOURCES = ("ami", "install")
 # gpuDriver.source install: containerd 2 (config version 3) runs containers through the NVIDIA runtime, set
 # through the NodeConfig, the way nodeadm sets it itself when it finds nvidia-container-runtime on the
@@ -324,9 +328,17 @@ def _bootstrap_body() -> str:
                    if not line.lstrip().startswith("#") or line.lstrip().startswith("# shellcheck"))
 
 
+def gate_unit_text(name: str) -> str:
+    """A unit file of userdata/units/ as the user-data carries it: without its comment lines (they explain the
+    source to its reader; the user-data has a 16 KB limit)."""
+    lines = (HERE / "units" / name).read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(line for line in lines if not line.lstrip().startswith(("#", ";")))
+
+
 def render_shell_part(node: NodeBootstrap) -> str:
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in bootstrap_env(node).items())
-    return "#!/usr/bin/env bash\n" + exports + _bootstrap_body()
+    units = "".join(f"{var}={shlex.quote(gate_unit_text(name))}\n" for var, name in GATE_UNITS.items())
+    return "#!/usr/bin/env bash\n" + exports + units + _bootstrap_body()
 
 
 # --------------------------------------------------------------------------- user-data
@@ -420,7 +432,8 @@ def build_verifier_artifact(
     faults: Optional[Mapping[str, Any]] = None,
 ) -> bytes:
     """The pool's verifier bundle: an uncompressed POSIX ustar archive of the gate scripts (gate.sh,
-    install.sh), the run-time checker (health.sh), the systemd units that run both (units/), gpu_verify.py,
+    install.sh), the run-time checker (health.sh) and its systemd units (units/; the gate's own unit travels in the
+    user-data, GATE_UNITS), gpu_verify.py,
     pynvml.py, faults.json (decisions/nodes/faults.py: the fault table the verifier judges by) and
     expect/<instance type>.json per type.
 

@@ -309,6 +309,16 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
     return ResolvedPool(spec=pool, types=tuple(types), efa=efa)
 
 
+# Architectures whose MIG mode takes a GPU reset to change: "Setting MIG mode on the A100/A30 requires a GPU reset"
+# (NVIDIA MIG User Guide, Deployment Considerations). nvmlDeviceSetMigMode: "On certain platforms like pass-through
+# virtualization, where reset functionality may not be exposed directly, VM reboot is required. activationStatus would
+# return NVML_ERROR_RESET_REQUIRED for such cases" (NVML API reference); EC2 passes its GPUs through, and the mode stays
+# pending (NVIDIA/gpu-operator issue 1606). The gate turns MIG on and requires it current, so an A100 MIG pool would
+# reject every instance until its brake stops it. Refused until the gate records the pending mode and reboots once
+# (Ampere keeps the mode across reboots, the same guide).
+MIG_NEEDS_GPU_RESET = ("ampere",)
+
+
 def _check_gpu_sharing(at: Tuple[PathPart, ...], sharing: GpuSharing, itype: InstanceType,
                        gpu: GpuModel) -> List[ConfigIssue]:
     """The pool's sharing against its GPU: MPS on a GPU the device plugin's MPS server takes 48 clients on; MIG on
@@ -321,6 +331,13 @@ def _check_gpu_sharing(at: Tuple[PathPart, ...], sharing: GpuSharing, itype: Ins
         return []
     if not gpu.supports_mig:
         return [_issue(at + ("mode",), f"mig is not supported on {model}; MIG GPUs: A100, H100, H200, B200")]
+    if gpu.architecture in MIG_NEEDS_GPU_RESET:
+        return [_issue(at + ("mode",), f"mig is refused on {model}: turning MIG mode on on an "
+                                       f"{gpu.architecture.title()} GPU takes a GPU reset, which EC2's pass-through "
+                                       "GPUs do not expose (NVML's nvmlDeviceSetMigMode leaves the mode pending with "
+                                       "NVML_ERROR_RESET_REQUIRED until a VM reboot), and the node gate does not "
+                                       "reboot for it: every new node would be rejected. Allowed here: none, "
+                                       "time-slicing or mps; mig on H100, H200 or B200")]
     allowed = f"allowed: {', '.join(gpu.mig_profiles)}"
     if sharing.mig_profile is not None:
         return [] if sharing.mig_profile in gpu.mig_profiles else [_issue(

@@ -4,21 +4,22 @@ AWS and Kubernetes, and where the gate's verdicts are kept. components/nodes/nod
 The loop, with the fault table (decisions/nodes/faults.yaml) at both ends:
 - every GPU node's run-time checker (userdata/health.sh, every minute) writes gpu_cloud_node_health_* with the
   remediation the table gives its faults; Prometheus scrapes it;
-- the controller asks Prometheus every INTERVAL_S which nodes want a reboot or a replacement, and acts on a node once
-  it has asked for CONFIRM_S, within the pool's budget: a reboot (cordon, evict, ec2:RebootInstances; the gate proves
-  the node at boot, and a node that fails is replaced by its group) or a replacement (cordon,
-  TerminateInstanceInAutoScalingGroup without decrementing: the termination hook and the drain handler drain it,
-  the group launches another, into the reservation where the pool has one);
+- the controller asks Prometheus every INTERVAL_S which nodes want a reboot or a replacement (and Kubernetes which are
+  NotReady: replaced after NOT_READY_S; a checker silent for STALE_REPAIR_S gets its node rebooted), cordons each at
+  once, and repairs a node once it has asked for CONFIRM_S, within the pool's budget: a reboot (evict,
+  ec2:RebootInstances; the gate proves the node at boot, and a node that fails is replaced by its group; one that asks
+  again within RECURRENCE_S is replaced) or a replacement (TerminateInstanceInAutoScalingGroup without decrementing:
+  the termination hook and the drain handler drain it, the group launches another, into the reservation where the
+  pool has one);
 - every boot's verdict is published by the gate to GATE_REPORTS_PREFIX in the artifact bucket; the controller reads
   them, exposes them as metrics (the alerts GpuNodeVerificationFailed and ...Warning), and suspends a pool's Launch
   process after BRAKE_AFTER rejected launches in a row.
 
-Safety (decide() in jobs/node_repair.py, tests/test_node_repair.py): per pool at most `maxPerPoolPerHour` repairs
-in any hour, one at a time, never when fewer nodes would serve than the pool's instance refresh keeps
-(decisions/nodes/pools.refresh_preferences: (n-1)/n for reservations, 90 % for the others, rounded down), never when
-more than FLEET_FAULT_SHARE of a pool asks at once (a bad checker or image, not bad hardware), never on a node already
-draining. Dry-run decides and reports the same, and changes nothing. Every decision is an Event on the node and a
-sample of gpu_cloud_repair_decisions_total.
+Out of service first (Controller.tick in jobs/node_repair.py): every node that asks is cordoned at once, whatever is
+decided about repairing it. Safety governs the repairs only (decide(), tests/test_node_repair.py): per pool at most
+`maxPerPoolPerHour` repairs in any hour, one at a time, never when more than FLEET_FAULT_SHARE of a pool asks at once
+(a bad checker or image, not bad hardware), never on a node already draining. Dry-run decides and reports the same,
+and changes nothing. Every decision is an Event on the node and a sample of gpu_cloud_repair_decisions_total.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
-from decisions.nodes import boot, drain
+from decisions.nodes import boot, drain, faults
 from decisions.nodes import pools as pool_rules
 from decisions.observability.monitoring import POOL_NODE_LABEL, PROMETHEUS_PORT, PROMETHEUS_URL
 from decisions.platform.acceptance import JUDGE_IMAGE
@@ -44,10 +45,25 @@ GATE_REPORTS_PREFIX = "gate-reports/"
 GATE_REPORT_RETENTION_DAYS = 90         # the artifact bucket's lifecycle expires them (decisions/storage/buckets.py)
 
 INTERVAL_S = 30
-# A run-time check older than this (five missed runs of the minutely timer) is not acted on, and alerts.
+# A run-time check older than this (five missed runs of the minutely timer) is not believed: the node is cordoned,
+# nobody watches its GPUs.
 STALE_CHECK_S = 300
-# A fault must be reported this long (two run-time checks a minute apart, and a scrape) before anything is done.
+# A checker silent this long gets its node rebooted (the checker restarts, the gate proves the node): when
+# GpuNodeHealthCheckStale fires (STALE_CHECK_S, for 5 minutes).
+STALE_REPAIR_S = 600
+# A GPU node NotReady this long is replaced, as EKS node auto repair replaces one (EKS User Guide, "Automatically
+# repair nodes in EKS clusters": condition Ready, repair after 30m, Replace). Until then the node lifecycle
+# controller's not-ready taint keeps new work off it.
+NOT_READY_S = 1800
+# A fault must be reported this long (two run-time checks a minute apart, and a scrape) before a reboot or a
+# replacement; the node is cordoned on the first report.
 CONFIRM_S = 120
+# A node still Ready on its old boot this long after RebootInstances was not rebooted: EC2 hard-reboots an instance
+# that has not shut down within a few minutes (four, in the RebootInstances reference's earlier wording), and a
+# stopped kubelet is NotReady 40 s later (node-monitor-grace-period). Reboot again.
+REBOOT_RETRY_S = 360
+# A node rebooted healthy that asks again within this window is replaced: the fault came back with the hardware.
+RECURRENCE_S = 24 * 3600
 # Three rejected launches in a row, with no pass between, brake the pool. Were even one launch in 20 rejected for its
 # own hardware (far more than a healthy fleet sees), three in a row by chance would come once in 8,000 launches; a
 # systematic failure (a bad pin, a bundle the nodes cannot read, a fabric manager that never starts) rejects every
@@ -61,7 +77,9 @@ FLEET_FAULT_SHARE = 0.5
 # own budget to evict, then the longest boot gate (the install path's hook timeout) and readiness: 75 minutes.
 DRAIN_TIMEOUT_S = drain.LIFECYCLE_DRAIN_TIMEOUT_S
 REPAIR_TIMEOUT_S = DRAIN_TIMEOUT_S + max(boot.VERIFY_HOOK_TIMEOUT_S.values()) + boot.node_ready_seconds()
-ACTIONS = {"reset": "reboot", "reboot": "reboot", "replace": "replace"}   # fault-table remediation -> what is done
+# Fault-table remediation -> what is done (the table's none asks for nothing); `reset` while the table still has it.
+ACTIONS = {k: v for k, v in {"reset": "reboot", "reboot": "reboot", "replace": "replace"}.items()
+           if k in faults.REMEDIATIONS}
 
 # What the controller keeps on a node it repairs: the action and when it began.
 REPAIR_ANNOTATION = "gpu-cloud.io/repair"
@@ -78,12 +96,13 @@ def dns_suffix(partition: str) -> str:
 
 
 def pool_policies(pools: Sequence[Any], cluster_name: str, max_per_hour: int) -> Dict[str, Dict[str, Any]]:
-    """Per pool: its group, whether its capacity is reserved, the share of it that must keep serving, and its
-    budget. One repair at a time in every pool: a reservation has no spare capacity to replace into until the old
-    instance is gone, and elsewhere one at a time keeps a false alarm slow."""
+    """Per pool: its group, whether its capacity is reserved, and its budget. One repair at a time in every pool: a
+    reservation has no spare capacity to replace into until the old instance is gone, and elsewhere one at a time
+    keeps a false alarm slow. No floor of serving nodes: a node is out of service before it is repaired, so a repair
+    takes nothing that serves, and a floor could only strand sick nodes (two faults in a 4-node reservation would
+    each wait for the other)."""
     return {pool.name: {"asg": pool_rules.asg_name(cluster_name, pool.name),
                         "reserved": bool(pool.spec.reserved_capacity),
-                        "minHealthyPercent": pool_rules.refresh_preferences(pool).min_healthy_percentage,
                         "maxPerHour": max_per_hour, "maxInFlight": 1}
             for pool in pools}
 
@@ -96,7 +115,9 @@ def controller_config(*, cluster_name: str, region: str, partition: str, pools: 
         "namespace": NAMESPACE, "stateConfigMap": STATE_CONFIGMAP,
         "prometheusUrl": f"{PROMETHEUS_URL}:{PROMETHEUS_PORT}",
         "reportsBucket": reports_bucket, "reportsPrefix": GATE_REPORTS_PREFIX,
-        "intervalSeconds": INTERVAL_S, "confirmSeconds": CONFIRM_S, "staleCheckSeconds": STALE_CHECK_S, "fleetFaultShare": FLEET_FAULT_SHARE,
+        "intervalSeconds": INTERVAL_S, "confirmSeconds": CONFIRM_S, "staleCheckSeconds": STALE_CHECK_S,
+        "staleRepairSeconds": STALE_REPAIR_S, "notReadySeconds": NOT_READY_S, "rebootRetrySeconds": REBOOT_RETRY_S,
+        "recurrenceSeconds": RECURRENCE_S, "fleetFaultShare": FLEET_FAULT_SHARE,
         "brakeAfter": BRAKE_AFTER, "brakeWindowSeconds": BRAKE_WINDOW_S,
         "drainTimeoutSeconds": DRAIN_TIMEOUT_S, "repairTimeoutSeconds": REPAIR_TIMEOUT_S,
         "metricsPort": METRICS_PORT,

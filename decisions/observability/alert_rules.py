@@ -32,7 +32,7 @@ import yaml
 from decisions.nodes.efa import ip_bandwidth_gbps
 from decisions.nodes.faults import load_faults
 from decisions.nodes.pools import offered_gpu_resources
-from decisions.nodes.repair import INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
+from decisions.nodes.repair import CONFIRM_S, INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
 from decisions.observability.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label, ksm_sanitized
 from decisions.platform import acceptance, kueue
 from decisions.platform.tenancy import INFERENCE_NAMESPACE, TRAINING_NAMESPACE
@@ -62,13 +62,14 @@ TRITON_P99_QUANTILE = "0.99"
 TRITON_SYNC_CONTAINER = "models-sync"
 
 # --- facts the rules encode ----------------------------------------------------------------------------------------
-# XIDs, as the fault table (decisions/nodes/faults.yaml) lists them: the EKS node monitoring agent's fatal list and
-# Azure's additions, and Blackwell's NVLink XIDs (144-150; the exporter's gauge carries no severity, so all of them
-# page, as XID 74 does on Hopper). 68 and 109 are also on the NVIDIA device plugin's list of application-caused XIDs, so
-# the sources disagree: those two warn instead of paging.
+# XIDs as the fault table (decisions/nodes/faults.yaml) classes them by NVIDIA's XID catalog: those it recovers with a
+# GPU reset or new hardware, and Blackwell's NVLink XIDs (144-150; the exporter's gauge carries no severity word, so all
+# of them page, as XID 74 does on Hopper), page; those the catalog tells the application to restart after
+# (RESTART_APP) warn its owner, since the node is fine. IGNORE and XID 45 (which follows other XIDs) say nothing.
 FAULTS = load_faults()
-FATAL_XIDS: Tuple[int, ...] = tuple(sorted(FAULTS.xids.fatal + FAULTS.xids.nvlink))
-DISPUTED_XIDS: Tuple[int, ...] = FAULTS.xids.disputed
+FATAL_XIDS: Tuple[int, ...] = tuple(sorted(FAULTS.xids.of("xid-replace") + FAULTS.xids.of("xid-fatal")
+                                           + FAULTS.xids.of("xid-nvlink")))
+APPLICATION_XIDS: Tuple[int, ...] = FAULTS.xids.with_resolution("RESTART_APP")
 
 # ENA interfaces as AL2023 names them (ens5, enp..., eth0 on older images, enX0 on Xen types); the VPC CNI's host
 # veths are eni<hex> and never match.
@@ -85,6 +86,9 @@ RATE_WINDOW = "5m"
 # A run-time check older than the repair controller trusts (decisions/nodes/repair.py): five missed runs of the minutely
 # timer.
 HEALTH_CHECK_STALE_S = STALE_CHECK_S
+# A failed run-time check pages once the repair controller would trust it: it waits CONFIRM_S (two readings of the
+# minutely checker) before it acts, so one reading alone is not a page either.
+HEALTH_CHECK_FAILED_FOR = f"{math.ceil(CONFIRM_S / 60)}m"
 # Twenty missed passes of the repair controller's loop.
 REPAIR_CONTROLLER_STALE_S = 20 * REPAIR_INTERVAL_S
 GROUP_PREFIX = "gpu-cloud"
@@ -187,10 +191,10 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
         # reset or replaced.
         _rule("GpuFatalXid", on_gpu_nodes(xids(FATAL_XIDS)), "0m", "critical", "GPU reported a fatal XID",
               f"{_gpu()} reported a fatal XID; drain the node and reset or replace it."),
-        _rule("GpuDisputedXid", on_gpu_nodes(xids(DISPUTED_XIDS)), "0m", "warning",
-              "GPU reported an XID that may be the application's",
-              f"{_gpu()} reported XID {' or '.join(map(str, DISPUTED_XIDS))}: fatal to some health checks, blamed on "
-              "the application by others. Check the workload's logs before draining the node."),
+        _rule("GpuApplicationXid", on_gpu_nodes(xids(APPLICATION_XIDS)), "0m", "warning",
+              "GPU reported an XID the application restarts after",
+              f"{_gpu()} reported XID {', '.join(map(str, APPLICATION_XIDS))}: NVIDIA's XID catalog says restart the "
+              "application (RESTART_APP); the node is not at fault and is not repaired. Check the workload's logs."),
         # Volatile: counted since the driver loaded, so any uncorrectable error of this boot (uncorrected volatile > 0
         # resets the GPU in aws-samples/awsome-distributed-training 7217859f 4.validation_and_observability/
         # 2.gpu-cluster-healthcheck/checks/0-nvidia-smi-check.sh lines 365-369).
@@ -207,17 +211,34 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
               f"GPU has {limits.row_remap_uncorrectable_max} or more rows remapped for uncorrectable errors",
               f"{_gpu()} is past DCGM's limit of {limits.row_remap_uncorrectable_max} uncorrectable row remaps; "
               "replace the node."),
-        # DCGM: CRC errors "only matter at rates of 100+ per second" (decisions/nodes/faults.yaml limits); a recovery
-        # means a link had to be retrained, which matters at once.
+        # DCGM: CRC errors "only matter at rates of 100+ per second" (decisions/nodes/faults.yaml limits).
         _rule("GpuNvlinkCrcErrors", on_gpu_nodes(
             f"rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL[{RATE_WINDOW}]) >= "
             f"{_number(limits.nvlink_crc_errors_per_second)}"), "5m", "warning",
               f"NVLink CRC errors at {_number(limits.nvlink_crc_errors_per_second)} a second or more",
               f"{_gpu()} has counted {_number(limits.nvlink_crc_errors_per_second)} or more NVLink CRC flit errors "
               "a second for 5 minutes."),
+        # DCGM v4.6.0 fails a GPU on a single NVLink replay or recovery error in its window ("Replay and recovery
+        # errors are failures, not warnings": modules/health/DcgmHealthWatch.cpp MonitorNVLink4Fields, at
+        # DCGM_LIMIT_MAX_NVLINK_ERROR 1); the window here is 10 minutes, so one error pages and then clears.
+        _rule("GpuNvlinkReplayErrors", on_gpu_nodes(
+            "increase(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "critical",
+              "NVLink replay errors", f"{_gpu()} had to replay NVLink traffic in the last 10 minutes, which DCGM "
+              "counts as a failed GPU; drain the node and reboot it (NVIDIA's NVLink workflow: reset, replace if "
+              "it recurs)."),
         _rule("GpuNvlinkRecoveryErrors", on_gpu_nodes(
-            "increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "warning",
-              "NVLink link recovery", f"{_gpu()} had to recover an NVLink in the last 10 minutes."),
+            "increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "critical",
+              "NVLink link recovery", f"{_gpu()} had to recover an NVLink in the last 10 minutes, which DCGM counts "
+              "as a failed GPU; drain the node and reboot it (NVIDIA's NVLink workflow: reset, replace if it "
+              "recurs)."),
+        # DCGM v4.6.0 warns when a GPU's PCIe replays in a minute pass what a bit error rate of 1e-12 allows its link
+        # (MonitorPcie, GetExpectedPcieReplayRate); limits.pcieReplaysPerMinute says which figure. Held for 5
+        # minutes: a burst is the link retraining, a rate that stays is a bad link.
+        _rule("GpuPcieReplays", on_gpu_nodes(
+            f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[{RATE_WINDOW}]) * 60 > {_number(limits.pcie_replays_per_minute)}"),
+              "5m", "warning", f"PCIe replays above {_number(limits.pcie_replays_per_minute)} a minute",
+              f"{_gpu()} has replayed more than {_number(limits.pcie_replays_per_minute)} PCIe transfers a minute "
+              "for 5 minutes, more than DCGM allows a healthy link; if it stays, replace the node."),
         _rule("GpuThermalThrottling", on_gpu_nodes(f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[{RATE_WINDOW}]) > 0"), "10m",
               "warning", "GPU throttled for heat", f"{_gpu()} has been throttled for thermal reasons for 10 minutes."),
         # The counter is nanoseconds spent at the power cap (DCGM v4.6.0 dcgm_fields.h): its rate / 1e9 is the share
@@ -235,7 +256,10 @@ def node_rules(pools, catalog) -> List[Dict[str, Any]]:
     rules = [
         # The run-time checker (userdata/gpu_verify.py --mode runtime) writes one gpu_cloud_node_health_fault series
         # per fault class it found, labelled with the check status and the fault table's remediation.
-        _rule("GpuNodeHealthCheckFailed", on_gpu_nodes('gpu_cloud_node_health_fault{status="fail"} == 1'), "0m",
+        # Held for 2 minutes, the two readings the repair controller waits for before it trusts one
+        # (decisions/nodes/repair.py CONFIRM_S): a single odd reading neither pages nor repairs.
+        _rule("GpuNodeHealthCheckFailed", on_gpu_nodes('gpu_cloud_node_health_fault{status="fail"} == 1'),
+              HEALTH_CHECK_FAILED_FOR,
               "critical", "GPU node health check failed",
               f"The run-time health check found {{{{ $labels.fault }}}} on {_where()}; the fault table's "
               "remediation is {{ $labels.remediation }} (docs/node-gate.md, the fault model)."),
