@@ -79,6 +79,7 @@ MODELED_ERRORS = {
     "DescribeAutoScalingGroups": frozenset({"InvalidNextToken", "ResourceContention"}),
     "TerminateInstanceInAutoScalingGroup": frozenset({"ScalingActivityInProgress", "ResourceContention"}),
     "SuspendProcesses": frozenset({"ResourceInUse", "ResourceContention"}),
+    "CompleteLifecycleAction": frozenset({"ResourceContention"}),
     "RebootInstances": frozenset(),
     "ListObjectsV2": frozenset({"NoSuchBucket"}),
     "GetObject": frozenset({"NoSuchKey", "InvalidObjectState"}),
@@ -318,6 +319,13 @@ class Aws:
         holds the instance for the drain handler first."""
         self.query("autoscaling", AUTOSCALING_VERSION, "TerminateInstanceInAutoScalingGroup",
                    {"InstanceId": instance_id, "ShouldDecrementDesiredCapacity": "false"})
+
+    def continue_termination(self, group: str, hook: str, instance_id: str) -> None:
+        """CONTINUE the instance's termination lifecycle action: the group terminates it now, without waiting for the
+        hook's heartbeat (the fast path for dead hardware, jobs/node_repair.py)."""
+        self.query("autoscaling", AUTOSCALING_VERSION, "CompleteLifecycleAction",
+                   {"AutoScalingGroupName": group, "LifecycleHookName": hook, "InstanceId": instance_id,
+                    "LifecycleActionResult": "CONTINUE"})
 
     def suspend_launch(self, group: str) -> None:
         self.query("autoscaling", AUTOSCALING_VERSION, "SuspendProcesses",

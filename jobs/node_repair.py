@@ -8,7 +8,10 @@ Runs as the Deployment kube-system/gpu-node-repair (one replica, Recreate). Ever
 2. moves the repairs in flight on (`advance`), each step derived again from what it observes: a reboot evicts the
    node's pods, reboots it (again, if the node never went down), and is done when the node's checker passes after
    the reboot, or escalates to a replacement with its own start; a replacement terminates the instance (again, while
-   its group keeps it InService) and is done when the group no longer has it;
+   its group keeps it InService) and is done when the group no longer has it. Once the group holds the instance in
+   Terminating:Wait (a replacement, or a node that failed its gate after a reboot), the fast path for dead hardware
+   (`leaving`) completes its termination hook with CONTINUE as soon as nothing on it can still checkpoint, at the
+   latest `fastDrainSeconds` after, deleting first with grace 0 the pods of a node whose kubelet is not Ready;
 3. decides what to start (`decide`) for every node that asks (`ask`: a fault, NotReady for 30 minutes, a silent
    checker): the safety rules are there, and every decision, taken or refused, is an Event on the node and a sample
    of gpu_cloud_repair_decisions_total; a node rebooted healthy in the last 24 hours that asks again is replaced;
@@ -217,16 +220,50 @@ class Step(NamedTuple):
     reason: str
 
 
+def can_checkpoint(pod: Mapping[str, Any], now: float) -> bool:
+    """Whether a pod on a node whose kubelet is Ready may still be writing its checkpoint: not yet asked to leave, or
+    within its grace (a deleted pod's deletionTimestamp is when its grace ends: past it, the kubelet has killed it, and
+    what is left is a process the dead GPU's driver holds)."""
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    return not deleting or _time(deleting) > now
+
+
+def leaving(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], node: NodeState,
+            pods: Sequence[Mapping[str, Any]]) -> Step:
+    """The fast path for dead hardware, once the group holds the instance in Terminating:Wait (a replacement this
+    controller started, or the group replacing a node that failed its gate after a reboot): CONTINUE its termination
+    hook as soon as nothing on the node can still checkpoint, and at the latest `fastDrainSeconds` after the
+    termination was first seen; the drain handler alone would hold it to the hook's heartbeat while a pod cannot
+    terminate (decisions/nodes/repair.py FAST_DRAIN_S). A node whose kubelet is not Ready runs nothing: its pods are
+    deleted with grace 0 (Controller.carry_out) and the hook completed at once."""
+    since = repair.get("terminatingSince", now)
+    cap = config["fastDrainSeconds"]
+    if not node.ready:
+        return Step("replacing", "complete", "its group terminates it and its kubelet is not Ready: nothing on it "
+                    f"can checkpoint ({len(pods)} pods deleted with grace 0); termination hook completed")
+    live = [p for p in pods if can_checkpoint(p, now)]
+    if not live:
+        return Step("replacing", "complete", f"its group terminates it and none of its {len(pods)} pods can still "
+                    "checkpoint; termination hook completed")
+    if now - since >= cap:
+        return Step("replacing", "complete", f"{len(live)} pods still there {int(now - since)} s after its termination "
+                    f"began (at most {cap} s for dead hardware); termination hook completed")
+    return Step("replacing", "", f"its group terminates it: {len(live)} pods may checkpoint for up to {cap} s")
+
+
 def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], node: Optional[NodeState],
-            evictable: int = 0, reboot_failed: bool = False) -> Step:
+            evictable: int = 0, reboot_failed: bool = False, pods: Sequence[Mapping[str, Any]] = ()) -> Step:
     """The next step of a repair in flight, from what is observed now, so that a call that failed (or was never made)
     is made again: `node` is None once the node is gone; `evictable` counts the pods still to leave it (draining);
-    `reboot_failed` says the last pass's reboot call failed."""
+    `reboot_failed` says the last pass's reboot call failed; `pods` are the pods still on it while its group holds it
+    in Terminating:Wait (`leaving`)."""
     phase, timeout = repair["phase"], config["repairTimeoutSeconds"]
     gone = node is None or node.lifecycle in ("", "Terminated")
     if gone:
         return Step("done", "", "the instance has left its group" + (" (replaced by it after failing its gate)"
                                                                      if phase != "replacing" else ""))
+    if node.lifecycle == "Terminating:Wait":
+        return leaving(now, config, repair, node, pods)
     if phase == "draining":
         if evictable == 0:
             return Step("rebooting", "reboot", "drained")
@@ -652,8 +689,35 @@ class Controller:
             except OSError as error:
                 raise SourceError("kubernetes", error) from error
 
+    def force_delete(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """Delete pods with grace 0 (the fast path, on a node being terminated whose kubelet is gone: nothing runs
+        them, and a StatefulSet or a Job starts them elsewhere only once they are gone). A pod already gone is fine."""
+        for pod in pods:
+            meta = pod["metadata"]
+            try:
+                self.kube.call("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                               {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+            except HttpError as error:
+                if error.status != 404:
+                    raise SourceError("kubernetes", error) from error
+            except OSError as error:
+                raise SourceError("kubernetes", error) from error
+
     def carry_out(self, node: str, instance: str, do: str, mark: str = "") -> None:
-        if do == "cordon":
+        if do == "complete":
+            found = json.loads(mark)
+            if found["force"]:
+                self.force_delete(self.pods_on(node))
+            try:
+                calling("aws", self.aws.continue_termination, found["asg"], self.config["drainHook"], instance)
+            except SourceError as error:
+                # The drain handler (or the heartbeat) completed it between this pass's Describe and the call: what
+                # was wanted is done (Auto Scaling answers ValidationError "No active Lifecycle Action found").
+                cause = error.__cause__
+                if not (isinstance(cause, aws_api.AwsError) and cause.code == "ValidationError"
+                        and "No active Lifecycle Action" in cause.message):
+                    raise
+        elif do == "cordon":
             self.patch_node(node, True, mark)
         elif do == "evict":
             self.evict(self.pods_on(node))
@@ -697,21 +761,28 @@ class Controller:
             node = by_name.get(repair["node"])
             if node is not None and node.instance_id != repair["instance"]:
                 node = None                                   # the name came back on another instance
-            pods = 0
-            if repair["phase"] == "draining" and node is not None:
+            pods: List[Mapping[str, Any]] = []
+            leaving_now = node is not None and node.lifecycle == "Terminating:Wait"
+            if node is not None and node.lifecycle.startswith("Terminating"):
+                repair.setdefault("terminatingSince", now)    # the fast path's cap counts from here
+            if (repair["phase"] == "draining" or leaving_now) and node is not None:
                 try:
-                    pods = len(self.pods_on(repair["node"]))
+                    pods = list(self.pods_on(repair["node"]))
                 except SourceError as error:                  # the drain waits a pass: nothing is judged unseen
                     self.error(error.source, str(error))
                     continue
-            step = advance(now, self.config, repair, node, pods, (repair["node"], "reboot") in failed)
+            step = advance(now, self.config, repair, node, len(pods), (repair["node"], "reboot") in failed, pods)
             if step.do == "reboot":
                 repair.update(rebootedAt=now, bootId=node.boot_id if node else "",
                               reboots=repair.get("reboots", 0) + 1)
-            if step.do == "replace" and repair["phase"] != "replacing":
-                # An escalated reboot: a replacement from now, with its own start (GpuRepairStuck counts from it).
+            if step.phase == "replacing" and repair["phase"] != "replacing":
+                # An escalated reboot (or one whose gate failed, which its group replaces): a replacement from now,
+                # with its own start (GpuRepairStuck counts from it).
                 repair.update(action="replace", escalatedFrom=repair["action"], replacingSince=now)
-            if step.do:
+            if step.do == "complete":
+                work.append((repair["node"], repair["instance"], step.do, json.dumps(
+                    {"asg": self.config["pools"][repair["pool"]]["asg"], "force": not node.ready})))
+            elif step.do:
                 work.append((repair["node"], repair["instance"], step.do, ""))
             if step.reason and (step.phase != repair["phase"] or step.do):
                 steps.append((repair, step.reason))
@@ -758,6 +829,19 @@ class Controller:
                     uncordons.append((node.name, node.instance_id, "uncordon", ""))
 
         brakes, gate_samples, consecutive = self.gate(now, state, groups)
+        # The fast path for a node whose gate rejected a reboot this controller did not ask for (a panic, an operator,
+        # EC2 maintenance): the gate reported it Unhealthy and its group terminates it, while its kubelet never ran
+        # this boot (the gate holds it, and a rejection sticks): nothing on it can checkpoint.
+        gate_failed = set()
+        if not self.config["dryRun"]:
+            repaired = {r["instance"] for r in state["repairs"] if r["phase"] in IN_FLIGHT}
+            rejected = {r.instance_id for r in self.reports.values() if r.mode == "reboot" and r.verdict != "pass"}
+            for node in nodes:
+                if node.lifecycle == "Terminating:Wait" and not node.ready and node.instance_id in rejected \
+                        and node.instance_id not in repaired:
+                    gate_failed.add(node.name)
+                    work.append((node.name, node.instance_id, "complete", json.dumps(
+                        {"asg": self.config["pools"][node.pool]["asg"], "force": True})))
         calling("kubernetes", self.save_state, state, version)
         # Each call on its own: one that fails (after its retries) is counted and logged, and the rest go on.
         for node_name, instance, do, mark in cordons + work + uncordons:
@@ -767,6 +851,9 @@ class Controller:
                 self.failed.add((node_name, do))
                 self.error(error.source, f"{do} {node_name}: {error}")
                 continue
+            if do == "complete" and node_name in gate_failed:
+                self.event(node_name, "GpuRepairReplacing", "its gate rejected its reboot and its group terminates it: "
+                           "its kubelet never ran, its pods were deleted with grace 0 and its termination hook completed")
             if do == "cordon" and not any(r["node"] == node_name for r, _ in steps):
                 self.event(node_name, "GpuNodeCordoned", json.loads(mark)["reason"])
             elif do == "uncordon":

@@ -39,6 +39,7 @@ from moto import settings
 from moto.autoscaling.models import autoscaling_backends
 from moto.autoscaling.responses import AutoScalingResponse
 from moto.core.authorization import ActionAuthenticatorMixin
+from moto.core.responses import EmptyResult
 from moto.ec2.models import ec2_backends
 from moto.ec2.responses import EC2Response
 from moto.iam import access_control
@@ -200,6 +201,15 @@ def _with_resource_tags(original):
     return check
 
 
+COMPLETED: list = []
+
+
+def _complete_lifecycle_action(self):  # recording stand-in; moto 5.2.5 lacks this action (as in tests/test_bootstrap.py)
+    COMPLETED.append({k: self._get_param(k) for k in ("AutoScalingGroupName", "LifecycleHookName", "InstanceId",
+                                                      "LifecycleActionResult")})
+    return EmptyResult()
+
+
 @pytest.fixture(scope="module")
 def aws_world():
     """Two of this cluster's pools and another cluster's group, one instance each, the gate's reports, and an IAM user
@@ -207,6 +217,7 @@ def aws_world():
     mp = pytest.MonkeyPatch()
     mp.setattr(AutoScalingResponse, "_determine_resource", _group_arn, raising=False)
     mp.setattr(EC2Response, "_determine_resource", _instance_arn, raising=False)
+    mp.setattr(AutoScalingResponse, "complete_lifecycle_action", _complete_lifecycle_action, raising=False)
     mp.setattr(access_control.IAMRequest, "check_action_permitted",
                _with_resource_tags(access_control.IAMRequest.check_action_permitted))
     server = contextlib.ExitStack()
@@ -280,6 +291,17 @@ def test_it_may_reboot_its_pools_instances_only(aws_world):
     assert raised.value.code == "AccessDenied"
 
 
+def test_it_may_complete_its_own_pools_termination_hooks_only(aws_world):
+    """The fast path for dead hardware: CONTINUE the termination hook of its pools' instances, of no other group."""
+    aws, instances = aws_world["aws"], aws_world["instances"]
+    aws.continue_termination(OURS[0], repair.DRAIN_HOOK, instances[OURS[0]])
+    assert COMPLETED[-1] == {"AutoScalingGroupName": OURS[0], "LifecycleHookName": "gpu-cloud-drain",
+                             "InstanceId": instances[OURS[0]], "LifecycleActionResult": "CONTINUE"}
+    with pytest.raises(aws_api.AwsError) as raised:
+        aws.continue_termination(THEIRS, repair.DRAIN_HOOK, instances[THEIRS])
+    assert raised.value.code == "AccessDenied" and len(COMPLETED) == 1
+
+
 def test_it_may_brake_its_own_pools_only(aws_world):
     aws = aws_world["aws"]
     aws.suspend_launch(OURS[0])
@@ -302,7 +324,7 @@ def test_it_reads_the_gate_reports_and_nothing_else_of_the_bucket(aws_world):
 # ----------------------------------------------------------------------------- retries, held to botocore's standard mode
 
 SERVICES = {"DescribeAutoScalingGroups": "autoscaling", "TerminateInstanceInAutoScalingGroup": "autoscaling",
-            "SuspendProcesses": "autoscaling", "RebootInstances": "ec2", "ListObjectsV2": "s3", "GetObject": "s3"}
+            "SuspendProcesses": "autoscaling", "CompleteLifecycleAction": "autoscaling", "RebootInstances": "ec2", "ListObjectsV2": "s3", "GetObject": "s3"}
 _SESSION = botocore.session.get_session()
 
 

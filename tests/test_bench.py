@@ -1,16 +1,21 @@
 """bench/plan_bench.py: its floors must register what they claim to, or its ratios mean nothing. Nothing here is timed
 (speed is measured by the bench itself). bench/rollout_bench.py: its batches and step times follow EC2 Auto Scaling's
-pacing."""
+pacing. bench/repair_bench.py: it covers every shipped pool and fault class, and its steps add up."""
 import json
+import math
 
 import pytest
 
+from bench import repair_bench as rb
 from bench.plan_bench import (fit_line, floor_run, large_stack, record_constructions,
                               same_inputs_run, typed_floor_run)
 from bench.rollout_bench import batch_size, rollout_seconds, stack_rollouts
 from conftest import stack_config
 from decisions.config.validate import NAMESPACE, load_stack_spec
-from plan.stackfile import project_keys
+from decisions.nodes import drain as drain_rules
+from decisions.nodes import faults as fault_rules
+from decisions.nodes import repair as repair_rules
+from plan.stackfile import known_stacks, load_stack, project_keys
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +104,103 @@ def test_the_reserved_p5_pool_rolls_40_minutes_faster_and_at_its_floor():
     assert (train.old_s, train.new_s, train.floor_s) == (9480, 7080, 7080)      # 158, 118, 118 minutes
     install = [r for r in stack_rollouts("prod-us-east-1", driver_source="install") if r.pool == "train-h100"][0]
     assert (install.old_s, install.new_s) == (4 * (2250 + 3000), 4 * (2250 + 600))     # boot through the install: 2250 s
+
+
+# bench/repair_bench.py: a model of the repair loop, from the code's own constants. Nothing here is timed.
+
+
+@pytest.fixture(scope="module")
+def repair_rows():
+    return {stack: rb.stack_timelines(stack) for stack in known_stacks()}
+
+
+def test_repair_bench_covers_every_shipped_pool_and_every_fault_class(repair_rows):
+    for stack, rows in repair_rows.items():
+        _, spec = load_stack(stack)
+        assert sorted({(t.pool.pool, t.fault) for t in rows}) == sorted(
+            (p.name, f) for p in spec.pools for f in rb.FAULTS)
+        assert {t.pool.pool: t.pool.reserved for t in rows} == {
+            p.name: bool(p.spec.reserved_capacity) for p in spec.pools}
+    # Every class of the fault table is in exactly one row kind, by what the controller does for it.
+    classes = rb.fault_classes()
+    table = {f.id: f.remediation for f in fault_rules.load_faults().faults}
+    assert sorted(c for ids in classes.values() for c in ids) == sorted(table)
+    for kind, ids in classes.items():
+        assert {repair_rules.ACTIONS.get(table[i], "none") for i in ids} <= {kind}
+    assert set(classes) == {"none"} | set(repair_rules.ACTIONS.values())
+
+
+def test_repair_bench_steps_add_up_and_its_milestones_come_in_order(repair_rows):
+    order = (rb.OUT, rb.STARTED, rb.GONE, rb.LAUNCHED, rb.GATE, rb.READY, rb.BACK)
+    for rows in repair_rows.values():
+        for t in rows:
+            if not t.ends_at:
+                assert t.fault == "none" and t.steps == () and t.repaired_ratio("worst") is None
+                continue
+            for case in ("typical", "worst"):
+                assert all(s.typical_s >= 0 and s.worst_s >= 0 for s in t.steps), t
+                # The timeline ends where it is repaired: its steps add up to the repaired time.
+                assert t.at(t.ends_at, case) == t.total(case) == sum(
+                    s.typical_s if case == "typical" else s.worst_s for s in t.steps)
+                reached = [t.at(m, case) for m in order if t.at(m, case) is not None]
+                assert reached == sorted(reached) and t.at(rb.OUT, case) <= t.total(case)
+            # (A wait counted from a pass, less the cordon made on it, is shorter in the worst case; no milestone is.)
+            assert all(t.at(m, "typical") <= t.at(m, "worst") for m in order if t.at(m, "worst") is not None)
+            assert t.goal_repaired_s() == rb.GOAL_REPAIR_MARGIN_S + t.pool.one_boot_worst_s
+            assert t.repaired_ratio("worst") == t.total("worst") / t.goal_repaired_s()
+            # A miss is always named, and only a miss.
+            misses = t.misses()
+            assert bool(misses) == (t.out_ratio("worst") > 1 or t.repaired_ratio("worst") > 1)
+
+
+def test_repair_bench_reads_its_figures_from_the_code():
+    assert rb.FIGURES["pass"].worst_s == repair_rules.INTERVAL_S
+    assert rb.FIGURES["confirm"].worst_s == repair_rules.CONFIRM_S          # 120 s: four passes of 30 s
+    assert rb.FIGURES["evict"].worst_s == repair_rules.DRAIN_TIMEOUT_S
+    assert (rb.FIGURES["check"].worst_s, rb.FIGURES["scrape"].worst_s) == (60 + 5, 30)  # the timer's 1min + 5s
+    assert rb.FIGURES["call"].worst_s == (1 + 5) + (2 + 5)     # waits before attempts 2 and 3, each at its top
+    today = rb.hook_figures(None)
+    assert today["drain-hook"].worst_s == today["drain-hook-dead-kubelet"].worst_s == \
+        drain_rules.LIFECYCLE_DRAIN_TIMEOUT_S
+    assert rb.FAST_DRAIN_S == getattr(repair_rules, "FAST_DRAIN_S", None)
+    if rb.FAST_DRAIN_S is not None:
+        # Seen on a pass, completed at the cap (a whole number of passes), and the call's retry waits.
+        assert rb.FIGURES["drain-hook"].worst_s == 30 + math.ceil(rb.FAST_DRAIN_S / 30) * 30 + 13
+
+
+def _replace_row(stack, pool, fault="replace"):
+    return next(t for t in rb.stack_timelines(stack) if t.pool.pool == pool and t.fault == fault)
+
+
+def test_repair_bench_replaces_a_reserved_p5_after_the_drain_heartbeat_on_todays_path(monkeypatch):
+    # Today's path (no fast path): XID 79 on the 4-node p5 reservation. Seen at 65 + 30 + 30 = 125 s, cordoned at
+    # 138 s (the cordon's retry waits), the replacement decided at 125 + 120 = 245 s; terminate 13 s, then the drain
+    # heartbeat 900 s, EC2 terminates (300 s) and the launch into the freed slot (120 s), then one p5 boot: 1170 s
+    # to CONTINUE and 600 s to Ready. 3348 s against the goal's 600 + 1770 = 2370 s.
+    monkeypatch.setattr(rb, "FIGURES", {**rb.FIGURES, **rb.hook_figures(None)})
+    monkeypatch.setattr(rb, "FAST_DRAIN_S", None)
+    t = _replace_row("prod-us-east-1", "train-h100")
+    assert (t.at(rb.SEEN, "worst"), t.at(rb.OUT, "worst"), t.at(rb.STARTED, "worst")) == (125, 138, 245)
+    assert [s.worst_s for s in t.steps[5:]] == [13, 900, 300, 120, 1170, 600]
+    assert (t.total("worst"), t.goal_repaired_s()) == (3348, 2370)
+    assert "900 s heartbeat" in t.misses()[1] and "no spare slot" in t.misses()[1]
+    # An on-demand pool launches the replacement at once: the drain runs beside the boot, off the path.
+    l40s = _replace_row("prod-us-east-1", "infer-l40s")
+    assert not any("hook" in s.name for s in l40s.steps) and l40s.repaired_ratio("worst") < 1
+    assert any("off the path" in n and "900 s worst" in n for n in l40s.notes)
+    # A NotReady node's pods never terminate: the heartbeat every time, typical too.
+    not_ready = _replace_row("prod-us-east-1", "train-h100", "NotReady")
+    hook = next(s for s in not_ready.steps if s.name == "termination hook")
+    assert hook.typical_s == hook.worst_s == drain_rules.LIFECYCLE_DRAIN_TIMEOUT_S
+
+
+def test_repair_bench_names_what_misses_each_goal():
+    rows = {(t.pool.pool, t.fault): t for t in rb.stack_timelines("prod-us-east-1")}
+    # Out of service: 138 s against 120 in the worst case: the checker's timer and the cordon's retries.
+    out = rows[("train-h100", "replace")].misses()[0]
+    assert out.startswith("out of service x1.15") and "AccuracySec" in out and "retry" in out
+    assert rows[("train-h100", "NotReady")].out_ratio("worst") < 1                 # the not-ready taint, 45 s
+    assert "STALE_CHECK_S" in rows[("train-h100", "stale checker")].misses()[0]
+    assert "NOT_READY_S" in rows[("infer-l40s", "NotReady")].misses()[0]
+    assert "DRAIN_TIMEOUT_S" in rows[("infer-l40s", "reboot")].misses()[1]
+    assert rows[("infer-l40s", "none")].misses() == []

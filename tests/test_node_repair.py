@@ -34,7 +34,8 @@ def config(**overrides: Any) -> Dict[str, Any]:
             "pools": POOLS, "drainTimeoutSeconds": 900, "repairTimeoutSeconds": 4500, "brakeAfter": 3,
             "brakeWindowSeconds": 21600, "reportsBucket": "artifacts", "reportsPrefix": "gate-reports/",
             "namespace": "kube-system", "stateConfigMap": "gpu-node-repair-state", "poolLabel": "gpu-cloud.io/pool",
-            "repairAnnotation": "gpu-cloud.io/repair", "intervalSeconds": 30}
+            "repairAnnotation": "gpu-cloud.io/repair", "intervalSeconds": 30, "fastDrainSeconds": 120,
+            "drainHook": "gpu-cloud-drain"}
     return {**base, **overrides}
 
 
@@ -203,9 +204,10 @@ def test_a_node_that_fails_its_gate_after_the_reboot_is_replaced_by_its_group():
 
 
 def test_a_replacement_is_done_when_the_group_lets_the_instance_go_and_reported_when_overdue():
-    replacing = repair("a", started=NOW - 600)
+    replacing = repair("a", started=NOW - 600, terminatingSince=NOW - 60)
     terminating = sick("a", ours=True, unschedulable=True, lifecycle="Terminating:Wait")
-    assert nr.advance(NOW, config(), replacing, terminating) == ("replacing", "", "")
+    assert nr.advance(NOW, config(), replacing, terminating, pods=[pod("job-0")]) == (
+        "replacing", "", "its group terminates it: 1 pods may checkpoint for up to 120 s")
     assert nr.advance(NOW, config(), replacing, sick("a", lifecycle="")).phase == "done"
     assert not nr.stuck(NOW, config(), replacing)
     assert nr.stuck(NOW, config(), repair("a", started=NOW - 4600))
@@ -213,7 +215,7 @@ def test_a_replacement_is_done_when_the_group_lets_the_instance_go_and_reported_
 
 def test_an_instance_still_in_service_is_terminated_again_and_one_already_terminating_is_left_to_its_group():
     replacing = repair("a", started=NOW - 60)
-    for state in ("Terminating", "Terminating:Wait", "Terminating:Proceed", "Detaching"):
+    for state in ("Terminating", "Terminating:Proceed", "Detaching"):     # Terminating:Wait: the fast path, below
         assert nr.advance(NOW, config(), replacing, sick("a", lifecycle=state, unschedulable=True)).do == ""
     assert nr.advance(NOW, config(), replacing, sick("a", unschedulable=True)) == (
         "replacing", "replace", "still InService in its group: terminated again")
@@ -231,6 +233,40 @@ def test_a_reboot_that_did_not_happen_is_asked_for_again():
     assert nr.advance(NOW, cfg, rebooting, went_down).do == ""                              # it is rebooting
     booted = same._replace(boot_id="boot-2", ready_since=NOW - 30, checked_at=NOW - 400)
     assert nr.advance(NOW, cfg, rebooting, booted).do == ""                                 # back, not checked yet
+
+
+def pod(name: str, node_name: str = "a", deleting: Any = None) -> Dict[str, Any]:
+    """A training pod on `node_name`; `deleting`: when its grace ends (its deletionTimestamp), if it is being deleted."""
+    meta: Dict[str, Any] = {"name": name, "namespace": "training"}
+    if deleting is not None:
+        meta["deletionTimestamp"] = _iso(deleting)
+    return {"metadata": meta, "spec": {"nodeName": node_name}, "status": {"phase": "Running"}}
+
+
+def test_dead_hardware_leaves_once_nothing_can_checkpoint_and_at_the_latest_after_the_short_cap():
+    """The fast path: while its group holds it in Terminating:Wait, the hook is completed (CONTINUE) once no pod on the
+    node can still checkpoint, and at the latest fastDrainSeconds after the termination was first seen; a node whose
+    kubelet is not Ready runs nothing, so at once."""
+    cfg = config()
+    replacing = repair("a", started=NOW - 300, terminatingSince=NOW - 30)
+    leaving = sick("a", ours=True, unschedulable=True, lifecycle="Terminating:Wait")
+    wait = nr.advance(NOW, cfg, replacing, leaving, pods=[pod("job-0"), pod("job-1", deleting=NOW + 700)])
+    assert wait == ("replacing", "", "its group terminates it: 2 pods may checkpoint for up to 120 s")
+    # a pod past its deletionTimestamp is one the kubelet has killed and the driver holds: it cannot checkpoint
+    hung = [pod("job-0", deleting=NOW - 1), pod("job-1", deleting=NOW - 300)]
+    assert nr.advance(NOW, cfg, replacing, leaving, pods=hung)[:2] == ("replacing", "complete")
+    assert nr.advance(NOW, cfg, replacing, leaving, pods=[])[:2] == ("replacing", "complete")
+    # the cap: 120 s after the termination was first seen, whatever is left
+    capped = nr.advance(NOW + 90, cfg, replacing, leaving, pods=[pod("job-0", deleting=NOW + 700)])
+    assert capped[:2] == ("replacing", "complete") and "120 s after its termination began" in capped.reason
+    assert nr.advance(NOW + 89, cfg, replacing, leaving, pods=[pod("job-0", deleting=NOW + 700)]).do == ""
+    # a kubelet that is gone: nothing on it runs, so nothing waits
+    gone = leaving._replace(ready=False)
+    step = nr.advance(NOW, cfg, replacing, gone, pods=[pod("job-0"), pod("job-1", deleting=NOW + 700)])
+    assert step[:2] == ("replacing", "complete") and "2 pods deleted with grace 0" in step.reason
+    # a node whose gate failed after its reboot: its group replaces it, and the repair becomes that replacement
+    rebooting = repair("a", action="reboot", phase="rebooting", rebootedAt=NOW - 900, bootId="boot-1")
+    assert nr.advance(NOW, cfg, rebooting, gone, pods=[])[:2] == ("replacing", "complete")
 
 
 def test_an_escalated_replacement_counts_its_own_time():
@@ -291,6 +327,7 @@ class FakeKube:
         self.nodes: Dict[str, Dict[str, Any]] = {}
         self.pods: List[Dict[str, Any]] = []
         self.blocked: set = set()          # pods a PDB protects
+        self.deleted: List[str] = []       # pods deleted with grace 0
         self.configmaps: Dict[str, Dict[str, Any]] = {}
         self.events: List[Dict[str, Any]] = []
         self.version = 0
@@ -321,6 +358,14 @@ class FakeKube:
         if path.startswith("/api/v1/pods?"):
             name = path.split("spec.nodeName%3D", 1)[1]
             return {"items": [p for p in self.pods if p["spec"]["nodeName"] == name]}
+        if method == "DELETE" and "/pods/" in path:
+            assert body["gracePeriodSeconds"] == 0, body
+            pod = path.rsplit("/", 1)[1]
+            if not any(p["metadata"]["name"] == pod for p in self.pods):
+                raise nr.HttpError(404, "not found")
+            self.pods = [p for p in self.pods if p["metadata"]["name"] != pod]
+            self.deleted.append(pod)
+            return {}
         if path.endswith("/eviction"):
             pod = path.split("/pods/", 1)[1].rsplit("/", 1)[0]
             if pod in self.blocked:
@@ -371,6 +416,10 @@ class FakeAws:
 
     def reboot_instance(self, iid):
         self.calls.append(f"reboot {iid}")
+
+    def continue_termination(self, group, hook, iid):
+        self.calls.append(f"continue {group} {hook} {iid}")
+        self.groups[group]["instances"][iid]["lifecycle"] = "Terminating:Proceed"
 
     def suspend_launch(self, group):
         self.calls.append(f"suspend {group}")
@@ -444,6 +493,85 @@ def test_a_sick_node_is_replaced_after_confirmation_and_the_state_is_written_bef
     w.controller.tick()
     assert w.kube.state()["repairs"][0]["phase"] == "done" and w.kube.reasons("t2")[-1] == "GpuRepairDone"
     assert w.aws.calls == ["replace i-t2"]
+
+
+def test_a_replacement_completes_the_termination_hook_itself_and_deletes_what_a_gone_kubelet_left():
+    """The fast path over whole passes: t2's pod hangs in the dead GPU's driver (the drain handler's eviction never
+    finishes), so the controller CONTINUEs t2's termination hook 120 s after it saw the termination begin. t3's
+    kubelet is gone when its group terminates it: its pods are deleted with grace 0 and the hook completed at once."""
+    w = World()
+    w.kube.pods = [pod("job-0", "t2"), pod("job-1", "t3"), pod("job-2", "t3", deleting=NOW + 700)]
+    for name in ("t2", "t3"):
+        w.check(name, "replace", ["xid-79"])
+    w.controller.config = {**w.controller.config, "fleetFaultShare": 1.0}
+    w.controller.tick()
+    w.later(130)
+    w.controller.tick()                       # t2 replaced; t3 waits its turn (one at a time)
+    assert w.aws.calls == ["replace i-t2"]
+    w.later(30)
+    w.controller.tick()                       # Terminating:Wait seen: the cap starts, job-0 may checkpoint
+    assert w.aws.calls == ["replace i-t2"] and w.kube.state()["repairs"][0]["terminatingSince"] == w.now
+    w.later(90)
+    w.controller.tick()
+    assert w.aws.calls == ["replace i-t2"]
+    w.later(30)
+    w.controller.tick()                       # 120 s: the hook is completed, the pod left to the node's end
+    assert w.aws.calls == ["replace i-t2", "continue gpu-cloud-prod-train gpu-cloud-drain i-t2"]
+    assert w.kube.deleted == [] and "termination hook completed" in w.kube.events[-1]["message"]
+    del w.aws.groups["gpu-cloud-prod-train"]["instances"]["i-t2"]
+    del w.kube.nodes["t2"], w.health["t2"]
+    w.kube.pods = [p for p in w.kube.pods if p["spec"]["nodeName"] != "t2"]      # the pod GC, once the node is gone
+    w.later(30)
+    w.controller.tick()                       # t2 done; t3 replaced
+    assert w.aws.calls[-1] == "replace i-t3"
+    w.kube.nodes["t3"]["status"]["conditions"][0]["status"] = "Unknown"
+    w.later(30)
+    w.controller.tick()
+    assert w.kube.deleted == ["job-1", "job-2"] and w.kube.pods == []
+    assert w.aws.calls[-1] == "continue gpu-cloud-prod-train gpu-cloud-drain i-t3"
+    assert 'gpu_cloud_repair_errors_total{source="aws"} 0' in w.metrics.render()
+
+
+def test_a_node_whose_gate_rejected_any_reboot_leaves_at_once():
+    """A reboot this controller did not ask for (a panic, an operator): t4's gate rejects the boot, reports the
+    instance Unhealthy, and its group terminates it. Only the gate's published verdict says its kubelet never ran:
+    without it, a NotReady node being terminated is left to the drain handler; with it, the pods are deleted with
+    grace 0 and the hook completed."""
+    w = World()
+    w.kube.pods = [pod("job-0", "t4", deleting=NOW + 700)]
+    w.kube.nodes["t4"]["status"]["conditions"][0]["status"] = "Unknown"
+    w.aws.groups["gpu-cloud-prod-train"]["instances"]["i-t4"]["lifecycle"] = "Terminating:Wait"
+    w.controller.tick()
+    assert w.aws.calls == [] and w.kube.deleted == []
+    passed = nr.report_key_at("gate-reports/", "train", NOW - 120)   # an earlier reboot that passed its gate
+    w.aws.objects[f"{passed}-i-t4-reboot.json"] = json.dumps(
+        {"verdict": "pass", "instanceId": "i-t4", "checks": [],
+         "boot": {"mode": "reboot", "instanceType": "p5.48xlarge", "reason": ""}}).encode()
+    w.later(30)
+    w.controller.tick()
+    assert w.aws.calls == [] and w.kube.deleted == []
+    stamp = nr.report_key_at("gate-reports/", "train", NOW - 60)
+    w.aws.objects[f"{stamp}-i-t4-reboot.json"] = json.dumps(
+        {"verdict": "fail", "instanceId": "i-t4", "checks": [],
+         "boot": {"mode": "reboot", "instanceType": "p5.48xlarge", "reason": "gpu: xid 79"}}).encode()
+    w.later(30)
+    w.controller.tick()
+    assert w.aws.calls == ["continue gpu-cloud-prod-train gpu-cloud-drain i-t4"] and w.kube.deleted == ["job-0"]
+    assert w.kube.reasons("t4")[-1] == "GpuRepairReplacing"
+    w.later(30)
+    w.controller.tick()                       # Terminating:Proceed: nothing more
+    assert w.aws.calls == ["continue gpu-cloud-prod-train gpu-cloud-drain i-t4"]
+    # The drain handler completed the hook between the pass's Describe and its call: done, not an error.
+    w.aws.groups["gpu-cloud-prod-train"]["instances"]["i-t4"]["lifecycle"] = "Terminating:Wait"
+
+    def already(group, hook, iid):
+        w.aws.calls.append(f"continue {group} {hook} {iid}")
+        raise aws_api.AwsError(400, "ValidationError", f"No active Lifecycle Action found with instance ID {iid}",
+                               operation="CompleteLifecycleAction")
+    w.aws.continue_termination = already
+    w.later(30)
+    w.controller.tick()
+    assert len(w.aws.calls) == 2 and 'gpu_cloud_repair_errors_total{source="aws"} 0' in w.metrics.render()
 
 
 def test_a_reboot_evicts_what_may_leave_reboots_and_uncordons_a_healthy_node():
@@ -744,8 +872,13 @@ def test_an_eviction_refused_by_a_disruption_budget_is_not_retried_within_the_pa
 
 START = (NOW // 60) * 60 + 1     # just after a check ran: a fault waits the longest for the next
 SCRAPE_S = 30                    # a check is seen by Prometheus up to one scrape later (the ServiceMonitor's 30s)
-DRAIN_S = 900                    # the drain handler completes the termination hook: at worst its heartbeat, when a
-                                 # pod cannot terminate (decisions/nodes/drain.py LIFECYCLE_DRAIN_TIMEOUT_S)
+DRAIN_S = 900                    # the termination hook's heartbeat: the drain handler completes it only after a
+                                 # drain that succeeded, so a pod that cannot terminate holds the instance this long
+                                 # (decisions/nodes/drain.py LIFECYCLE_DRAIN_TIMEOUT_S)
+NTH_S = 30                       # the termination event reaches the drain handler (EventBridge, SQS, its 20 s long
+                                 # poll), which evicts the node's pods and, once they are gone, CONTINUEs the hook
+TERMINATE_S = 120                # CONTINUE to the instance terminated and its reservation slot free (shutting-down)
+GRACE_POD_S = 780                # the workload contract's longest terminationGracePeriodSeconds
 BOOT_S = 1800                    # launch to a Ready node through its gate: a p5 from the AMI, about 30 minutes
                                  # (docs/repair.md, bench/RESULTS.md)
 REBOOT_S = 900                   # RebootInstances to Ready again through the gate (docs/repair.md: 10 to 20 minutes)
@@ -777,6 +910,8 @@ class Instance:
         self.fault: Any = None              # (remediation, faults, since)
         self.sticky = False                 # the fault survives a reboot
         self.never_back = self.ignore_reboot = self.checker_dead = False
+        self.gate_fails = False             # its gate rejects the next boot: reported Unhealthy, its group replaces it
+        self.proceed_at = math.inf          # its termination hook completed (CONTINUE, by anyone, or its heartbeat)
         self.last_check, self.reported = 0.0, ("none", [])
 
 
@@ -792,6 +927,9 @@ class Fleet:
         self.failures: List[List[Any]] = []            # [service, match, times left, status, code, headers]
         self.aws_calls: List[str] = []
         self.out_of_service: Dict[str, float] = {}     # node -> when first seen unschedulable
+        self.call_times: List[Any] = []                # (when, "Action InstanceId") of every AWS call
+        self.hung: set = set()                         # pods whose processes the dead GPU's driver holds: never exit
+        self.launched: Dict[str, float] = {}           # instance -> when its group launched it
         for _ in range(4):
             self.launch(ready_at=NOW - 86400)
         self.kube_server = LoopbackServer(self.kube_handler())
@@ -818,6 +956,7 @@ class Fleet:
     def launch(self, ready_at: float) -> Instance:
         self.count += 1
         inst = Instance(f"i-{self.count}", f"n{self.count}", ready_at)
+        self.launched[inst.id] = self.now
         inst.lifecycle = "InService" if ready_at <= self.now else "Pending:Wait"   # the launch hook holds it
         self.instances[inst.id] = inst
         return inst
@@ -831,16 +970,25 @@ class Fleet:
 
     def step(self) -> None:
         for inst in list(self.instances.values()):
-            if inst.lifecycle.startswith("Terminating") and self.now >= inst.terminated_at + DRAIN_S:
-                del self.instances[inst.id]                   # the hook completes; the reservation's slot frees
-                self.kube.nodes.pop(inst.node, None)
-                self.launch(ready_at=self.now + BOOT_S)
+            if inst.lifecycle == "Terminating:Wait":
+                self.drain_handler(inst)
+                if self.now >= inst.terminated_at + DRAIN_S:  # the heartbeat runs out: the hook's default, CONTINUE
+                    inst.lifecycle, inst.proceed_at = "Terminating:Proceed", self.now
+            if inst.lifecycle == "Terminating:Proceed" and self.now >= inst.proceed_at + TERMINATE_S:
+                del self.instances[inst.id]                   # terminated; the reservation's slot frees
+                self.kube.nodes.pop(inst.node, None)          # the cloud node controller deletes the node, the pod
+                self.kube.pods = [p for p in self.kube.pods if p["spec"]["nodeName"] != inst.node]   # GC its pods
+                self.launch(ready_at=self.now + BOOT_S)       # no spare slot: the replacement launches only now
                 continue
             if inst.lifecycle == "Pending:Wait" and self.now >= inst.up_at:
                 inst.lifecycle = "InService"
             if self.now >= inst.reboot_at + SHUTDOWN_S and inst.up_at <= inst.reboot_at:
                 inst.down_at, inst.up_at = inst.reboot_at + SHUTDOWN_S, math.inf
-            if self.now >= inst.reboot_at + REBOOT_S and not inst.never_back:
+            if self.now >= inst.reboot_at + REBOOT_S and inst.gate_fails:
+                # The gate rejects the boot and reports the instance Unhealthy (userdata/bootstrap.sh): its group
+                # terminates it through the termination hook; its kubelet never ran this boot.
+                inst.lifecycle, inst.terminated_at, inst.reboot_at = "Terminating:Wait", self.now, math.inf
+            elif self.now >= inst.reboot_at + REBOOT_S and not inst.never_back:
                 inst.boots += 1
                 inst.boot, inst.up_at, inst.reboot_at = f"{inst.id}-boot-{inst.boots}", inst.reboot_at + REBOOT_S, math.inf
                 inst.last_check, inst.reported = 0.0, ("none", [])
@@ -865,6 +1013,26 @@ class Fleet:
                 inst.last_check = minute
                 sick = inst.fault and inst.fault[2] <= minute
                 inst.reported = (inst.fault[0], inst.fault[1]) if sick else ("none", [])
+
+    def drain_handler(self, inst: Instance) -> None:
+        """aws-node-termination-handler v1.25.1 on the termination event: it evicts the node's pods with their own
+        grace (a PodDisruptionBudget's 429 is retried), and CONTINUEs the hook only once the drain succeeded, every pod
+        gone (pkg/interruptionevent/draincordon/handler.go runs the PostDrainTask only when the drain returned no
+        error). A pod whose process hangs in the driver, or whose kubelet is gone, is deleting but never gone."""
+        if self.now < inst.terminated_at + NTH_S:
+            return
+        running = inst.up_at <= self.now
+        mine = [p for p in self.kube.pods if p["spec"]["nodeName"] == inst.node]
+        for found in mine:
+            meta = found["metadata"]
+            if meta["name"] in self.kube.blocked or meta.get("deletionTimestamp"):
+                continue
+            if running and meta["name"] not in self.hung:
+                self.kube.pods.remove(found)                 # it checkpoints and exits within its grace
+            else:
+                meta["deletionTimestamp"] = _iso(self.now + GRACE_POD_S)
+        if not any(p["spec"]["nodeName"] == inst.node for p in self.kube.pods):
+            inst.lifecycle, inst.proceed_at = "Terminating:Proceed", self.now
 
     def health(self) -> Dict[str, Dict[str, Any]]:
         out = {}
@@ -918,6 +1086,7 @@ class Fleet:
             do_POST = lambda self: self.serve("POST")        # noqa: E731,N815
             do_PUT = lambda self: self.serve("PUT")          # noqa: E731,N815
             do_PATCH = lambda self: self.serve("PATCH")      # noqa: E731,N815
+            do_DELETE = lambda self: self.serve("DELETE")    # noqa: E731,N815
 
         return Handler
 
@@ -933,6 +1102,7 @@ class Fleet:
                 form = dict(urllib.parse.parse_qsl(self.rfile.read(int(self.headers["Content-Length"])).decode()))
                 action = form["Action"]
                 fleet.aws_calls.append(f"{action} {form.get('InstanceId', form.get('InstanceId.1', ''))}".strip())
+                fleet.call_times.append((fleet.now, fleet.aws_calls[-1]))
                 failure = fleet.injected("aws", action)
                 if failure:
                     return self.fail(failure[3], failure[4], action, failure[5])
@@ -969,6 +1139,16 @@ class Fleet:
                         inst.reboot_at = fleet.now
                     return self.xml(f'<RebootInstancesResponse xmlns="{EC2_NS}"><requestId>r</requestId><return>true'
                                     f'</return></RebootInstancesResponse>')
+                if action == "CompleteLifecycleAction":
+                    inst = fleet.instances.get(form["InstanceId"])
+                    assert form["LifecycleHookName"] == "gpu-cloud-drain" and form["LifecycleActionResult"] == "CONTINUE"
+                    assert form["AutoScalingGroupName"] == "gpu-cloud-prod-train", form
+                    if inst is None or inst.lifecycle != "Terminating:Wait":
+                        return self.fail(400, "ValidationError", action, {}, "No active Lifecycle Action found with "
+                                         f"instance ID {form['InstanceId']}")
+                    inst.lifecycle, inst.proceed_at = "Terminating:Proceed", fleet.now
+                    return self.xml(f'<CompleteLifecycleActionResponse xmlns="{AS_NS}"><CompleteLifecycleActionResult/>'
+                                    f'</CompleteLifecycleActionResponse>')
                 if action == "SuspendProcesses":
                     return self.xml(f'<SuspendProcessesResponse xmlns="{AS_NS}"/>')
                 self.answer(400, b"unexpected")
@@ -1021,6 +1201,7 @@ class Fleet:
             assert "gpu-cloud.io/repair" not in found["metadata"]["annotations"], name
             assert found["status"]["conditions"][0]["status"] == "True", name
             assert self.node_of(name).fault is None, name
+        assert all(p["spec"]["nodeName"] in self.kube.nodes for p in self.kube.pods), self.kube.pods
         assert self.gauge("gpu_cloud_repairs_stuck") == 0 and self.gauge("gpu_cloud_repairs_in_flight") == 0
         assert 'gpu_cloud_repair_errors_total{source="controller"} 0' in self.metrics.render(), self.log
 
@@ -1045,7 +1226,7 @@ def test_loop_a_replacement_through_throttling_5xx_and_a_lost_terminate(fleet):
     fleet.run(300)
     assert fleet.out_of_service["n2"] - fault_at <= OUT_OF_SERVICE_S
     assert fleet.aws_calls.count("TerminateInstanceInAutoScalingGroup i-2") == 5     # 3 + 2: a pass failed, the next
-    assert fleet.instances["i-2"].lifecycle == "Terminating:Wait"
+    assert fleet.instances["i-2"].lifecycle.startswith("Terminating")
     fleet.run(DRAIN_S + BOOT_S + 120)
     assert "i-2" not in fleet.instances and "n5" in fleet.kube.nodes
     fleet.assert_settled()
@@ -1083,17 +1264,23 @@ def test_loop_a_node_that_never_comes_back_from_its_reboot_is_replaced_and_count
 
 def test_loop_a_second_fault_during_a_repair_is_out_of_service_at_once_and_repaired_next(fleet):
     """n1 is being replaced when n3 faults: n3 is cordoned within the goal though its repair is refused (one at a
-    time in a reservation), then replaced once n1's replacement is done."""
+    time in a reservation), then replaced once n1's replacement is done. n1's training pod hangs in the driver: the
+    drain handler never finishes, and the controller completes n1's hook 120 s after its termination began."""
+    fleet.kube.pods = [{"metadata": {"name": "job-0", "namespace": "training"}, "spec": {"nodeName": "n1"},
+                        "status": {"phase": "Running"}}]
+    fleet.hung = {"job-0"}
     fleet.fault("n1", "replace")
-    fleet.run(300)
+    fleet.run(240)
     assert fleet.instances["i-1"].lifecycle == "Terminating:Wait"
     fleet.fault("n3", "replace")
     fault_at = fleet.now
     fleet.run(300)
     assert fleet.out_of_service["n3"] - fault_at <= OUT_OF_SERVICE_S
     assert "GpuRepairRefused" in fleet.kube.reasons("n3")
-    assert fleet.aws_calls.count("TerminateInstanceInAutoScalingGroup i-3") == 0
     fleet.run(2 * (DRAIN_S + BOOT_S) + 300)
+    # n3 is terminated only once n1's instance has left its group (its slot freed, its replacement launched)
+    [terminated_n3] = [t for t, call in fleet.call_times if call == "TerminateInstanceInAutoScalingGroup i-3"]
+    assert terminated_n3 >= fleet.launched["i-5"]
     assert fleet.aws_calls.count("TerminateInstanceInAutoScalingGroup i-3") == 1
     fleet.assert_settled()
 
@@ -1147,4 +1334,61 @@ def test_loop_a_silent_kubelet_and_a_silent_checker_are_repaired_after_their_sta
     assert fleet.aws_calls.count("TerminateInstanceInAutoScalingGroup i-4") == 1
     assert [r for r in fleet.repairs() if r["node"] == "n4"][0]["startedAt"] - down_at <= 1800 + GRACE_S + 30 + 10
     fleet.run(DRAIN_S + BOOT_S + 120)
+    fleet.assert_settled()
+
+
+def _first(fleet, call: str) -> float:
+    return next(t for t, made in fleet.call_times if made == call)
+
+
+def test_loop_xid_79_on_the_reserved_p5_pool_is_replaced_within_ten_minutes_and_one_boot(fleet):
+    """Issue #38's model: XID 79 (fallen off the bus, RESTART_BM: replace) on one node of the 4-node reserved pool,
+    whose reservation has no spare slot. The training pod on it hangs in the driver: the drain handler evicts it, it is
+    killed at the end of its grace and never exits, so the drain handler never CONTINUEs the hook (it would hold the
+    instance to its 900 s heartbeat, 10:19:10 for a fault at 10:00:00). The controller cordons within 2 minutes,
+    terminates by 4:10, completes the hook itself 120 s after it saw the termination begin, and the replacement
+    launches into the freed slot within 10 minutes of the fault: Ready within 10 minutes plus one boot."""
+    fleet.kube.pods = [pod("job-0", "n2")]
+    fleet.hung = {"job-0"}
+    fleet.fault("n2", "replace", fault="xid-79")
+    fault_at = fleet.now
+    fleet.run(600)
+    assert fleet.out_of_service["n2"] - fault_at <= OUT_OF_SERVICE_S
+    terminated = _first(fleet, "TerminateInstanceInAutoScalingGroup i-2") - fault_at
+    completed = _first(fleet, "CompleteLifecycleAction i-2") - fault_at
+    assert terminated <= 250                                   # 4:10, as the issue models it
+    assert completed - terminated <= 30 + 120                  # seen on the next pass, then the cap
+    assert fleet.aws_calls.count("CompleteLifecycleAction i-2") == 1
+    assert "i-2" not in fleet.instances and fleet.launched["i-5"] - fault_at <= 600
+    assert fleet.kube.deleted == []                            # its kubelet was Ready: the pod went with the node
+    fleet.run(BOOT_S + 60)
+    assert fleet.node_of("n5").up_at - fault_at <= 600 + BOOT_S
+    [done] = fleet.repairs()
+    assert done["phase"] == "done" and done["action"] == "replace"
+    assert "termination hook completed" in " ".join(e["message"] for e in fleet.kube.events
+                                                    if e["involvedObject"]["name"] == "n2")
+    fleet.assert_settled()
+
+
+def test_loop_a_node_that_fails_its_gate_on_a_reboot_leaves_at_once(fleet):
+    """XID 48 (reboot) on n3, whose training pod a PodDisruptionBudget keeps: the drain gives up after 15 minutes and
+    the node is rebooted with the pod still bound. The gate rejects the boot and reports the instance Unhealthy; its
+    group terminates it through the termination hook. Its kubelet never ran this boot: the drain handler's eviction
+    would never finish (the hook held 900 s); the controller deletes the pod with grace 0 and CONTINUEs the hook on the
+    pass that sees the termination, and the repair becomes that replacement, with its own start."""
+    fleet.kube.pods = [pod("job-0", "n3")]
+    fleet.kube.blocked = {"job-0"}
+    fleet.fault("n3", "reboot", fault="xid-48")
+    fleet.node_of("n3").gate_fails = True
+    while fleet.instances["i-3"].lifecycle == "InService":
+        fleet.run(30)
+    left = fleet.instances["i-3"].terminated_at
+    assert fleet.aws_calls.count("RebootInstances i-3") == 1
+    fleet.run(60)
+    assert _first(fleet, "CompleteLifecycleAction i-3") - left <= 30
+    assert fleet.kube.deleted == ["job-0"]
+    [repair_] = [r for r in fleet.repairs() if r["node"] == "n3"]
+    assert repair_["escalatedFrom"] == "reboot" and repair_["replacingSince"] - left <= 30
+    fleet.run(TERMINATE_S + BOOT_S + 60)
+    assert fleet.node_of("n5").up_at - left <= 30 + TERMINATE_S + BOOT_S
     fleet.assert_settled()

@@ -86,6 +86,9 @@ def test_its_aws_rights_name_this_clusters_groups_and_the_gate_reports_only(stac
     assert sorted(statements["ReplaceAndBrakeOwnPools"]["Resource"]) == sorted(groups)
     assert statements["ReplaceAndBrakeOwnPools"]["Action"] == ["autoscaling:TerminateInstanceInAutoScalingGroup",
                                                                "autoscaling:SuspendProcesses"]
+    # the fast path for dead hardware: CONTINUE a termination hook of these groups, no other
+    assert statements["CompleteOwnPoolsTerminationHook"]["Action"] == "autoscaling:CompleteLifecycleAction"
+    assert sorted(statements["CompleteOwnPoolsTerminationHook"]["Resource"]) == sorted(groups)
     reboot = statements["RebootOwnPoolInstances"]
     assert sorted(reboot["Condition"]["StringEquals"]["ec2:ResourceTag/aws:autoscaling:groupName"]) == sorted(
         g.rsplit("/", 1)[1] for g in groups)
@@ -125,3 +128,14 @@ def test_every_remediation_of_the_fault_table_but_none_is_something_the_controll
     assert repair.ACTIONS["reboot"] == "reboot" and repair.ACTIONS["replace"] == "replace"
     assert repair.ACTIONS.get("reset", "reboot") == "reboot"
     assert {f.remediation for f in load_faults().faults} - {"none"} <= set(repair.ACTIONS)
+
+
+def test_its_kubernetes_rights_delete_pods_for_the_fast_path_and_nothing_more():
+    """Pods: list (what a node holds), delete (grace 0, on a node being terminated whose kubelet is gone); evictions
+    for a drain; nothing else of pods."""
+    pods = [r for r in repair.CLUSTER_RULES if any(x.startswith("pods") for x in r["resources"])]
+    assert sorted((tuple(r["resources"]), tuple(r["verbs"])) for r in pods) == [
+        (("pods",), ("list", "delete")), (("pods/eviction",), ("create",))]
+    config = repair.controller_config(cluster_name="c", region="us-east-1", partition="aws", pools=[], dry_run=False,
+                                      max_per_hour=2, reports_bucket="b")
+    assert config["fastDrainSeconds"] == 120 and config["drainHook"] == "gpu-cloud-drain"

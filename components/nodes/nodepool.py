@@ -26,13 +26,12 @@ from decisions.config.validate import ResolvedPool, StackSpec
 from decisions.nodes import boot, pods, repair
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.amis import NodeImage
-from decisions.nodes.drain import ASG_DELETE_TIMEOUT_S, LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
+from decisions.nodes.drain import ASG_DELETE_TIMEOUT_S, DRAIN_HOOK_NAME, LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from decisions.nodes.efa import interface_layout
 from decisions.storage import lustre as lustre_rules
 from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, render_user_data
 
 ROOT_VOLUME_GIB = 500            # GPU container images (CUDA, NCCL, framework) run to tens of GB each
-DRAIN_HOOK_NAME = "gpu-cloud-drain"
 NODE_MANAGED_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEC2ContainerRegistryPullOnly",

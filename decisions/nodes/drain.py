@@ -34,7 +34,10 @@ The workload contract (for jobs on GPU pools)
 2. Set terminationGracePeriodSeconds to what checkpointing needs, at most WORKLOAD_MAX_GRACE_S (780 s).
    On scale-in, rebalancing, instance refresh, termination through the Auto Scaling group and scheduled
    maintenance the pod gets all of it (a stop or terminate sent to the instance itself is best effort). Above 780 s the
-   pod may be killed when the termination hook expires, 900 s after the termination began.
+   pod may be killed when the termination hook expires, 900 s after the termination began. Dead hardware is the
+   exception: on a node the repair controller replaces, it completes the hook once no pod can still checkpoint, at
+   the latest NODE_DRAIN_GRACE_S (120 s, the spot notice) after the termination began (decisions/nodes/repair.py
+   FAST_DRAIN_S), and at once where the kubelet is gone.
 3. Spot interruption: the instance disappears 120 s after the warning and SIGTERM arrives only after the
    event has travelled EventBridge -> SQS -> NTH, so plan on SPOT_CHECKPOINT_BUDGET_S (90 s) from SIGTERM.
    Jobs that cannot checkpoint in 90 s must checkpoint periodically and treat SIGTERM as best effort.
@@ -64,6 +67,9 @@ QUEUE_LONG_POLL_S = 20              # NTH polls with WaitTimeSeconds=20
 NAMESPACE = "kube-system"
 NTH_SERVICE_ACCOUNT = "aws-node-termination-handler"
 NTH_RELEASE_NAME = "aws-node-termination-handler"
+# The termination lifecycle hook of every GPU pool's group (components/nodes/nodepool.py): NTH completes it after a
+# drain; the repair controller completes it itself for a node whose hardware is dead (decisions/nodes/repair.py).
+DRAIN_HOOK_NAME = "gpu-cloud-drain"
 
 # NTH acts on these EC2 states (pkg/monitor/sqsevent/ec2-state-change-event.go); others are noise.
 DRAIN_INSTANCE_STATES = ("stopping", "stopped", "shutting-down", "terminated")

@@ -9,7 +9,8 @@ The loop, with the fault table (decisions/nodes/faults.yaml) at both ends:
   once, and repairs a node once it has asked for CONFIRM_S, within the pool's budget: a reboot (evict,
   ec2:RebootInstances; the gate proves the node at boot, and a node that fails is replaced by its group; one that asks
   again within RECURRENCE_S is replaced) or a replacement (TerminateInstanceInAutoScalingGroup without decrementing:
-  the termination hook and the drain handler drain it, the group launches another, into the reservation where the
+  the termination hook and the drain handler drain it, the controller completes the hook once nothing on the node can
+  still checkpoint and at the latest FAST_DRAIN_S later, the group launches another, into the reservation where the
   pool has one);
 - every boot's verdict is published by the gate to GATE_REPORTS_PREFIX in the artifact bucket; the controller reads
   them, exposes them as metrics (the alerts GpuNodeVerificationFailed and ...Warning), and suspends a pool's Launch
@@ -77,6 +78,20 @@ FLEET_FAULT_SHARE = 0.5
 # own budget to evict, then the longest boot gate (the install path's hook timeout) and readiness: 75 minutes.
 DRAIN_TIMEOUT_S = drain.LIFECYCLE_DRAIN_TIMEOUT_S
 REPAIR_TIMEOUT_S = DRAIN_TIMEOUT_S + max(boot.VERIFY_HOOK_TIMEOUT_S.values()) + boot.node_ready_seconds()
+# The fast path for dead hardware (issue #38 item 5). Every replacement this controller starts is for a fault that
+# stays with the hardware (the table's replace, a node NotReady 30 minutes, a reboot-class fault that outlived its
+# reboot). aws-node-termination-handler v1.25.1 completes the termination hook only after a drain that succeeded
+# (pkg/monitor/sqsevent/asg-lifecycle-event.go: CompleteLifecycleAction is the PostDrainTask, which
+# pkg/interruptionevent/draincordon/handler.go runs only when the drain returned no error), and its drain waits for
+# every pod to be gone (k8s.io/kubectl drain.Helper with Timeout 840 s): a pod whose process hangs in the dead GPU's
+# driver, or whose kubelet is gone, never goes, so the hook would hold the instance to its 900 s heartbeat. Instead,
+# once the group holds the instance in Terminating:Wait, the controller completes the hook itself with CONTINUE as
+# soon as nothing on the node can still checkpoint (no pod left, every pod past its grace, or a kubelet not Ready),
+# and at the latest FAST_DRAIN_S after it saw the termination begin: the same notice a spot node gets, which the
+# workload contract already holds every job to (decisions/nodes/drain.py, 90 s from SIGTERM). On a node whose kubelet
+# is not Ready it first deletes the pods still there with grace 0, so that their owners start them elsewhere now.
+FAST_DRAIN_S = drain.NODE_DRAIN_GRACE_S
+DRAIN_HOOK = drain.DRAIN_HOOK_NAME
 # Fault-table remediation -> what is done (the table's none asks for nothing); `reset` while the table still has it.
 ACTIONS = {k: v for k, v in {"reset": "reboot", "reboot": "reboot", "replace": "replace"}.items()
            if k in faults.REMEDIATIONS}
@@ -120,6 +135,7 @@ def controller_config(*, cluster_name: str, region: str, partition: str, pools: 
         "recurrenceSeconds": RECURRENCE_S, "fleetFaultShare": FLEET_FAULT_SHARE,
         "brakeAfter": BRAKE_AFTER, "brakeWindowSeconds": BRAKE_WINDOW_S,
         "drainTimeoutSeconds": DRAIN_TIMEOUT_S, "repairTimeoutSeconds": REPAIR_TIMEOUT_S,
+        "fastDrainSeconds": FAST_DRAIN_S, "drainHook": DRAIN_HOOK,
         "metricsPort": METRICS_PORT,
         "poolLabel": POOL_NODE_LABEL, "repairAnnotation": REPAIR_ANNOTATION, "actions": ACTIONS,
         "pools": pool_policies(pools, cluster_name, max_per_hour),
@@ -140,12 +156,17 @@ def iam_statements(*, partition: str, region: str, account_id: str, asg_names: S
     """Least privilege: replace, brake and describe only this cluster's pools' groups (Auto Scaling authorizes
     TerminateInstanceInAutoScalingGroup and SuspendProcesses on the group: Service Authorization Reference, Amazon
     EC2 Auto Scaling), reboot only instances those groups launched (the group tags its instances
-    aws:autoscaling:groupName), read only the gate's reports. Describe calls take no resource."""
+    aws:autoscaling:groupName), complete only those groups' lifecycle actions (the fast path's CONTINUE), read only the
+    gate's reports. Describe calls take no resource."""
     groups = [pool_rules.asg_arn_pattern(partition, region, account_id, name) for name in asg_names]
     return [
         {"Sid": "DescribeGroups", "Effect": "Allow", "Action": "autoscaling:DescribeAutoScalingGroups", "Resource": "*"},
         {"Sid": "ReplaceAndBrakeOwnPools", "Effect": "Allow",
          "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses"],
+         "Resource": groups},
+        # The fast path: CONTINUE the termination hook of an instance with dead hardware once nothing on it can
+        # still checkpoint (Auto Scaling authorizes CompleteLifecycleAction on the group, as the drain handler's).
+        {"Sid": "CompleteOwnPoolsTerminationHook", "Effect": "Allow", "Action": "autoscaling:CompleteLifecycleAction",
          "Resource": groups},
         {"Sid": "RebootOwnPoolInstances", "Effect": "Allow", "Action": "ec2:RebootInstances",
          "Resource": f"arn:{partition}:ec2:{region}:{account_id}:instance/*",
@@ -160,10 +181,11 @@ def iam_statements(*, partition: str, region: str, account_id: str, asg_names: S
 
 
 # Kubernetes: read nodes and the pods on them, cordon and annotate a node, evict its pods (the Eviction API honours
-# PodDisruptionBudgets), record Events; keep its own state in one ConfigMap of its namespace.
+# PodDisruptionBudgets), delete with grace 0 the pods left on a node being terminated whose kubelet is gone (the fast
+# path: nothing runs them, and their owners start them elsewhere only once they are gone), record Events; keep its own state in one ConfigMap of its namespace.
 CLUSTER_RULES = (
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 )
