@@ -197,26 +197,26 @@ DEPLOYING = ROOT / "docs" / "deploying.md"
 # Values in a stack file that stand for something of the deployer's own: an account ID (in ARNs), a transit gateway, a
 # capacity reservation, the Pulumi organization of a peer stack, a domain or hosted zone, a network range. Every tag
 # value is the deployer's too (gpu-cloud:tags).
-PLACEHOLDER_PATTERNS = (re.compile(r"(?<!\d)\d{12}(?!\d)"), re.compile(r"\btgw-[0-9a-f]+\b"),
+DEPLOYER_VALUE_PATTERNS = (re.compile(r"(?<!\d)\d{12}(?!\d)"), re.compile(r"\btgw-[0-9a-f]+\b"),
                         re.compile(r"\bcr-[0-9a-f]+\b"), re.compile(r"^acme/"), re.compile(r"\bexample\.com\b"),
                         re.compile(r"^Z[0-9A-Z]{10,32}$"), re.compile(r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$"))
 
 
-def stack_placeholders(config: dict) -> set:
-    """(key path below gpu-cloud:, value) for each placeholder of a stack file's config: list items of objects as
+def deployer_values(config: dict) -> set:
+    """(key path below gpu-cloud:, value) for each value of a stack file that is the deployer's own's config: list items of objects as
     `[i]`, a mapping key that is one (a label under the deployer's domain) under its mapping's path."""
     found = set()
 
     def walk(value, path, every=False):
         if isinstance(value, dict):
             for key, item in value.items():
-                if any(p.search(str(key)) for p in PLACEHOLDER_PATTERNS):
+                if any(p.search(str(key)) for p in DEPLOYER_VALUE_PATTERNS):
                     found.add((path, str(key)))
                 walk(item, f"{path}.{key}", every)
         elif isinstance(value, list):
             for item in value:
                 walk(item, f"{path}[i]" if isinstance(item, dict) else path, every)
-        elif value is not None and (every or any(p.search(str(value)) for p in PLACEHOLDER_PATTERNS)):
+        elif value is not None and (every or any(p.search(str(value)) for p in DEPLOYER_VALUE_PATTERNS)):
             found.add((path, str(value)))
 
     for key, value in config.items():
@@ -243,26 +243,26 @@ def _table_rows(section: str) -> list:
     return rows
 
 
-def placeholder_table(text: str) -> dict:
+def values_to_replace_table(text: str) -> dict:
     return {key: set(values) for key, values in _table_rows(_section(text, "### Placeholders"))}
 
 
-def test_deploying_lists_every_placeholder_of_the_shipped_stacks():
-    """Each value a shipped stack file holds for something of the deployer's own (by PLACEHOLDER_PATTERNS, and every
+def test_deploying_lists_every_value_of_the_shipped_stacks_to_replace():
+    """Each value a shipped stack file holds for something of the deployer's own (by DEPLOYER_VALUE_PATTERNS, and every
     tag) is in the page's table, on its key's row; and each row names a key the stack files set."""
     from tests.conftest import STACKS
 
     found = set()
     for stack in STACKS:
         raw = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8"))["config"]
-        found |= stack_placeholders(raw)
-    table = placeholder_table(DEPLOYING.read_text(encoding="utf-8"))
+        found |= deployer_values(raw)
+    table = values_to_replace_table(DEPLOYING.read_text(encoding="utf-8"))
     missing_rows = sorted(f"{path}: {value}" for path, value in found if value not in table.get(path, set()))
-    assert missing_rows == [], f"docs/deploying.md's placeholder table misses: {missing_rows}"
+    assert missing_rows == [], f"docs/deploying.md's table of values to replace misses: {missing_rows}"
     assert set(table) == {path for path, _ in found}, set(table) ^ {path for path, _ in found}
 
 
-def test_the_placeholder_search_finds_what_a_stack_names_of_its_own():
+def test_the_search_finds_every_value_a_stack_names_of_its_own():
     """The patterns see an account in an ARN, a hosted zone, a label under a domain and every tag; not an instance type,
     a zone ID or a count."""
     config = {"aws:region": "us-east-1", "gpu-cloud:tags": {"team": "ml"},
@@ -270,7 +270,7 @@ def test_the_placeholder_search_finds_what_a_stack_names_of_its_own():
               "gpu-cloud:dr": {"hostedZoneId": "Z0987654321ZYXWVUTSRQ", "domain": "a.example.com"},
               "gpu-cloud:nodePools": [{"name": "p", "instanceTypes": ["p5.48xlarge"], "availabilityZone": "use1-az1",
                                        "maxNodes": 4, "labels": {"example.com/team": "x"}}]}
-    assert stack_placeholders(config) == {
+    assert deployer_values(config) == {
         ("tags.team", "ml"), ("cluster.adminRoleArns", "arn:aws:iam::210987654321:role/admin"),
         ("dr.hostedZoneId", "Z0987654321ZYXWVUTSRQ"), ("dr.domain", "a.example.com"),
         ("nodePools[i].labels", "example.com/team")}
