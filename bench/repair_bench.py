@@ -306,10 +306,13 @@ def pool_shapes(stack: str) -> List[PoolShape]:
 
 
 def fault_classes() -> Dict[str, Tuple[str, ...]]:
-    """The fault table's classes by what the controller does for them (repair.ACTIONS; the table's none: nothing)."""
+    """The fault table's classes by what the controller does for them (repair.ACTIONS; the table's none: nothing).
+    The controller acts on the run-time checker's series alone (jobs/node_repair.py node_health), so a class no check
+    of the checker sees (DCGM's NVLink replay and recovery counters, the NCCL acceptance verdict) is nothing to it,
+    whatever its remediation: its alert pages a person."""
     by: Dict[str, List[str]] = {"none": [], "reboot": [], "replace": []}
     for f in faults.load_faults().faults:
-        by[repair.ACTIONS.get(f.remediation, "none")].append(f.id)
+        by[repair.ACTIONS.get(f.remediation, "none") if f.checks else "none"].append(f.id)
     return {k: tuple(v) for k, v in by.items()}
 
 
