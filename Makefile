@@ -3,6 +3,8 @@ STACK ?= prod-us-east-1
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Checkov's own environment (requirements-checkov.txt: its boto3 pin contradicts the test tools')
+CHECKOV_VENV := $(VENV)/checkov
 # Passed to `python -m plan`: JSON=plan.json writes the plan document, DIAGRAM=docs/x.svg draws the picture,
 # ARGS= anything else (for example ARGS="--against old.json").
 PLAN_ARGS = $(if $(JSON),--json $(JSON)) $(if $(DIAGRAM),--diagram $(DIAGRAM)) $(ARGS)
@@ -49,13 +51,19 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+$(CHECKOV_VENV)/.installed: $(VENV)/.installed requirements-checkov.txt
+	@echo "installing requirements-checkov.txt into $(CHECKOV_VENV) (first run only, about 20 seconds)" >&2
+	test -x $(CHECKOV_VENV)/bin/python || $(PY) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
+
 plan: $(VENV)/.installed
 	$(PY) -m plan $(STACK) $(PLAN_ARGS)
 
 check: $(VENV)/.installed
 	$(PY) -m plan --policy-check $(PLAN)
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev $(CHECKOV_VENV)/.installed
 	$(PY) -m pytest -q -n auto tests
 
 clean:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
-from typing import Dict, List, Optional
+from typing import Dict, FrozenSet, List, Optional
 
 import pulumi
 import pulumi_aws as aws
@@ -26,6 +26,7 @@ from components.cluster import ClusterArgs, EksCluster
 from components.monitoring import MonitoringArgs, MonitoringStack
 from components.network import Network, NetworkArgs
 from components.nodes.autoscaler import AutoscalerArgs, ClusterAutoscaler
+from components.nodes.capacity_blocks import CapacityBlockExpiry, CapacityBlockExpiryArgs
 from components.nodes.node_drain import NodeDrain, NodeDrainArgs
 from components.nodes.node_repair import NodeRepair, NodeRepairArgs
 from components.nodes.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, check_user_data_fits, read_ami_id
@@ -46,9 +47,9 @@ from decisions.config.errors import ConfigError, ConfigIssue, key_path
 from decisions.config.model import NAMESPACE, SECRET_KEYS, SECTIONS
 from decisions.config.validate import StackSpec, budget_issues, load_stack_spec, stack_warnings
 from decisions.network.zones import AccountZones, ZoneLayout, reservation_table, resolve_layout, zone_table
-from decisions.nodes import autoscaling, boot
+from decisions.nodes import autoscaling, boot, capacity_blocks
 from decisions.nodes import pools as pool_rules
-from decisions.observability import alert_rules, dashboards
+from decisions.observability import alert_rules, dashboards, gpu_hours
 from decisions.platform import kueue as kueue_rules, tenancy
 from decisions.serving import failover, lb_controller
 from decisions.serving import triton as triton_rules
@@ -76,6 +77,11 @@ class Stack:
     @property
     def with_aws(self) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(providers={"aws": self.aws_provider})
+
+    @property
+    def launch_first(self) -> FrozenSet[str]:
+        """The pools whose reservations, as read, have a spare slot: their replacements launch first."""
+        return frozenset(p.name for p in self.spec.pools if pool_rules.launches_first(p, self.account.reservations))
 
 
 @dataclass(frozen=True)
@@ -208,7 +214,11 @@ def foundation(stack: Stack) -> Foundation:
         cluster_name=spec.cluster_name, flow_log_retention_days=retention, region=spec.region,
         account_id=stack.account_id, partition=stack.partition, dns_suffix=stack.dns_suffix,
         reverse_dns_prefix=stack.reverse_dns_prefix, transit_gateway_id=tgw.id if tgw else None,
-        transit_routes=tgw.routes if tgw else ()), opts=stack.with_aws)
+        transit_routes=tgw.routes if tgw else (),
+        # Triton's repository outside the stack: read through the S3 endpoint, which refuses other accounts' buckets
+        readable_bucket_arns=(triton_rules.repository_bucket_arn(spec.inference.triton.model_repository,
+                                                                 stack.partition),)
+        if spec.inference.triton.enabled and spec.inference.triton.model_repository else ()), opts=stack.with_aws)
     cluster = EksCluster("cluster", ClusterArgs(
         name=spec.cluster_name, kubernetes_version=spec.cluster.kubernetes_version,
         subnet_ids=list(network.private_subnet_ids.values()), public_access_cidrs=spec.cluster.public_access_cidrs,
@@ -256,7 +266,8 @@ def compute(stack: Stack, base: Foundation) -> List[GpuNodePool]:
         nvme_scratch=spec.storage.nvme_scratch, max_temp_c=spec.monitoring.alerts.gpu_temp_c, catalog=spec.catalog,
         artifact_bucket=artifacts.bucket_name, artifact_key_arn=artifacts.key_arn,
         lustre_client=lustre_rules.mounts_lustre(pool, spec.storage.lustre is not None),
-        instance_tags=spec.resource_tags, depends_on=[cluster.addons["vpc-cni"], node_drain]), opts=stack.with_aws)
+        instance_tags=spec.resource_tags, launch_first=pool.name in stack.launch_first,
+        depends_on=[cluster.addons["vpc-cni"], node_drain]), opts=stack.with_aws)
         for pool in spec.pools]
     priorities: Dict[int, list] = {}
     for pool, component in zip(spec.pools, node_pools):
@@ -279,7 +290,8 @@ def observability(stack: Stack, base: Foundation) -> MonitoringStack:
     return MonitoringStack("monitoring", MonitoringArgs(
         settings=spec.monitoring, dashboards=dashboards.dashboards(), node_exporter_args=alert_rules.NODE_EXPORTER_ARGS,
         rule_groups=alert_rules.rule_groups(spec.monitoring.alerts, spec.pools, spec.catalog,
-                                            triton.target_queue_ms if triton.enabled else None),
+                                            triton.target_queue_ms if triton.enabled else None)
+        + [gpu_hours.ledger_group(spec.pools, spec.catalog, stack.account.reservations)],
         webhook_url=pulumi.Output.secret(stack.webhook_url) if stack.webhook_url else None,
         depends_on=[base.cluster.addons["aws-ebs-csi-driver"]]), opts=base.with_cluster)
 
@@ -289,14 +301,19 @@ def platform(stack: Stack, base: Foundation, monitoring: MonitoringStack) -> Pla
     training jobs' bucket access, FSx for Lustre and the training queue."""
     spec, cluster, buckets, opts = stack.spec, base.cluster, base.buckets, base.with_cluster
     artifacts, triton = buckets["artifacts"], spec.inference.triton
+    # Capacity blocks close before EC2 takes them back: the repair controller does it, EC2's warning its backstop.
+    blocks = capacity_blocks.blocks(spec.pools, stack.account.reservations)
+    if blocks:
+        CapacityBlockExpiry("capacity-block-expiry", CapacityBlockExpiryArgs(
+            cluster_name_plain=spec.cluster_name, blocks=blocks), opts=opts)
     # Sick GPU nodes rebooted or replaced through their groups, within each pool's budget; a pool whose launches
     # keep failing the gate braked. After monitoring: it asks Prometheus what the nodes' checkers say.
     NodeRepair("node-repair", NodeRepairArgs(
         cluster_name=cluster.cluster_name, cluster_name_plain=spec.cluster_name, region=spec.region,
         partition=stack.partition, account_id=stack.account_id, pools=spec.pools, dry_run=spec.repair.dry_run,
         max_per_pool_per_hour=spec.repair.max_per_pool_per_hour, reports_bucket=artifacts.bucket_name,
-        reports_bucket_arn=artifacts.bucket_arn, reports_key_arn=artifacts.key_arn, monitoring=monitoring.release),
-        opts=opts)
+        reports_bucket_arn=artifacts.bucket_arn, reports_key_arn=artifacts.key_arn, monitoring=monitoring.release,
+        launch_first=stack.launch_first, capacity_blocks=blocks), opts=opts)
     # After monitoring: the operator makes the DCGM exporter's ServiceMonitor only once that CRD exists.
     GpuOperator("gpu-operator", GpuOperatorArgs.for_pools(spec.pools, after=[monitoring.release]), opts=opts)
     # Kueue (and the MPI Operator) where the stack queues training, the load balancer controller where it serves:
@@ -371,6 +388,8 @@ def serving(stack: Stack, base: Foundation, team_platform: Platform, monitoring:
         namespace=team_platform.teams.namespaces[tenancy.INFERENCE_NAMESPACE].metadata.name,
         namespace_name=tenancy.INFERENCE_NAMESPACE, pool=next(p for p in spec.pools if p.spec.name == triton.pool),
         catalog=spec.catalog, settings=triton, repository=repository, load_balancer_tags=spec.resource_tags,
+        load_balancer_source_ranges=lb_controller.load_balancer_source_ranges(triton.scheme, spec.network.cidr,
+                                                                              spec.dr.client_cidrs),
         monitoring=monitoring, lb_controller=team_platform.lb.release), opts=base.with_cluster)
     pulumi.export("inferenceEndpoint", inference.endpoint)
     if inference.publisher is not None:

@@ -22,7 +22,7 @@ import argparse
 import configparser
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -118,20 +118,25 @@ FIGURES: Dict[str, Figure] = {
                                repair.NOT_READY_S + repair.INTERVAL_S - _NODE_MONITOR_GRACE_S,
                                f"decisions/nodes/repair.py NOT_READY_S {repair.NOT_READY_S} from the Ready "
                                "condition's transition (as EKS node auto repair), then a pass"),
-    "evict": Figure(_up_to_pass(_POD_DEFAULT_GRACE_S), _up_to_pass(repair.DRAIN_TIMEOUT_S),
-                    f"the controller's drain before a reboot: pods leave within their grace (Kubernetes' default "
-                    f"{_POD_DEFAULT_GRACE_S} s), at most decisions/nodes/repair.py DRAIN_TIMEOUT_S "
-                    f"{repair.DRAIN_TIMEOUT_S} (drain.LIFECYCLE_DRAIN_TIMEOUT_S), seen on a pass"),
+    "evict": Figure(_up_to_pass(_POD_DEFAULT_GRACE_S), _up_to_pass(repair.FAST_DRAIN_S),
+                    f"the controller's drain before a reboot (or a replacement launched first): pods leave within "
+                    f"their grace (Kubernetes' default {_POD_DEFAULT_GRACE_S} s), at most decisions/nodes/repair.py "
+                    f"FAST_DRAIN_S {repair.FAST_DRAIN_S} (the spot notice), seen on a pass"),
     "reboot-down": Figure(60, 240,
                           "assumed typical: the OS shuts down in a minute; worst: EC2 hard-reboots an instance that "
                           "has not shut down within a few minutes (RebootInstances reference, four in its earlier "
                           "wording; repair.py REBOOT_RETRY_S)"),
     "ec2-terminate": Figure(60, 300, "assumed: EC2 documents no bound on shutting-down -> terminated"),
     "launch": Figure(10, 60, "assumed: the group's launch activity (terminate and launch at once: EC2 Auto Scaling "
-                             "user guide, instance maintenance policy overview; the shipped groups set no policy)"),
+                             "user guide, instance maintenance policy overview; spot and on-demand groups set no "
+                             "policy)"),
     "launch-reserved": Figure(30, 120, "assumed: the group retries its launch, refused while the reservation "
                                        "is full, until the old instance's slot is free"),
-    "health-replace": Figure(10, 60, "assumed: the group acts on the gate's SetInstanceHealth Unhealthy"),
+    "dcgm-collect": Figure(15, 30, "dcgm-exporter's default collect interval, 30 s (--collect-interval 30000 ms)"),
+    "dcgm-scrape": Figure(7.5, 15, "the DCGM exporter's ServiceMonitor, every 15 s (gpu-operator v26.7.0 values.yaml "
+                                   "dcgmExporter.serviceMonitor.interval)"),
+    "health-replace": Figure(10, 60, "assumed: the group acts on SetInstanceHealth Unhealthy (the gate's or the "
+                                     "controller's)"),
 }
 
 # The fast path for dead hardware (issue #38 item 5), where the code has it: the controller completes the termination
@@ -203,6 +208,11 @@ class PoolShape:
     reserved: bool
     source: str
     boot_steps: Dict[str, int]
+    launch_first: bool = False       # its reservation has a spare slot (decisions/nodes/pools.py launches_first)
+
+    @property
+    def label(self) -> str:
+        return f"{self.pool} (spare slot)" if self.launch_first else self.pool
 
     @property
     def boot_worst_s(self) -> int:
@@ -294,29 +304,38 @@ class Timeline:
 
 
 def pool_shapes(stack: str) -> List[PoolShape]:
-    """Every pool of a shipped stack with its boot's worst steps (the shape components/nodes/nodepool.py renders)."""
+    """Every pool of a shipped stack with its boot's worst steps (the shape components/nodes/nodepool.py renders),
+    and each reserved pool again as if its reservation had a spare slot (launch first): the offline account models a
+    reservation at the pool's maxNodes, so no shipped pool launches first until its account says otherwise."""
     _, spec = load_stack(stack)
     source = spec.node_image.source
-    return [PoolShape(stack=stack, pool=p.name, capacity=p.spec.capacity, reserved=bool(p.spec.reserved_capacity),
-                      source=source,
-                      boot_steps=boot.worst_case(source, nvswitch=spec.catalog.gpu_model(p.primary_type.name).nvswitch,
-                                                 efa=p.efa,
-                                                 lustre=lustre_rules.mounts_lustre(p, spec.storage.lustre is not None)))
-            for p in spec.pools]
+    shapes = [PoolShape(stack=stack, pool=p.name, capacity=p.spec.capacity, reserved=bool(p.spec.reserved_capacity),
+                        source=source,
+                        boot_steps=boot.worst_case(source, nvswitch=spec.catalog.gpu_model(p.primary_type.name).nvswitch,
+                                                   efa=p.efa, lustre=lustre_rules.mounts_lustre(
+                                                       p, spec.storage.lustre is not None)))
+              for p in spec.pools]
+    return [variant for shape in shapes
+            for variant in ((shape, replace(shape, launch_first=True)) if shape.reserved else (shape,))]
 
 
 def fault_classes() -> Dict[str, Tuple[str, ...]]:
     """The fault table's classes by what the controller does for them (repair.ACTIONS; the table's none: nothing).
-    The controller acts on the run-time checker's series alone (jobs/node_repair.py node_health), so a class no check
-    of the checker sees (DCGM's NVLink replay and recovery counters, the NCCL acceptance verdict) is nothing to it,
-    whatever its remediation: its alert pages a person."""
-    by: Dict[str, List[str]] = {"none": [], "reboot": [], "replace": []}
+    The controller reads the run-time checker's series and the DCGM counters of repair.COUNTER_FAULTS
+    (jobs/node_repair.py node_health); a class neither sees (the NCCL acceptance verdict, a job's, which names no
+    node) is nothing to it, whatever its remediation: its alert pages a person."""
+    by: Dict[str, List[str]] = {"none": [], "reboot": [], "replace": [], "dcgm": []}
     for f in faults.load_faults().faults:
-        by[repair.ACTIONS.get(f.remediation, "none") if f.checks else "none"].append(f.id)
+        if f.id in repair.COUNTER_FAULTS:
+            if repair.ACTIONS[f.remediation] != "reboot":
+                raise ValueError(f"{f.id}: the bench models a DCGM counter fault as a reboot only")
+            by["dcgm"].append(f.id)
+        else:
+            by[repair.ACTIONS.get(f.remediation, "none") if f.checks else "none"].append(f.id)
     return {k: tuple(v) for k, v in by.items()}
 
 
-FAULTS = ("none", "reboot", "reboot, gate fails", "replace", "NotReady", "stale checker")
+FAULTS = ("none", "reboot", "reboot, DCGM counter", "reboot, gate fails", "replace", "NotReady", "stale checker")
 
 _NO_SLOT = "no spare slot in the reservation: the replacement launches only once the old instance is gone"
 _HEARTBEAT = (f"NTH completes the hook only after a drain that succeeds: pods that cannot terminate hold it to the "
@@ -325,9 +344,10 @@ _CHECK_LATE = f"the checker's {_CHECK_S} s timer may elapse {_CHECK_ACCURACY_S} 
 _THROTTLED = "a throttled call's retry waits"
 
 
-def _detect() -> List[Step]:
-    return [step("checker's next run", "check", why=_CHECK_LATE), step("scrape", "scrape"),
-            step("controller's pass", "pass", SEEN), step("cordon call", "call", OUT, why=_THROTTLED)]
+def _detect(dcgm: bool = False) -> List[Step]:
+    first = ([step("DCGM exporter's next collection", "dcgm-collect"), step("scrape", "dcgm-scrape")] if dcgm else
+             [step("checker's next run", "check", why=_CHECK_LATE), step("scrape", "scrape")])
+    return first + [step("controller's pass", "pass", SEEN), step("cordon call", "call", OUT, why=_THROTTLED)]
 
 
 def _boot(pool: PoolShape, first: str, last: str) -> List[Step]:
@@ -340,12 +360,21 @@ def _boot(pool: PoolShape, first: str, last: str) -> List[Step]:
 
 
 def _replacement(pool: PoolShape, hook: str, via: str = "terminate") -> Tuple[List[Step], List[str]]:
-    """From the terminate call (or the group's health replacement) to a Ready replacement. A reserved pool launches
-    only when the old instance is gone; any other launches at once, and its old instance drains beside the new boot."""
-    first = (step("TerminateInstanceInAutoScalingGroup", "call") if via == "terminate"
-             else step("the group replaces the Unhealthy instance", "health-replace"))
+    """From the terminate call (or the group's health replacement) to a Ready replacement. A reserved pool without a
+    spare slot launches only when the old instance is gone; one with a spare slot launches first (the controller
+    reports the instance Unhealthy), and any other launches at once; the old instance drains beside the new boot."""
+    if pool.launch_first and via == "terminate":
+        via = "unhealthy"
+    first = {"terminate": step("TerminateInstanceInAutoScalingGroup", "call"),
+             "unhealthy": step("SetInstanceHealth Unhealthy", "call"),
+             "health": step("the group replaces the Unhealthy instance", "health-replace")}[via]
     heartbeat = FIGURES[hook].worst_s >= drain.LIFECYCLE_DRAIN_TIMEOUT_S
-    if pool.reserved:
+    if pool.launch_first:
+        steps = [first, step("the group launches the replacement into the spare slot", "health-replace", LAUNCHED)]
+        notes = [f"off the path: the controller drains the node meanwhile (at most FAST_DRAIN_S {repair.FAST_DRAIN_S} "
+                 "s); the old instance is terminated once the replacement is InService (the group's instance "
+                 "maintenance policy, min 100 %)"]
+    elif pool.reserved:
         steps = [first, step("termination hook", hook, why=_HEARTBEAT if heartbeat else _NO_SLOT),
                  step("EC2 terminates the instance", "ec2-terminate", GONE, why=_NO_SLOT),
                  step("launch into the freed slot", "launch-reserved", LAUNCHED, why=_NO_SLOT)]
@@ -360,17 +389,21 @@ def _replacement(pool: PoolShape, hook: str, via: str = "terminate") -> Tuple[Li
     return steps + _boot(pool, GATE, READY), notes
 
 
+def _evict() -> Step:
+    return step("controller evicts the pods", "evict",
+                why=f"pods that do not leave get the spot notice, repair.py FAST_DRAIN_S {repair.FAST_DRAIN_S} s")
+
+
 def _reboot(pool: PoolShape) -> List[Step]:
-    return [step("controller evicts the pods", "evict",
-                 why=f"pods that do not leave hold the reboot for repair.py DRAIN_TIMEOUT_S "
-                     f"{repair.DRAIN_TIMEOUT_S} s"),
-            step("RebootInstances", "call"),
-            step("the instance goes down", "reboot-down")]
+    return [_evict(), step("RebootInstances", "call"),
+            step("the instance goes down", "reboot-down",
+                 why="EC2 hard-reboots an instance that has not shut down only after a few minutes")]
 
 
 def _back_after_reboot() -> List[Step]:
-    return [step("a check after the reboot", "check"), step("scrape", "scrape"), step("controller's pass", "pass"),
-            step("uncordon call", "call", BACK)]
+    """Ready on a new boot is proof: the kubelet runs only once the gate passed (jobs/node_repair.py
+    proven_since_cordon); the first check after it confirms, or escalates."""
+    return [step("controller's pass sees the new boot Ready", "pass"), step("uncordon call", "call", BACK)]
 
 
 def _less_call(s: Step, reaches: str) -> Step:
@@ -386,12 +419,14 @@ def timeline(pool: PoolShape, fault: str, classes: Optional[Dict[str, Tuple[str,
     if fault == "none":
         return Timeline(pool, fault, classes["none"], (), "",
                         ("the application's fault (or a warning): the node keeps serving, its alert is the tenant's",))
-    if fault == "reboot":
-        steps = _detect() + [confirm] + _reboot(pool) + _boot(pool, GATE, READY) + _back_after_reboot()
-        return Timeline(pool, fault, classes["reboot"], tuple(steps), BACK)
+    if fault in ("reboot", "reboot, DCGM counter"):
+        dcgm = fault != "reboot"
+        steps = _detect(dcgm) + [confirm] + _reboot(pool) + _boot(pool, GATE, READY) + _back_after_reboot()
+        return Timeline(pool, fault, classes["dcgm" if dcgm else "reboot"], tuple(steps), BACK)
     if fault == "reboot, gate fails":
         gate = [Step(f"boot to the gate's verdict ({', '.join(pool.boot_steps)})", pool.boot_typical_s,
-                     pool.boot_worst_s, f"decisions/nodes/boot.py worst_case({pool.source!r})")]
+                     pool.boot_worst_s, f"decisions/nodes/boot.py worst_case({pool.source!r})",
+                     why="two boots: the reboot's own, which the gate rejects, comes before the replacement's")]
         # The rebooted node's kubelet never ran: with the fast path the controller completes its hook at once.
         rest, notes = _replacement(pool, "drain-hook" if FAST_DRAIN_S is None else "drain-hook-dead-kubelet",
                                    via="health")
@@ -406,17 +441,19 @@ def timeline(pool: PoolShape, fault: str, classes: Optional[Dict[str, Tuple[str,
         steps = [step("NotReady and tainted", "not-ready-taint", OUT),
                  step(f"NotReady for NOT_READY_S {repair.NOT_READY_S}", "not-ready-repair", STARTED,
                       why=f"repair.py NOT_READY_S {repair.NOT_READY_S}: replaced after 30 minutes NotReady, as EKS "
-                          "node auto repair does (a kubelet back in time costs nothing)")]
+                          "node auto repair does, and longer than a node's own reboot through its gate (a panic "
+                          "reboots it; replacing it mid-boot would throw a healthy node away)")]
         rest, notes = _replacement(pool, "drain-hook-dead-kubelet")
         return Timeline(pool, fault, ("not-ready",), tuple(steps + rest), READY, tuple(notes))
     if fault == "stale checker":
         steps = [step(f"no check for STALE_CHECK_S {repair.STALE_CHECK_S}", "stale-cordon", SEEN,
                       why=f"repair.py STALE_CHECK_S {repair.STALE_CHECK_S}: five missed checks before a silent node "
-                          "is cordoned"),
+                          "is cordoned; four would cordon a healthy node on two failed scrapes"),
                  step("cordon call", "call", OUT, why=_THROTTLED),
                  _less_call(step(f"silent for STALE_REPAIR_S {repair.STALE_REPAIR_S}", "stale-repair",
                                  why=f"repair.py STALE_REPAIR_S {repair.STALE_REPAIR_S}: rebooted when "
-                                     "GpuNodeHealthCheckStale fires"), STARTED)]
+                                     "GpuNodeHealthCheckStale fires; a silent checker is not a GPU fault, and the "
+                                     "reboot kills the jobs still running there"), STARTED)]
         steps += _reboot(pool) + _boot(pool, GATE, READY) + _back_after_reboot()
         return Timeline(pool, fault, ("checker-stale",), tuple(steps), BACK)
     raise ValueError(f"unknown fault {fault!r}")
@@ -435,8 +472,8 @@ def fast_path() -> str:
                 "replace-before-terminate where a reservation has room) is not in the code; this is today's path")
     return (f"modelled: the controller completes the termination hook of a node it replaces at most FAST_DRAIN_S "
             f"{FAST_DRAIN_S} s after the termination began, at once where the kubelet is gone (pods deleted with "
-            "grace 0). Not modelled: replace-before-terminate where a reservation has room (not in the code): a "
-            "reserved pool still launches only once the old instance is gone")
+            "grace 0); a reserved pool whose reservation has a spare slot (rows '(spare slot)') launches the "
+            "replacement first")
 
 
 def _m(seconds: Optional[float]) -> str:
@@ -453,7 +490,7 @@ def table(rows: Sequence[Timeline]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for t in rows:
         lines.append(
-            f"| {t.pool.stack} | {t.pool.pool} | {t.pool.capacity} | {t.fault} | "
+            f"| {t.pool.stack} | {t.pool.label} | {t.pool.capacity} | {t.fault} | "
             f"{_m(t.at(OUT, 'typical'))} / {_m(t.at(OUT, 'worst'))} | {_r(t.out_ratio('worst'))} | "
             + (f"{_m(t.at(t.ends_at, 'typical'))} / {_m(t.at(t.ends_at, 'worst'))} | {_m(t.goal_repaired_s())} | "
                f"{_r(t.repaired_ratio('typical'))} / {_r(t.repaired_ratio('worst'))} | "
@@ -470,7 +507,7 @@ def summary(rows: Sequence[Timeline]) -> str:
              "|---|---|---|---|" + "---|" * len(kinds)]
     pools: Dict[Tuple[str, str], Dict[str, Timeline]] = {}
     for t in rows:
-        pools.setdefault((t.pool.stack, t.pool.pool), {})[t.fault] = t
+        pools.setdefault((t.pool.stack, t.pool.label), {})[t.fault] = t
     for (stack, pool), by in pools.items():
         any_row = next(iter(by.values()))
         cells = [f"{_m(by[k].at(OUT, 'worst'))} ({_r(by[k].out_ratio('worst'))}) / "
@@ -481,7 +518,7 @@ def summary(rows: Sequence[Timeline]) -> str:
 
 
 def steps_table(t: Timeline) -> str:
-    lines = [f"{t.pool.stack} {t.pool.pool} ({t.pool.capacity}), {t.fault}:",
+    lines = [f"{t.pool.stack} {t.pool.label} ({t.pool.capacity}), {t.fault}:",
              "| step | typical s | worst s | worst at | reaches | source |", "|---|---|---|---|---|---|"]
     at = 0.0
     for s in t.steps:

@@ -39,14 +39,14 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as kubernetes
 
-from components.iam import POD_IDENTITY_TRUST_POLICY, log_group_key_policy, policy_document
+from components.iam import log_group_key_policy, pod_identity_trust_policy, policy_document
 from decisions.catalog.addons import addon_configuration, addon_versions
 from decisions.catalog.catalog import load_catalog
 from decisions.config.model import IAM_ROLE_ARN
 from decisions.nodes.pods import NODEGROUP_TAINT_EFFECTS, SYSTEM_NODE_LABELS, SYSTEM_NODE_TAINT, \
     SYSTEM_NODE_TYPES, SYSTEM_NODES_MAX, VPC_CNI_ENV
 from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS
-from decisions.platform.tenancy import access_entry_suffix
+from decisions.platform.tenancy import SYSTEM_NAMESPACE, access_entry_suffix
 
 CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
 KMS_DELETION_WINDOW_DAYS = 30           # the maximum: a scheduled deletion of the secrets key can be cancelled
@@ -282,8 +282,11 @@ class EksCluster(pulumi.ComponentResource):
 
         # --- Pod Identity roles for the add-ons that call AWS (managed policies, kept current by AWS) --
         def addon_role(short: str, service_account: str, policy: str) -> Tuple[aws.iam.Role, pulumi.Resource]:
-            role = aws.iam.Role(f"{name}-{short}-role", assume_role_policy=POD_IDENTITY_TRUST_POLICY,
-                                description=f"Pod Identity role for kube-system/{service_account} on {args.name}",
+            role = aws.iam.Role(f"{name}-{short}-role", assume_role_policy=pod_identity_trust_policy(
+                                    partition.partition, region.region, identity.account_id, args.name,
+                                    SYSTEM_NAMESPACE, service_account),
+                                description=f"Pod Identity role for {SYSTEM_NAMESPACE}/{service_account} on "
+                                            f"{args.name}",
                                 opts=child)
             attachment = aws.iam.RolePolicyAttachment(f"{name}-{short}-policy", role=role.name,
                                                       policy_arn=aws_managed_policy(policy), opts=child)
@@ -351,9 +354,10 @@ class EksCluster(pulumi.ComponentResource):
                 min_size=args.system_min_nodes, desired_size=args.system_desired_nodes,
                 max_size=args.system_max_nodes),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
-            # Sized here, not by the cluster autoscaler: EKS tags the group for its discovery, but the
-            # autoscaler may scale only the GPU pools (its priorities and IAM name them alone). The desired
-            # size is left to whoever changed it since (an operator making room), min and max stay owned here.
+            # Sized here, not by the cluster autoscaler: EKS tags the group with the usual discovery pair, but
+            # the autoscaler discovers and may scale only the GPU pools, by their own tag (decisions/nodes/
+            # autoscaling.py discovery_tag). The desired size is left to whoever changed it since (an operator
+            # making room), min and max stay owned here.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*node_policies, vpc_cni, kube_proxy,
                                                                  pod_identity_agent],
                                         ignore_changes=["scalingConfig.desiredSize"]))

@@ -1,9 +1,9 @@
 """IAM helpers shared by the components: policy documents, and service-account roles through EKS
 Pod Identity, the one mechanism gpu-cloud uses for add-on credentials.
 
-Pod Identity (not IRSA/OIDC) because one fixed trust policy serves every role, nothing has to be
-rewritten when the cluster's OIDC issuer changes, and the eks-pod-identity-agent add-on is pinned
-with the others.
+Pod Identity (not IRSA/OIDC) because nothing has to be rewritten when the cluster's OIDC issuer changes, and the
+eks-pod-identity-agent add-on is pinned with the others. Each role trusts one service account of one cluster
+(decisions/platform/pod_identity.py).
 """
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import pulumi
 import pulumi_aws as aws
 
 from decisions.observability.logs import log_group_arn
+from decisions.platform import pod_identity
 
-POD_IDENTITY_TRUST_POLICY = json.dumps({
-    "Version": "2012-10-17",
-    "Statement": [{
-        "Effect": "Allow",
-        "Principal": {"Service": "pods.eks.amazonaws.com"},
-        "Action": ["sts:AssumeRole", "sts:TagSession"],
-    }],
-})
+
+def pod_identity_trust_policy(partition: pulumi.Input[str], region: pulumi.Input[str], account_id: pulumi.Input[str],
+                              cluster_name: pulumi.Input[str], namespace: str,
+                              service_account: str) -> pulumi.Output[str]:
+    """The trust policy (JSON) of a Pod Identity role for `namespace`/`service_account` of this cluster only."""
+    return pulumi.Output.all(partition, region, account_id, cluster_name).apply(lambda a: json.dumps(
+        pod_identity.trust_policy(pod_identity.cluster_arn(*a), namespace, service_account)))
 
 
 def policy_document(*statements: Mapping[str, Any]) -> pulumi.Output[str]:
@@ -68,7 +68,14 @@ class ServiceAccountRole(pulumi.ComponentResource):
     def __init__(self, name: str, args: ServiceAccountRoleArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-cloud:iam:ServiceAccountRole", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.role = aws.iam.Role(f"{name}-role", assume_role_policy=POD_IDENTITY_TRUST_POLICY,
+        # The cluster's ARN from the caller's account, partition and region (as EksCluster reads them): known at
+        # preview, before the cluster exists.
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        trust = pod_identity_trust_policy(
+            aws.get_partition_output(opts=invoke).partition, aws.get_region_output(opts=invoke).region,
+            aws.get_caller_identity_output(opts=invoke).account_id, args.cluster_name, args.namespace,
+            args.service_account)
+        self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust,
                                  description=f"Pod Identity role for {args.namespace}/{args.service_account}",
                                  opts=child)
         aws.iam.RolePolicy(f"{name}-policy", role=self.role.id, policy=args.policy, opts=child)

@@ -3,7 +3,8 @@
 Nodes live in private subnets (sized for VPC CNI pod addresses by `decisions.network.network_plan`); public
 subnets hold only NAT gateways and internet-facing load balancers. Interface endpoints keep what the
 cluster's own software calls (image pulls, the CNI, Pod Identity, the autoscaler, the drain queue, Session
-Manager) inside the VPC; the S3 gateway endpoint carries ECR layers and the node gate's bundles.
+Manager) inside the VPC; the S3 gateway endpoint carries ECR layers and the node gate's bundles, and lets through
+this account's buckets and the few others nodes read (decisions/network/s3_endpoint.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pulumi_aws as aws
 
 from components.iam import log_group_key_policy
 from decisions.network.network_plan import plan_subnets
+from decisions.network.s3_endpoint import gateway_endpoint_policy
 from decisions.observability.logs import CLOUDWATCH_RETENTION_DAYS, flow_log_group_name, log_group_arn
 
 NAT_MODES = ("one-per-az", "single")
@@ -58,6 +60,8 @@ class NetworkArgs:
     reverse_dns_prefix: str         # "com.amazonaws", ...: interface endpoint service names
     transit_gateway_id: Optional[str] = None     # an existing transit gateway to attach the private subnets to
     transit_routes: Tuple[str, ...] = ()         # networks reached through it (the deployer's runners, ...)
+    # buckets of other accounts the stack reads (Triton's model repository), which the S3 endpoint must let through
+    readable_bucket_arns: Tuple[str, ...] = ()
 
 
 def _tags(name: str, *, cluster_name: Optional[str] = None, role: Optional[str] = None) -> Dict[str, str]:
@@ -179,6 +183,8 @@ class Network(pulumi.ComponentResource):
         service_prefix = f"{args.reverse_dns_prefix}.{region}"
         aws.ec2.VpcEndpoint(f"{name}-vpce-s3", vpc_id=self.vpc.id, service_name=f"{service_prefix}.s3",
                             vpc_endpoint_type="Gateway", route_table_ids=[rt.id for rt in private_rts.values()],
+                            policy=json.dumps(gateway_endpoint_policy(partition, region, account,
+                                                                      args.readable_bucket_arns)),
                             tags=_tags(f"{name}-vpce-s3"), opts=child)
         self.endpoint_security_group = aws.ec2.SecurityGroup(
             f"{name}-endpoints", vpc_id=self.vpc.id, description="Interface VPC endpoints: HTTPS from the VPC",

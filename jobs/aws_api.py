@@ -83,6 +83,12 @@ MODELED_ERRORS = {
     "RebootInstances": frozenset(),
     "ListObjectsV2": frozenset({"NoSuchBucket"}),
     "GetObject": frozenset({"NoSuchKey", "InvalidObjectState"}),
+    "ReceiveMessage": frozenset({"InvalidAddress", "InvalidSecurity", "KmsAccessDenied", "KmsDisabled",
+                                 "KmsInvalidKeyUsage", "KmsInvalidState", "KmsNotFound", "KmsOptInRequired",
+                                 "KmsThrottled", "OverLimit", "QueueDoesNotExist", "RequestThrottled",
+                                 "UnsupportedOperation"}),
+    "DeleteMessage": frozenset({"InvalidAddress", "InvalidIdFormat", "InvalidSecurity", "QueueDoesNotExist",
+                                "ReceiptHandleIsInvalid", "RequestThrottled", "UnsupportedOperation"}),
 }
 # RetryQuotaChecker, lines 704-706, and retries/quota.py RetryQuota.INITIAL_CAPACITY.
 QUOTA_CAPACITY, THROTTLING_RETRY_COST, RETRY_COST, NO_RETRY_INCREMENT = 500, 5, 14, 1
@@ -280,8 +286,9 @@ class Aws:
                 with self.opener(request, timeout=TIMEOUT_S) as answer:
                     return answer.read()
             except urllib.error.HTTPError as error:
-                raise _error(error.code, error.read(), error.headers.get("x-amz-retry-after") if error.headers
-                             else None, operation) from None
+                answered = error.headers or {}
+                raise _error(error.code, error.read(), answered.get("x-amz-retry-after"), operation,
+                             answered.get("x-amzn-query-error")) from None
         return self.retry.call(once)
 
     def query(self, service: str, version: str, action: str, params: Mapping[str, str]) -> ET.Element:
@@ -320,6 +327,13 @@ class Aws:
         self.query("autoscaling", AUTOSCALING_VERSION, "TerminateInstanceInAutoScalingGroup",
                    {"InstanceId": instance_id, "ShouldDecrementDesiredCapacity": "false"})
 
+    def mark_unhealthy(self, instance_id: str) -> None:
+        """Report the instance Unhealthy: its group replaces it under its instance maintenance policy, which on a pool
+        whose reservation has a spare slot launches the replacement first and terminates this one once it is
+        InService (EC2 Auto Scaling User Guide, "Instance maintenance policies": health check replacements)."""
+        self.query("autoscaling", AUTOSCALING_VERSION, "SetInstanceHealth",
+                   {"InstanceId": instance_id, "HealthStatus": "Unhealthy", "ShouldRespectGracePeriod": "false"})
+
     def continue_termination(self, group: str, hook: str, instance_id: str) -> None:
         """CONTINUE the instance's termination lifecycle action: the group terminates it now, without waiting for the
         hook's heartbeat (the fast path for dead hardware, jobs/node_repair.py)."""
@@ -333,6 +347,25 @@ class Aws:
 
     def reboot_instance(self, instance_id: str) -> None:
         self.query("ec2", EC2_VERSION, "RebootInstances", {"InstanceId.1": instance_id})
+
+    # --- SQS, in the AWS JSON 1.0 protocol botocore's SQS model speaks (botocore 1.44.18 data/sqs/2012-11-05)
+
+    def sqs(self, action: str, params: Mapping[str, Any]) -> Dict[str, Any]:
+        url = (self.endpoint or f"https://sqs.{self.region}.{self.dns_suffix}") + "/"
+        answer = self._send("POST", url, "sqs", {"Content-Type": "application/x-amz-json-1.0",
+                                                  "X-Amz-Target": f"AmazonSQS.{action}"},
+                            json.dumps(params).encode(), action)
+        return json.loads(answer or b"{}")
+
+    def receive_messages(self, queue_url: str, max_messages: int, wait_s: int,
+                         visibility_s: int) -> List[Dict[str, str]]:
+        """Up to `max_messages` messages, each {"body", "receipt"}; each invisible to others for `visibility_s`."""
+        found = self.sqs("ReceiveMessage", {"QueueUrl": queue_url, "MaxNumberOfMessages": max_messages,
+                                            "WaitTimeSeconds": wait_s, "VisibilityTimeout": visibility_s})
+        return [{"body": m["Body"], "receipt": m["ReceiptHandle"]} for m in found.get("Messages") or []]
+
+    def delete_message(self, queue_url: str, receipt: str) -> None:
+        self.sqs("DeleteMessage", {"QueueUrl": queue_url, "ReceiptHandle": receipt})
 
     # --- S3
 
@@ -363,9 +396,23 @@ class Aws:
         return self._send("GET", self._s3_url(bucket, key), "s3", {}, operation="GetObject")
 
 
-def _error(status: int, body: bytes, retry_after: Optional[str] = None, operation: str = "") -> AwsError:
-    """The Query protocol's <ErrorResponse><Error><Code>, EC2's <Response><Errors><Error>, S3's <Error>. A body that
-    is not XML (a load balancer's 503 page) has no code: its status alone decides a retry, as in botocore."""
+def _error(status: int, body: bytes, retry_after: Optional[str] = None, operation: str = "",
+           query_error: Optional[str] = None) -> AwsError:
+    """The Query protocol's <ErrorResponse><Error><Code>, EC2's <Response><Errors><Error>, S3's <Error>; in the JSON
+    protocol (SQS) the code of `x-amzn-query-error` ("<code>;<Sender|Receiver>"), else the body's __type after its
+    '#', as botocore reads them (parsers.py BaseJSONParser._do_error_parse, lines 727-761, and
+    _do_query_compatible_error_parse, lines 404-418). A body that is neither (a load balancer's 503 page) has no code:
+    its status alone decides a retry, as in botocore."""
+    if body.lstrip().startswith(b"{"):
+        try:
+            found = json.loads(body)
+        except ValueError:
+            found = {}
+        code = str(found.get("__type") or "").split(":", 1)[0].rsplit("#", 1)[-1]
+        parts = (query_error or "").split(";")
+        if len(parts) == 2 and parts[0]:
+            code = parts[0]
+        return AwsError(status, code, str(found.get("message", found.get("Message", ""))), retry_after, operation)
     try:
         root = ET.fromstring(body)
     except ET.ParseError:

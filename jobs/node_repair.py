@@ -47,17 +47,21 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 if __package__:                 # imported as jobs.node_repair (the tests)
-    from . import aws_api
+    from . import aws_api, block_expiry
 else:                           # run as /opt/gpu-node-repair/node_repair.py: aws_api.py is beside it in the ConfigMap
     import aws_api
+    import block_expiry
 
 SA_DIR = Path(os.environ.get("SERVICEACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount"))
 COMPONENT = "gpu-node-repair"
 HOUR = 3600.0
 IN_FLIGHT = ("draining", "rebooting", "replacing")
+# /readyz answers 200 while a pass that read the nodes' health began within this many intervals: a failed pass or two
+# (a passing API error) keep it ready, a loop that keeps failing or hangs does not. 503 before the first such pass.
+READY_INTERVALS = 4
 DRY_RUN = "dry-run"
 
 
@@ -80,6 +84,8 @@ class NodeState(NamedTuple):
     ready_since: float = 0.0     # the Ready condition's lastTransitionTime: since when it is (not) Ready
     created: float = 0.0         # metadata.creationTimestamp
     cordoned_at: float = 0.0     # when this controller cordoned it (its annotation's "since"; 0 if not ours)
+    cordoned_boot: str = ""      # the boot it was cordoned on (its annotation's "bootId")
+    health: str = ""             # the instance's health in its group: Healthy, Unhealthy ("" if absent)
 
 
 class Ask(NamedTuple):
@@ -265,19 +271,27 @@ def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], no
     if node.lifecycle == "Terminating:Wait":
         return leaving(now, config, repair, node, pods)
     if phase == "draining":
+        # Before a reboot, or while a replacement launches first (reported Unhealthy when the repair began): the pods
+        # leave as from a spot node, within `fastDrainSeconds` (decisions/nodes/repair.py FAST_DRAIN_S); the fault
+        # stays until the reset either way.
+        then = ("rebooting", "reboot") if repair["action"] == "reboot" else ("replacing", "")
         if evictable == 0:
-            return Step("rebooting", "reboot", "drained")
-        if now - repair["startedAt"] >= config["drainTimeoutSeconds"]:
-            return Step("rebooting", "reboot", f"{evictable} pods still there after {config['drainTimeoutSeconds']} s")
+            return Step(*then, "drained")
+        if not node.ready:
+            return Step(*then, f"its kubelet is not Ready: none of its {evictable} pods can leave")
+        if now - repair["startedAt"] >= config["fastDrainSeconds"]:
+            return Step(*then, f"{evictable} pods still there after {config['fastDrainSeconds']} s")
         return Step("draining", "evict", f"{evictable} pods to evict")
     if phase == "rebooting":
         rebooted_at = repair.get("rebootedAt", math.inf)
-        # A new boot (RebootInstances only asks the OS; a check may still run before it goes down), and a check since.
-        after = node.boot_id != repair.get("bootId") and node.checked_at > rebooted_at
-        if after and node.ready and node.remediation == "none":
-            return Step("done", "", "healthy after its reboot")
-        if after and wanted_action(node, config["actions"]):
+        # A new boot, Ready: its kubelet runs only once the gate proved every GPU of this boot (the kubelet drop-in
+        # requires the gate's verified file, userdata/units/kubelet-gpu-cloud-gate.conf). A check since the reboot
+        # that still asks (RebootInstances only asks the OS; a check may run before it goes down) escalates.
+        new_boot = node.boot_id != repair.get("bootId")
+        if new_boot and node.checked_at > rebooted_at and wanted_action(node, config["actions"]):
             return Step("replacing", "replace", f"still faulty after its reboot ({', '.join(node.faults)})")
+        if new_boot and node.ready:
+            return Step("done", "", "back after its reboot: its gate proved it")
         if now - repair["startedAt"] >= timeout:
             return Step("replacing", "replace", f"not healthy {timeout} s after the repair began")
         # Still the same boot and Ready throughout: the reboot never happened. EC2 hard-reboots an instance that has
@@ -288,12 +302,40 @@ def advance(now: float, config: Mapping[str, Any], repair: Mapping[str, Any], no
         if not went_down and (reboot_failed or now - rebooted_at >= config["rebootRetrySeconds"]):
             return Step("rebooting", "reboot", "the reboot call failed" if reboot_failed else
                         f"still the same boot and Ready {int(now - rebooted_at)} s after its reboot: rebooted again")
-        return Step("rebooting", "", "waiting for the node to pass its gate and a health check")
+        return Step("rebooting", "", "waiting for the node to come back through its gate")
     if phase == "replacing" and node.lifecycle == "InService":
+        if config["pools"][repair["pool"]].get("launchFirst"):
+            # The group keeps an Unhealthy instance InService until its replacement is InService (launch first).
+            if node.health == "Unhealthy":
+                return Step("replacing", "", "its group launches the replacement first")
+            return Step("replacing", "replace", "still Healthy in its group: reported Unhealthy again")
         # The group still serves it: the terminate call failed or was never made. Anything else (Terminating:Wait,
         # Terminating:Proceed, Detaching) is the group and the drain handler at work.
         return Step("replacing", "replace", "still InService in its group: terminated again")
     return Step(phase, "", "")
+
+
+def watchless_pools(nodes: Sequence[NodeState], asks: Mapping[str, Optional[Ask]], share: float) -> Set[str]:
+    """The pools where more than `share` of the nodes (and more than one) have a silent checker at once: what is
+    silent is the path to them (node-exporter, the scrape, a Prometheus that restarted and lost its recent samples),
+    not every node's checker. Their silent nodes are not cordoned for it: that would take a whole pool out of service
+    for a monitoring fault."""
+    members: Dict[str, int] = {}
+    silent: Dict[str, int] = {}
+    for node in nodes:
+        members[node.pool] = members.get(node.pool, 0) + 1
+        found = asks.get(node.name)
+        if found and found.kind == "stale":
+            silent[node.pool] = silent.get(node.pool, 0) + 1
+    return {pool for pool, count in silent.items() if count > max(1, math.floor(share * members[pool]))}
+
+
+def proven_since_cordon(node: NodeState) -> bool:
+    """Whether a node this controller cordoned has shown itself healthy since: a check with no fault after the cordon,
+    or a boot after it (its kubelet runs only once its gate proved every GPU of that boot; a check since that still
+    asks is `ask`'s, and keeps it cordoned)."""
+    checked = node.remediation == "none" and node.checked_at > node.cordoned_at
+    return checked or bool(node.cordoned_boot and node.boot_id and node.boot_id != node.cordoned_boot)
 
 
 def stuck(now: float, config: Mapping[str, Any], repair: Mapping[str, Any]) -> bool:
@@ -409,8 +451,17 @@ def prometheus_vector(base: str, query: str, opener: Callable[..., Any] = urllib
     return found["data"]["result"]
 
 
-def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen) -> Dict[str, Dict[str, Any]]:
-    """{node: {"remediation", "faults", "checkedAt"}} from the run-time checker's series."""
+# How much each remediation asks: a node asks for the most any of its faults asks.
+_WEIGHT = {"": 0, "none": 0, "reboot": 1, "replace": 2}
+
+
+def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen,
+                counter_faults: Optional[Mapping[str, Mapping[str, str]]] = None,
+                window_s: int = 120) -> Dict[str, Dict[str, Any]]:
+    """{node: {"remediation", "faults", "checkedAt"}} from the run-time checker's series, and from the counters of
+    the faults only DCGM sees (`counter_faults`, {fault: {"series", "remediation"}}: decisions/nodes/repair.py
+    COUNTER_FAULTS): a node whose counter grew in the last `window_s` has that fault too, and asks for the most any of
+    its faults asks."""
     health: Dict[str, Dict[str, Any]] = {}
 
     def entry(sample: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
@@ -431,6 +482,14 @@ def node_health(base: str, opener: Callable[..., Any] = urllib.request.urlopen) 
         found = entry(sample)
         if found is not None:
             found["faults"] = sorted(set(found["faults"]) | {sample["metric"].get("fault", "")})
+    for fault, counter in sorted((counter_faults or {}).items()):
+        query = f'max by (node) (increase({counter["series"]}[{window_s}s])) > 0'
+        for sample in prometheus_vector(base, query, opener):
+            found = entry(sample)
+            if found is not None:
+                found["faults"] = sorted(set(found["faults"]) | {fault})
+                if _WEIGHT[counter["remediation"]] > _WEIGHT.get(found["remediation"], 0):
+                    found["remediation"] = counter["remediation"]
     return health
 
 
@@ -442,13 +501,16 @@ def _time(stamp: Optional[str]) -> float:
         return 0.0
 
 
-def _cordoned_at(mark: Optional[str]) -> float:
-    """When this controller cordoned the node, from its annotation ({"action", "since"}; older ones: "startedAt")."""
+def _cordon_mark(mark: Optional[str]) -> Tuple[float, str]:
+    """When this controller cordoned the node and on which boot, from its annotation ({"action", "since", "bootId"};
+    older ones: "startedAt", no boot)."""
     try:
         found = json.loads(mark) if mark else {}
-        return float(found.get("since", found.get("startedAt", 0.0))) if isinstance(found, dict) else 0.0
+        if not isinstance(found, dict):
+            return 0.0, ""
+        return float(found.get("since", found.get("startedAt", 0.0))), str(found.get("bootId", ""))
     except (ValueError, TypeError):
-        return 0.0
+        return 0.0, ""
 
 
 def instance_id(provider_id: str) -> str:
@@ -552,6 +614,7 @@ class Controller:
         self.failed_brakes: set = set()
         self.told: Dict[str, Tuple[str, str, str]] = {}   # node -> the last repair step told: no repeated Events
         self.health_seen, self.last_success = False, 0.0
+        self.blocks = block_expiry.BlockExpiry(self)      # capacity blocks before they end (jobs/block_expiry.py)
         # Every counter from 0, so that its first event is an increase (increase() needs two samples).
         for pool in config["pools"]:
             metrics.count("gpu_cloud_pool_brakes_total", BRAKES_HELP, by=0, pool=pool)
@@ -602,6 +665,7 @@ class Controller:
         self.health_seen = health is not None
         health = health or {}
         lifecycle = {iid: i["lifecycle"] for g in groups.values() for iid, i in g["instances"].items()}
+        health_in_group = {iid: i.get("health", "") for g in groups.values() for iid, i in g["instances"].items()}
         nodes = []
         for item in found.get("items", []):
             meta, spec, status = item["metadata"], item.get("spec", {}), item.get("status", {})
@@ -619,7 +683,7 @@ class Controller:
                                    tuple(checked.get("faults", ())), float(checked.get("checkedAt", 0.0)),
                                    (status.get("nodeInfo") or {}).get("bootID", ""),
                                    _time(condition.get("lastTransitionTime")), _time(meta.get("creationTimestamp")),
-                                   _cordoned_at(mark)))
+                                   *_cordon_mark(mark), health_in_group.get(iid, "")))
         for node in nodes if self.health_seen else ():   # the confirmation clock: any fresh answer but a repair resets it
             if node.ready and wanted_action(node, self.config["actions"]) and \
                     now - node.checked_at <= self.config["staleCheckSeconds"]:
@@ -725,8 +789,16 @@ class Controller:
             calling("aws", self.aws.reboot_instance, instance)
         elif do == "replace":
             calling("aws", self.aws.replace_instance, instance)
+        elif do == "unhealthy":
+            calling("aws", self.aws.mark_unhealthy, instance)
         elif do == "uncordon":
             self.patch_node(node, False, None)
+
+    def call_for(self, do: str, pool: str) -> str:
+        """A replacement terminates through the group, or, in a pool whose reservation has a spare slot, reports the
+        instance Unhealthy so that the group launches the replacement first (decisions/nodes/pools.py
+        launches_first)."""
+        return "unhealthy" if do == "replace" and self.config["pools"][pool].get("launchFirst") else do
 
     def tell(self, decision: Decision) -> None:
         if self.said.get(decision.node) == (decision.outcome, decision.reason):
@@ -747,6 +819,7 @@ class Controller:
         never happened, a healthy node still cordoned), so a call that fails after its retries is made again by the
         next pass. A pass that cannot read or write the state does nothing."""
         now = self.clock()
+        self.blocks.run(now)                              # on its own: whatever the repairs' state, blocks close
         state, version = calling("kubernetes", self.load_state)
         nodes, groups = self.observe(now)
         by_name = {n.name: n for n in nodes}
@@ -775,7 +848,7 @@ class Controller:
             if step.do == "reboot":
                 repair.update(rebootedAt=now, bootId=node.boot_id if node else "",
                               reboots=repair.get("reboots", 0) + 1)
-            if step.phase == "replacing" and repair["phase"] != "replacing":
+            if step.phase == "replacing" and repair["action"] != "replace":
                 # An escalated reboot (or one whose gate failed, which its group replaces): a replacement from now,
                 # with its own start (GpuRepairStuck counts from it).
                 repair.update(action="replace", escalatedFrom=repair["action"], replacingSince=now)
@@ -783,7 +856,7 @@ class Controller:
                 work.append((repair["node"], repair["instance"], step.do, json.dumps(
                     {"asg": self.config["pools"][repair["pool"]]["asg"], "force": not node.ready})))
             elif step.do:
-                work.append((repair["node"], repair["instance"], step.do, ""))
+                work.append((repair["node"], repair["instance"], self.call_for(step.do, repair["pool"]), ""))
             if step.reason and (step.phase != repair["phase"] or step.do):
                 steps.append((repair, step.reason))
             repair["phase"] = step.phase
@@ -796,16 +869,20 @@ class Controller:
         for decision in decisions:
             if decision.outcome in ("repair", DRY_RUN):
                 node = by_name[decision.node]
+                # A reboot, and a replacement launched first, drain the node first; a replacement that terminates
+                # first leaves the drain to the termination hook.
+                drains = decision.action == "reboot" or self.config["pools"][node.pool].get("launchFirst", False)
                 repair = {"node": node.name, "pool": node.pool, "instance": node.instance_id,
                           "action": decision.action, "startedAt": now,
-                          "phase": DRY_RUN if decision.outcome == DRY_RUN else
-                          ("draining" if decision.action == "reboot" else "replacing")}
+                          "phase": DRY_RUN if decision.outcome == DRY_RUN else ("draining" if drains else "replacing")}
                 if decision.action == "replace":
                     repair["replacingSince"] = now
                 state["repairs"].append(repair)
                 if decision.outcome == "repair":
-                    work.append((node.name, node.instance_id, "evict" if decision.action == "reboot" else "replace",
-                                 ""))
+                    if decision.action == "replace":       # terminate, or report Unhealthy to launch first
+                        work.append((node.name, node.instance_id, self.call_for("replace", node.pool), ""))
+                    if drains:
+                        work.append((node.name, node.instance_id, "evict", ""))
         keep = max(24 * HOUR, self.config["recurrenceSeconds"])
         state["repairs"] = [r for r in state["repairs"] if r["phase"] in IN_FLIGHT or now - r["startedAt"] < keep]
 
@@ -814,8 +891,15 @@ class Controller:
         cordons, uncordons = [], []
         if not self.config["dryRun"] and self.health_seen:
             in_repair = {r["node"]: r for r in state["repairs"] if r["phase"] in IN_FLIGHT}
+            asks = {node.name: ask(node, now, self.config) for node in nodes}
+            unwatched = watchless_pools(nodes, asks, self.config["fleetFaultShare"])
+            for pool in unwatched:
+                self.log(f"{COMPONENT}: the checkers of most of pool {pool} are silent at once: the scrape or "
+                         "Prometheus, not the nodes; none of them is cordoned for it (GpuNodeHealthCheckStale pages)")
             for node in nodes:
-                wanted = ask(node, now, self.config)
+                wanted = asks[node.name]
+                if wanted and wanted.kind == "stale" and node.pool in unwatched:
+                    wanted = None
                 repair = in_repair.get(node.name)
                 if repair is not None and repair["instance"] != node.instance_id:
                     repair = None
@@ -823,9 +907,10 @@ class Controller:
                     why = (f"{repair['action']} in flight" if repair else
                            f"{', '.join(wanted.faults)}: {wanted.action} asked for")
                     cordons.append((node.name, node.instance_id, "cordon", json.dumps(
-                        {"action": repair["action"] if repair else wanted.action, "since": now, "reason": why})))
-                elif node.ours and not wanted and not repair and node.ready and node.remediation == "none" \
-                        and node.checked_at > node.cordoned_at and node.lifecycle == "InService":
+                        {"action": repair["action"] if repair else wanted.action, "since": now, "reason": why,
+                         "bootId": node.boot_id})))
+                elif node.ours and not wanted and not repair and node.ready and node.lifecycle == "InService" \
+                        and node.health != "Unhealthy" and proven_since_cordon(node):
                     uncordons.append((node.name, node.instance_id, "uncordon", ""))
 
         brakes, gate_samples, consecutive = self.gate(now, state, groups)
@@ -954,6 +1039,11 @@ class Controller:
         except Exception as error:  # noqa: BLE001  (a bug: reported, nothing more done this pass)
             self.error("controller", f"{error}\n{traceback.format_exc()}")
 
+    def ready(self) -> bool:
+        """/readyz: whether a pass that read the nodes' health began within READY_INTERVALS intervals."""
+        return self.last_success > 0 and \
+            self.clock() - self.last_success <= READY_INTERVALS * self.config["intervalSeconds"]
+
     def run_forever(self) -> None:
         while True:
             self.run_once()
@@ -970,11 +1060,17 @@ def _stamp(key: str) -> float:
     return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def serve_metrics(metrics: Metrics, port: int) -> http.server.ThreadingHTTPServer:
+def serve_metrics(metrics: Metrics, port: int, ready: Callable[[], bool]) -> http.server.ThreadingHTTPServer:
+    """/metrics, /healthz (the process answers) and /readyz (`ready()`: its loop works) on `port`."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = metrics.render().encode() if self.path == "/metrics" else b"ok\n"
-            self.send_response(200 if self.path in ("/metrics", "/healthz") else 404)
+            if self.path == "/metrics":
+                status, body = 200, metrics.render().encode()
+            elif self.path == "/readyz" and not ready():
+                status, body = 503, b"no pass has read the nodes' health recently\n"
+            else:
+                status, body = (200, b"ok\n") if self.path in ("/healthz", "/readyz") else (404, b"not found\n")
+            self.send_response(status)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -991,9 +1087,10 @@ def serve_metrics(metrics: Metrics, port: int) -> http.server.ThreadingHTTPServe
 def main() -> int:
     config = json.loads(Path(os.environ.get("CONFIG", "/etc/gpu-node-repair/config.json")).read_text())
     metrics = Metrics()
-    serve_metrics(metrics, config["metricsPort"])
     aws = aws_api.Aws(config["region"], config["dnsSuffix"], aws_api.PodIdentityCredentials())
-    controller = Controller(config, Kube(), aws, metrics, lambda: node_health(config["prometheusUrl"]))
+    controller = Controller(config, Kube(), aws, metrics, lambda: node_health(
+        config["prometheusUrl"], counter_faults=config["counterFaults"], window_s=config["counterWindowSeconds"]))
+    serve_metrics(metrics, config["metricsPort"], controller.ready)
     controller.log(f"{COMPONENT}: {len(config['pools'])} pools, dry run {config['dryRun']}")
     controller.run_forever()
     return 0

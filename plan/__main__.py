@@ -271,6 +271,7 @@ def dr_pair(primary: str, secondary: str) -> int:
             print(f"  - {stack}: {key_path(NAMESPACE, parts)}: {message}", file=sys.stderr)
         return EXIT_CONFIG
     p, s = rules.serving(p_spec), rules.serving(s_spec)
+    models = rules.declared_models(p_spec.inference.triton, s_spec.inference.triton)
     scheme, target = p_spec.inference.triton.scheme, p_spec.dr.rpo_minutes
     gpus = (f"{p.gpu_model} and {s.gpu_model} ({p.architecture})" if p.architecture == s.architecture else
             f"{p.gpu_model} ({p.architecture}) and {s.gpu_model} ({s.architecture}): models declared portable in both")
@@ -279,22 +280,25 @@ def dr_pair(primary: str, secondary: str) -> int:
         f"{p_spec.dr.routing}",
         f"  GPUs            {gpus}",
         f"  memory a slot   {p.slot_memory_mib:,} MiB and {s.slot_memory_mib:,} MiB",
+        "  models          " + (f"{len(models)} declared, {sum(models.values()):,} MiB together: every replica in both "
+                                "holds them all" if models else "none declared (inference.triton.models): a secondary "
+                                "slot is held to the size of a primary's instead"),
         f"  capacity        {secondary} grows to {s.ceiling} GPU slots; {primary} always runs {p.floor}",
-        f"  recovery point  {replication.REPLICATION_TIME_MINUTES} min for 99.99 % of objects (S3 Replication Time "
-        f"Control); " + (f"target {target} min" if target is not None else "no target (dr.rpoMinutes)"),
+        f"  recovery point  {replication.REPLICATION_TIME_MINUTES} min: S3 Replication Time Control is "
+        f"{replication.RTC_FIGURES}; " + (f"target {target} min" if target is not None else "no target (dr.rpoMinutes)"),
         "  clients         " + (f"{', '.join(p_spec.dr.client_cidrs)} reach both internal load balancers"
                                 if scheme == "internal" else "anywhere: internet-facing load balancers"),
         *(f"  /data           {stack}: {text}" for stack, text in (
             (primary, rules.lustre_protection(p_spec, secondary)), (secondary, rules.lustre_protection(s_spec, None)))
           if text),
         "",
-        f"Recovery time if {primary} fails, carrying its minimum ({p.floor} replicas), worst case:"]
+        f"Recovery time if {primary} fails, carrying its minimum ({p.floor} replicas), an estimate:"]
     at_minimum = rules.recovery(p_spec, s_spec, p.floor)
     for term in at_minimum.terms:
         lines.append(f"  {term.name:<10} {term.seconds:>6,} s  {term.why}")
         lines += _term_lines(term.parts, "    ")
-    lines += _not_counted_lines(at_minimum)
     lines.append(f"  {'total':<10} {at_minimum.seconds:>6,} s  ({at_minimum.seconds / 60:.1f} min)")
+    lines += _not_counted_lines(at_minimum)
     at_maximum = rules.recovery(p_spec, s_spec, p.ceiling)
     if at_maximum.terms is None:
         lines.append(f"Carrying its maximum ({p.ceiling} replicas): {secondary} reaches at most {s.ceiling}.")
@@ -304,6 +308,7 @@ def dr_pair(primary: str, secondary: str) -> int:
                      f"({at_maximum.seconds / 60:.1f} min), of which scale-up {scale_up.seconds:,} s")
         lines += _term_lines(scale_up.parts, "  ")
         lines += _not_counted_lines(at_maximum)
+        lines += [f"  assumes: {text}" for text in at_maximum.assumes]
     print("\n".join(lines))
     return EXIT_OK
 

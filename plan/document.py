@@ -15,7 +15,8 @@ from decisions.config import preflight
 from decisions.config.validate import StackSpec
 from decisions.cost import cost
 from decisions.network.zones import reservations_from_table
-from decisions.nodes import pods, scratch
+from decisions.nodes import capacity_blocks, pods, scratch
+from decisions.nodes import pools as pool_rules
 from decisions.nodes.pools import efa_devices, offered_gpu_resources
 from decisions.observability import alert_rules, dashboards, monitoring
 from decisions.platform import acceptance, kueue
@@ -152,6 +153,27 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
     }
 
 
+def repair_section(spec: StackSpec, run: ProgramRun) -> Dict[str, Any]:
+    """How each pool's sick nodes are replaced (docs/repair.md): launch first where a reservation has a spare slot, as
+    the program read it (decisions/nodes/pools.py launches_first), terminate first in a reservation without one, and
+    terminate and launch at once elsewhere."""
+    read = reservations_from_table(run.outputs.get("reservations") or {})
+    rows = []
+    for pool in spec.pools:
+        rid = pool.spec.capacity_reservation_id
+        found = read.get(rid or "")
+        held = getattr(found, "instance_count", None)
+        if pool_rules.launches_first(pool, read):
+            how, why = "launch first", f"{rid} holds {held} instances for maxNodes {pool.spec.max_nodes}: a spare slot"
+        elif pool.spec.reserved_capacity:
+            how, why = "terminate first", (f"{rid} holds {held if held is not None else 'an unread number of'} "
+                                           f"instances for maxNodes {pool.spec.max_nodes}: no spare slot")
+        else:
+            how, why = "terminate and launch at once", f"{pool.spec.capacity}: the group launches without waiting"
+        rows.append({"pool": pool.name, "replacement": how, "why": why})
+    return {"pools": rows, "reservationSource": RESERVATION_SOURCE}
+
+
 def gpu_price_sources(spec: StackSpec) -> List[Any]:
     """Where the on-demand prices of the stack's pools were read, and when (decisions/catalog/catalog.yaml
     priceSources, or an offer's own): each once, in pool order; the region's entry when no pool has a price."""
@@ -185,6 +207,7 @@ def build_document(spec: StackSpec, run: ProgramRun, policy: Mapping[str, Any],
         "outputs": run.outputs,
         "capacity": capacity_rows(spec),
         "cost": cost_section(spec, run),
+        "repair": repair_section(spec, run),
         "nodeImage": node_image_section(spec),
         "platform": platform_section(spec),
         "storage": storage_section(spec),
@@ -271,7 +294,8 @@ def preflight_section(spec: StackSpec) -> Dict[str, Any]:
                    for code, need in preflight.quota_demand(spec.pools).items()],
         "interfaceEndpoints": {"services": list(INTERFACE_ENDPOINTS.values()), "zones": list(spec.network.zones)},
         "autoScalingTags": [{"pool": pool.name, "tags": len(preflight.asg_tags(pool, spec.cluster_name,
-                                                                               spec.resource_tags))}
+                                                                               spec.resource_tags,
+                                                                               spec.storage.nvme_scratch))}
                             for pool in spec.pools],
         "autoScalingTagsMax": preflight.ASG_TAGS_MAX,
     }
@@ -286,6 +310,8 @@ def node_image_section(spec: StackSpec) -> Dict[str, Any]:
 def platform_section(spec: StackSpec) -> Dict[str, Any]:
     """What each pool's nodes offer to pods, and the training queue's flavors in admission order."""
     efa_pools = [pool.spec.name for pool in spec.pools if pool.efa]
+    flavors = kueue.flavors(spec.pools, spec.catalog)
+    blocks = kueue.block_flavors(flavors)
     return {
         "gpuOperator": charts.chart(charts.GPU_OPERATOR).version,
         "efaDevicePlugin": charts.chart(charts.EFA_DEVICE_PLUGIN).version if efa_pools else None,
@@ -303,9 +329,11 @@ def platform_section(spec: StackSpec) -> Dict[str, Any]:
             "webhookWait": {"job": f"{kueue.NAMESPACE}/{kueue.WEBHOOK_PROBE}", "probeSeconds": kueue.WEBHOOK_PROBE_DEADLINE_S,
                             "timeoutSeconds": kueue.WEBHOOK_PROBE_TIMEOUT_S},
             # One per pool, named as the pool; a job is admitted only where it tolerates every taint listed.
+            # A capacity block's flavor also runs the admission check of decisions/nodes/capacity_blocks.py.
             "flavors": [{"name": f.name, "capacity": f.capacity, "quotas": dict(f.quotas),
-                         "mustTolerate": [f"{t.key}={t.value}:{t.effect}" for t in f.node_taints]}
-                        for f in kueue.flavors(spec.pools, spec.catalog)],
+                         "mustTolerate": [f"{t.key}={t.value}:{t.effect}" for t in f.node_taints],
+                         "admissionChecks": [kueue.ADMISSION_CHECK] if f.name in blocks else []}
+                        for f in flavors],
             "priorityClasses": [{"name": p.name, "value": p.value} for p in kueue.PRIORITY_CLASSES],
             # Suspended without gpu-cloud:training.nvlinkCheckSchedule: run by hand (README: NCCL acceptance).
             "nvlinkChecks": [{"pool": pool.spec.name,
@@ -392,6 +420,8 @@ def render_text(document: Mapping[str, Any]) -> str:
     if document.get("preflight"):
         lines += _preflight_lines(document["preflight"]) + [""]
     lines += _cost_table(document["cost"]) + [""]
+    if document.get("repair"):
+        lines += _repair_lines(document["repair"]) + [""]
     lines += _node_image_lines(document["nodeImage"]) + [""]
     lines += _platform_lines(document["platform"]) + [""]
     lines += _storage_lines(document["storage"]) + [""]
@@ -592,6 +622,12 @@ def _cost_table(section: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _repair_lines(section: Mapping[str, Any]) -> List[str]:
+    return (["Replacing a sick node (docs/repair.md):"]
+            + [f"  {r['pool']}: {r['replacement']} ({r['why']})" for r in section["pools"]]
+            + [f"    (reservation sizes {section['reservationSource']})"])
+
+
 def _upfront_lines(upfront) -> List[str]:
     if not upfront or not upfront["blocks"]:
         return []
@@ -665,8 +701,10 @@ def _platform_lines(platform: Mapping[str, Any]) -> List[str]:
               f"ClusterQueue {queue['clusterQueue']}), one flavor per pool, in admission order:"]
     lines += _table(["flavor (pool)", "capacity", "quota at maxNodes", "admits"],
                     [[f["name"], f["capacity"], _resources(f["quotas"]),
-                      "jobs tolerating " + " and ".join(t.split("=")[0] for t in f["mustTolerate"])
-                      if f["mustTolerate"] else "any job"] for f in queue["flavors"]])
+                      ("jobs tolerating " + " and ".join(t.split("=")[0] for t in f["mustTolerate"])
+                       if f["mustTolerate"] else "any job")
+                      + (f"; if it ends {capacity_blocks.CLOSE_BEFORE_END_S // 60} min before the block does"
+                         if f["admissionChecks"] else "")] for f in queue["flavors"]])
     lines.append(f"  priorities (label {kueue.PRIORITY_LABEL}; higher preempts lower): " + ", ".join(
         f"{p['name']} {p['value']}" for p in queue["priorityClasses"]) + "; no label runs at 0")
     wait = queue["webhookWait"]

@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:   # the engine runs the pack from policy/; decisio
 from decisions.catalog.catalog import Catalog, load_catalog  # noqa: E402
 from decisions.config.validate import REQUIRED_TAGS, resource_tags  # noqa: E402
 from decisions.cost import cost  # noqa: E402
+from decisions.network.public_access import WIDEST_PUBLIC_PREFIX, too_wide  # noqa: E402
 from decisions.nodes.drain import NTH_MANAGED_TAG  # noqa: E402
 from decisions.nodes.efa import EFA_ONLY, ENA, interface_layout  # noqa: E402
 from decisions.observability.logs import PROD_MIN_RETENTION_DAYS  # noqa: E402
@@ -310,9 +311,21 @@ def eks_endpoint_not_public(args: ResourceValidationArgs, report: ReportViolatio
     public = get(vpc, "endpointPublicAccess", default=True)
     listed = get(vpc, "publicAccessCidrs")
     cidrs = items(listed) or ["0.0.0.0/0"]
-    if known(public, listed) and truthy(public) and any(c in ANYWHERE for c in cidrs):
-        report(f"EKS cluster {args.name}: the public API endpoint is open to the internet: set "
-               "endpoint_public_access=False (reach the API through the VPC) or list the allowed public_access_cidrs")
+    if not (known(public, listed) and truthy(public)):
+        return
+    wide = [c for c in cidrs if c in ANYWHERE or _wider_than_one_egress(c)]
+    if wide:
+        report(f"EKS cluster {args.name}: the public API endpoint is open to {', '.join(map(str, wide))}, wider than "
+               f"/{WIDEST_PUBLIC_PREFIX} (the largest block IANA ever gave one organisation): set "
+               "endpoint_public_access=False (reach the API through the VPC) or list the runners' egress ranges in "
+               "public_access_cidrs")
+
+
+def _wider_than_one_egress(cidr: Any) -> bool:
+    try:
+        return too_wide(str(cidr))
+    except ValueError:      # not a CIDR: EKS refuses it itself
+        return False
 
 
 def eks_secrets_encrypted(args: ResourceValidationArgs, report: ReportViolation) -> None:
@@ -1137,7 +1150,7 @@ POLICIES = [
            spot_interruption_handling,
            in_preview="while some Helm release is not visible (its provider is not configured yet), a missing "
                       "handler is not reported; a known untagged spot group is"),
-    _resource("eks-endpoint-not-public", "The EKS API endpoint is not open to 0.0.0.0/0.", eks_endpoint_not_public,
+    _resource("eks-endpoint-not-public", "The EKS API endpoint is not open wider than one organisation's egress (/8).", eks_endpoint_not_public,
               in_preview="unknown access settings or CIDRs are not judged"),
     _resource("eks-secrets-encrypted", "EKS secrets are envelope-encrypted with a KMS key.", eks_secrets_encrypted,
               in_preview="an unknown list of encrypted resources is not judged; an unknown key ARN counts as set"),

@@ -530,6 +530,9 @@ def test_the_across_node_cronjob_starts_the_mpijob_python_m_jobs_prints():
     assert mpijob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training-queue"
     security = start["securityContext"]
     assert security["runAsNonRoot"] and security["readOnlyRootFilesystem"] and security["capabilities"] == {"drop": ["ALL"]}
+    # The pod as a whole too (Checkov's CKV_K8S_29 and CKV_K8S_31 read the pod's context): nobody, RuntimeDefault.
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_the_across_node_cronjob_refuses_what_the_mpijob_refuses():

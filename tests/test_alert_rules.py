@@ -59,12 +59,23 @@ def run_promtool_tests(tmp_path, groups, tests):
     promtool(tmp_path, "test", "rules", "tests.yaml")
 
 
+# Every shipped pool by name, for the labels its nodes carry (prod-us-east-1's train-h100 is reserved capacity for
+# training, infer-l40s on-demand for inference).
+POOLS = {pool.name: pool for stack in STACKS for pool in load_stack(stack)[1].pools}
+
+
 def node_info(node=NODE, pool="train-h100", itype="p5.48xlarge", minutes=60):
+    """kube_node_labels of a node of `pool` (None: a node of no pool), with the labels its pool's nodes carry."""
     labels = {"node": node}
     if pool:
         labels[ar.POOL] = pool
+        for key in (monitoring.CAPACITY_NODE_LABEL, monitoring.WORKLOAD_NODE_LABEL):
+            labels[monitoring.ksm_label(key)] = node_labels(POOLS[pool])[key]
     labels[ar.INSTANCE_TYPE] = itype
     return series("kube_node_labels", labels, f"1x{minutes}")
+
+
+SERVING = dict(node=OTHER, pool="infer-l40s", itype="g6e.12xlarge")     # node_info's and on_node's arguments
 
 
 def series(name, labels, values):
@@ -121,7 +132,8 @@ def test_every_rule_has_a_severity_a_summary_and_a_description_that_promtool_tes
 
 def test_triton_rules_exist_only_when_triton_is_enabled(specs):
     names = lambda spec, target: {r["alert"] for r in rules_of(groups_of(spec, target=target))}  # noqa: E731
-    triton = {"TritonQueueTimeHigh", "TritonFailureRateHigh", "TritonModelSyncStale", "TritonP99LatencyHigh"}
+    triton = {"TritonQueueTimeHigh", "TritonFailureRateHigh", "TritonModelSyncStale", "TritonModelNotReady",
+              "TritonP99LatencyHigh"}
     assert triton <= names(specs["prod-us-east-1"], "stack")
     assert not triton & names(specs["dev"], "stack")       # dev: inference.triton.enabled false
     assert not triton & names(specs["prod-us-east-1"], None)
@@ -156,32 +168,49 @@ def test_the_triton_queue_target_comes_from_the_stack(spec):
 
 def test_a_changed_utilisation_threshold_fires_where_the_default_would_not(spec, tmp_path):
     groups = groups_of(spec, spec.monitoring.alerts.model_copy(update={"gpu_util_high_pct": 80}))
-    gpu = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}
-    run_promtool_tests(tmp_path, groups, [case([node_info(), series("DCGM_FI_DEV_GPU_UTIL", gpu, "85x10")],
-                                               "GpuUtilizationHigh", "6m", [on_node(gpu)], groups)])
+    gpu = {"node": OTHER, "gpu": "0", "UUID": "GPU-0"}
+    run_promtool_tests(tmp_path, groups, [case([node_info(**SERVING), series("DCGM_FI_DEV_GPU_UTIL", gpu, "85x10")],
+                                               "GpuUtilizationHigh", "6m", [on_node(gpu, **SERVING)], groups)])
 
 
 # --- GPU load and temperature -----------------------------------------------------------------------------------
 
 def test_gpu_utilisation_fires_after_5_minutes_above_the_threshold(spec, tmp_path):
+    """On a serving node (infer-l40s): a GPU busy past the threshold means its replicas need room."""
     groups = groups_of(spec)                              # gpuUtilHighPct 90
-    busy, almost = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
-    inputs = [node_info(), series("DCGM_FI_DEV_GPU_UTIL", busy, "91x10"),
+    busy, almost = {"node": OTHER, "gpu": "0", "UUID": "GPU-0"}, {"node": OTHER, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(**SERVING), series("DCGM_FI_DEV_GPU_UTIL", busy, "91x10"),
               series("DCGM_FI_DEV_GPU_UTIL", almost, "89x10")]
     run_promtool_tests(tmp_path, groups, [
-        case(inputs, "GpuUtilizationHigh", "4m", [], groups),                 # 91 % for 4 minutes: pending
-        case(inputs, "GpuUtilizationHigh", "6m", [on_node(busy)], groups),    # 91 % for 6 minutes fires
-        case(inputs, "GpuUtilizationHigh", "10m", [on_node(busy)], groups),   # 89 % for 10 minutes stays silent
+        case(inputs, "GpuUtilizationHigh", "4m", [], groups),                            # 91 % for 4 minutes: pending
+        case(inputs, "GpuUtilizationHigh", "6m", [on_node(busy, **SERVING)], groups),    # 91 % for 6 minutes fires
+        case(inputs, "GpuUtilizationHigh", "10m", [on_node(busy, **SERVING)], groups),   # 89 % for 10 minutes: silent
     ])
 
 
 def test_gpu_memory_fires_above_the_share_of_total(spec, tmp_path):
-    groups = groups_of(spec)                              # gpuMemHighPct 90; 81920 MiB H100
-    full, almost = {"node": NODE, "gpu": "0", "UUID": "GPU-0"}, {"node": NODE, "gpu": "1", "UUID": "GPU-1"}
-    inputs = [node_info(),
-              series("DCGM_FI_DEV_FB_USED", full, "74547x10"), series("DCGM_FI_DEV_FB_FREE", full, "7373x10"),
-              series("DCGM_FI_DEV_FB_USED", almost, "72909x10"), series("DCGM_FI_DEV_FB_FREE", almost, "9011x10")]
-    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuMemoryHigh", "6m", [on_node(full)], groups)])
+    groups = groups_of(spec)                              # gpuMemHighPct 90; 45776 MiB L40S
+    full, almost = {"node": OTHER, "gpu": "0", "UUID": "GPU-0"}, {"node": OTHER, "gpu": "1", "UUID": "GPU-1"}
+    inputs = [node_info(**SERVING),                       # 91.0 % and 89.0 % used
+              series("DCGM_FI_DEV_FB_USED", full, "41656x10"), series("DCGM_FI_DEV_FB_FREE", full, "4120x10"),
+              series("DCGM_FI_DEV_FB_USED", almost, "40741x10"), series("DCGM_FI_DEV_FB_FREE", almost, "5035x10")]
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuMemoryHigh", "6m", [on_node(full, **SERVING)], groups)])
+
+
+@pytest.mark.parametrize("pool, itype", [("train-h100", "p5.48xlarge"), ("finetune-a100-80gb-spot", "p4de.24xlarge")])
+def test_a_busy_training_pool_with_full_gpus_raises_no_load_alert(spec, tmp_path, pool, itype):
+    """A training GPU at 100 % with its framebuffer full is the job working: neither load alert fires there, on
+    reserved or on spot capacity, while the same series on a serving node fire both."""
+    groups = groups_of(spec)
+    gpu = lambda node: {"node": node, "gpu": "0", "UUID": f"GPU-{node}"}     # noqa: E731
+    inputs = [node_info(NODE, pool, itype, minutes=20), node_info(minutes=20, **SERVING)]
+    for node in (NODE, OTHER):
+        inputs += [series("DCGM_FI_DEV_GPU_UTIL", gpu(node), "100x20"),
+                   series("DCGM_FI_DEV_FB_USED", gpu(node), "45000x20"),
+                   series("DCGM_FI_DEV_FB_FREE", gpu(node), "1000x20")]
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, alert, "15m", [on_node(gpu(OTHER), **SERVING)], groups)
+        for alert in ("GpuUtilizationHigh", "GpuMemoryHigh")])
 
 
 def test_gpu_temperature_fires_above_the_threshold_as_the_boot_gate_refuses_it(spec, tmp_path):
@@ -293,13 +322,63 @@ def test_nvlink_crc_errors_fire_at_dcgms_100_a_second_not_on_a_single_flit(spec,
 
 
 def test_mig_gpu_instances_alert_on_their_engine_activity(spec, tmp_path):
-    """Under MIG the exporter has no DCGM_FI_DEV_GPU_UTIL; each GPU instance reports its engine's share active."""
+    """Under MIG the exporter has no DCGM_FI_DEV_GPU_UTIL; each GPU instance reports its engine's share active.
+    (The node is a serving one for the rule's join; the rule reads the instance's series whatever its GPU.)"""
     groups = groups_of(spec)
-    busy = {"node": NODE, "gpu": "0", "UUID": "GPU-0", "GPU_I_ID": "1", "GPU_I_PROFILE": "1g.10gb"}
-    idle = {"node": NODE, "gpu": "0", "UUID": "GPU-0", "GPU_I_ID": "2", "GPU_I_PROFILE": "1g.10gb"}
-    inputs = [node_info(), series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", busy, "0.95x10"),
+    busy = {"node": OTHER, "gpu": "0", "UUID": "GPU-0", "GPU_I_ID": "1", "GPU_I_PROFILE": "1g.10gb"}
+    idle = {"node": OTHER, "gpu": "0", "UUID": "GPU-0", "GPU_I_ID": "2", "GPU_I_PROFILE": "1g.10gb"}
+    inputs = [node_info(**SERVING), series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", busy, "0.95x10"),
               series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", idle, "0.2x10")]
-    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuUtilizationHigh", "7m", [on_node(busy)], groups)])
+    run_promtool_tests(tmp_path, groups, [case(inputs, "GpuUtilizationHigh", "7m", [on_node(busy, **SERVING)],
+                                               groups)])
+
+
+# --- paid-for GPUs left idle -----------------------------------------------------------------------------------------
+
+def idle_inputs(values, pool="train-h100", itype="p5.48xlarge", node=NODE, gpus=8, mig=False):
+    """A node of `pool` whose GPUs are all at `values` (promtool notation, one sample a minute; MIG: each GPU's
+    instance, as a share of time active)."""
+    metric = "DCGM_FI_PROF_GR_ENGINE_ACTIVE" if mig else "DCGM_FI_DEV_GPU_UTIL"
+    extra = {"GPU_I_ID": "1", "GPU_I_PROFILE": "1g.10gb"} if mig else {}
+    return [node_info(node, pool, itype, minutes=150)] + [
+        series(metric, {"node": node, "gpu": str(i), "UUID": f"GPU-{i}", **extra}, values) for i in range(gpus)]
+
+
+def test_reserved_gpus_under_5_percent_for_an_hour_warn(spec, tmp_path):
+    groups = groups_of(spec)
+    idle = on_node({})                                     # one alert per node: node, pool, instance type
+    below, at, blip = idle_inputs("4x130"), idle_inputs("5x130"), idle_inputs("0x40 60 0x80")
+    run_promtool_tests(tmp_path, groups, [
+        case(below, "ReservedGpusIdle", "59m", [], groups),           # 4 %: pending for the hour
+        case(below, "ReservedGpusIdle", "61m", [idle], groups),       # 4 % for an hour
+        case(at, "ReservedGpusIdle", "61m", [], groups),              # 5 % is not under 5 %
+        # a busy minute (minute 41) starts the hour again: idle from minute 42, firing at 102
+        case(blip, "ReservedGpusIdle", "100m", [], groups),
+        case(blip, "ReservedGpusIdle", "102m", [idle], groups),
+    ])
+
+
+def test_the_idle_alert_averages_the_node_and_spares_capacity_billed_by_use(spec, tmp_path):
+    """Two GPUs of eight at 30 % make a node 7.5 % busy: a job on part of it, not idle. Spot and on-demand nodes
+    cost nothing idle that scaling in would not save: no alert there. MIG instances count by their engine."""
+    groups = groups_of(spec)
+    partly = [node_info(minutes=90)] + [
+        series("DCGM_FI_DEV_GPU_UTIL", {"node": NODE, "gpu": str(i), "UUID": f"GPU-{i}"},
+               "30x90" if i < 2 else "0x90") for i in range(8)]
+    spot = idle_inputs("0x90", pool="finetune-a100-80gb-spot", itype="p4de.24xlarge")
+    run_promtool_tests(tmp_path, groups, [
+        case(partly, "ReservedGpusIdle", "70m", [], groups),
+        case(spot, "ReservedGpusIdle", "70m", [], groups),
+        case(idle_inputs("0x90", **SERVING, gpus=4), "ReservedGpusIdle", "70m", [], groups),
+        case(idle_inputs("0.02x90", mig=True), "ReservedGpusIdle", "70m", [on_node({})], groups),
+    ])
+
+
+def test_the_idle_alert_exists_only_where_a_pool_is_paid_for_whether_it_works_or_not(specs):
+    for stack in STACKS:
+        paid = any(p.spec.capacity in ("reserved", "capacity-block") for p in specs[stack].pools)
+        assert ("ReservedGpusIdle" in {r["alert"] for r in rules_of(groups_of(specs[stack]))}) == paid, stack
+    assert any(p.spec.capacity == "reserved" for p in specs["prod-us-east-1"].pools)
 
 
 # --- GPU nodes -------------------------------------------------------------------------------------------------------
@@ -329,8 +408,8 @@ def test_a_health_check_that_stops_reporting_alerts_after_five_minutes_more(spec
               series("gpu_cloud_node_health_timestamp_seconds", stale, "0x20"),
               series("gpu_cloud_node_health_timestamp_seconds", fresh, "0+60x20")]
     run_promtool_tests(tmp_path, groups, [
-        case(inputs, "GpuNodeHealthCheckStale", "9m", [], groups),     # 300 s old at 5m, pending until 10m
-        case(inputs, "GpuNodeHealthCheckStale", "11m", [on_node(stale)], groups)])
+        case(inputs, "GpuNodeHealthCheckStale", "7m", [], groups),     # 150 s old at 3m, pending until 8m
+        case(inputs, "GpuNodeHealthCheckStale", "8m", [on_node(stale)], groups)])
 
 
 # --- the repair controller -------------------------------------------------------------------------------------------
@@ -714,6 +793,34 @@ def test_the_sync_alert_watches_the_sidecar_the_pod_runs():
     assert triton.SYNC_CONTAINER == ar.TRITON_SYNC_CONTAINER == "models-sync"
 
 
+def model_ready(pod, name, version, values):
+    """The model-ready exporter's gauge as Prometheus stores it: the target's labels beside the exporter's own."""
+    return series(ar.TRITON_MODEL_READY_METRIC, {"namespace": "inference", "pod": pod, "service": "triton-metrics",
+                                                 "endpoint": "model-ready", "model": name, "version": version}, values)
+
+
+def test_a_model_version_not_ready_in_a_pod_pages_after_16_minutes(spec, tmp_path):
+    groups = groups_of(spec)
+    # A sample a minute: bert version 2 never loads in triton-a; resnet50 there is ready at the 16th minute, the
+    # latest a pod may take to find and load it; in triton-b bert loads.
+    inputs = [model_ready("triton-a", "bert", "2", "0x30"), model_ready("triton-a", "resnet50", "1", "0x15 1x15"),
+              model_ready("triton-b", "bert", "2", "1x30")]
+    not_ready = {"namespace": "inference", "pod": "triton-a", "model": "bert", "version": "2", "severity": "critical"}
+    run_promtool_tests(tmp_path, groups, [
+        case(inputs, "TritonModelNotReady", "15m", [], groups),
+        case(inputs, "TritonModelNotReady", "16m", [not_ready], groups),
+        case(inputs, "TritonModelNotReady", "25m", [not_ready], groups),
+    ])
+
+
+def test_a_model_pages_only_once_a_pod_had_its_time_to_find_and_load_it():
+    """Triton finds a synced model at its next poll, then loads it in at most the pod's startup probe budget."""
+    from decisions.serving import triton
+    load_s = triton.REPOSITORY_POLL_S + triton.STARTUP_PROBES * triton.STARTUP_PROBE_PERIOD_S
+    assert ar.TRITON_MODEL_NOT_READY_MINUTES * 60 == load_s == 960
+    assert triton.NAME == "triton" and triton.HTTP_PORT == 8000         # the description's kubectl command
+
+
 def test_triton_needs_summary_latencies_for_its_p99():
     assert ar.TRITON_SERVER_ARGS == ("--metrics-config", "summary_latencies=true")
 
@@ -778,10 +885,10 @@ def test_a_fault_the_runtime_checker_finds_pages_with_its_remediation_and_a_warn
         case(inputs, "GpuNodeHealthWarning", "0m", [on_node(warning, severity="info")], groups)])
 
 
-def test_a_failed_check_waits_as_long_as_the_repair_controller():
+def test_a_failed_check_pages_after_two_minutes_once_the_repair_controller_has_acted():
     from decisions.nodes.repair import CONFIRM_S
     [rule] = [r for r in ar.node_rules([], None) if r["alert"] == "GpuNodeHealthCheckFailed"]
-    assert rule["for"] == "2m" and CONFIRM_S == 120
+    assert rule["for"] == "2m" and CONFIRM_S < 120
 
 
 def test_pcie_replays_warn_above_dcgms_allowance_for_a_gen4_x16_link_held_5_minutes(spec, tmp_path):

@@ -2,16 +2,24 @@
 decisions/catalog/charts.py.
 
 What users rely on: the pinned chart runs an autoscaler whose minor equals the cluster's, for every
-supported Kubernetes version; it discovers this cluster's pools (and only those) by tag; it grows reserved
-capacity before spot before on-demand; it can change only ASGs tagged as this cluster's; it never starts
-before its Pod Identity association exists.
+supported Kubernetes version; it discovers this cluster's GPU pools (and only those, not the system node group) by
+tag, and may change exactly the groups it discovers; it grows reserved capacity before spot before on-demand; it never
+starts before its Pod Identity association exists; and a pool with no node grows for every job `python -m jobs`
+renders for it, because the node the autoscaler imagines for it (as cluster-autoscaler 1.35.2 builds it from the
+group's tags) takes the job.
 """
 from __future__ import annotations
 
+import base64
+import contextlib
+import email
+import io
 import json
 import re
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Mapping
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -20,9 +28,16 @@ import yaml
 
 from components.nodes.autoscaler import AutoscalerArgs, ClusterAutoscaler
 from decisions.catalog import charts
-from decisions.config.validate import supported_kubernetes_versions
+from decisions.catalog.catalog import load_catalog
+from decisions.config.validate import ResolvedPool, supported_kubernetes_versions
 from decisions.nodes import autoscaling, boot, drain
-from tests.conftest import run_component
+from decisions.nodes.pods import tolerates
+from decisions.nodes.pools import Taint, queue_flavor, toleration
+from decisions.platform import kueue as kueue_rules
+from jobs.__main__ import main as jobs_main
+from plan.stackfile import load_stack
+from tests.conftest import STACKS, run_component
+from tests.test_validate import load, valid_config
 
 REGION = "us-east-1"
 CLUSTER = "gpu-cloud-prod-us-east-1"
@@ -115,7 +130,8 @@ def test_auto_discovery_is_by_this_clusters_tags(run):
     assert values["cloudProvider"] == "aws" and values["awsRegion"] == REGION
     discovery = values["autoDiscovery"]
     assert discovery["clusterName"] == CLUSTER
-    assert set(discovery["tags"]) == {"k8s.io/cluster-autoscaler/enabled", f"k8s.io/cluster-autoscaler/{CLUSTER}"}
+    # one tag, key and value, that only this cluster's GPU pools carry (test_the_autoscaler_discovers_and_may_scale_...)
+    assert discovery["tags"] == [f"k8s.io/cluster-autoscaler/{CLUSTER}/gpu-pool=owned"]
 
 
 def test_scale_down_honours_the_workload_contract(run):
@@ -148,7 +164,7 @@ def test_mutating_calls_are_limited_to_this_clusters_asgs(run):
     for statement in statements:
         if set(_as_list(statement["Action"])) & mutating:
             condition = statement["Condition"]["StringEquals"]
-            assert condition[f"aws:ResourceTag/k8s.io/cluster-autoscaler/{CLUSTER}"] == "owned"
+            assert condition == {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{CLUSTER}/gpu-pool": "owned"}
     needed_for_scale_from_zero = {"ec2:DescribeImages", "ec2:GetInstanceTypesFromInstanceRequirements",
                                   "ec2:DescribeLaunchTemplateVersions", "ec2:DescribeInstanceTypes",
                                   "eks:DescribeNodegroup", "autoscaling:DescribeAutoScalingGroups"}
@@ -256,3 +272,373 @@ def test_it_runs_on_the_system_nodes_past_their_taint_with_values_the_chart_has(
     assert tolerates(values["tolerations"], SYSTEM_NODE_TAINT)
     placement = {key: values[key] for key in autoscaling.AUTOSCALER_PLACEMENT_VALUE_PATHS}
     assert_values_confirmed(placement, charts.chart(charts.CLUSTER_AUTOSCALER), autoscaling.AUTOSCALER_PLACEMENT_VALUE_PATHS)
+
+
+# --- scale from zero: the autoscaler's template node, as cluster-autoscaler 1.35.2 builds it ------------------------
+# The stacks run Kubernetes 1.35, so the autoscaler is v1.35.2 (decisions/catalog/charts.yaml); its source, at tag
+# cluster-autoscaler-1.35.2 of kubernetes/autoscaler, is what this section imitates, line by line:
+# - cloudprovider/aws/aws_cloud_provider.go:403-416 TemplateNodeInfo: buildNodeFromTemplate's node, with one pod
+#   already on it, cloudprovider.BuildKubeProxy (cloudprovider/utils.go:75-113: 100m CPU, KubeProxyCpuRequestMillis);
+# - cloudprovider/aws/aws_manager.go:268-342 buildNodeFromTemplate: capacity pods 110, cpu = the type's vCPUs,
+#   nvidia.com/gpu = its GPUs, memory = its MiB x 2^20 (:283-286); then every `.../node-template/resources/<name>` tag
+#   overwrites capacity[<name>] (:290-294, extractAllocatableResourcesFromAsg :441-461: a value ParseQuantity refuses
+#   is skipped); allocatable IS capacity (:297), so a tag states allocatable, not capacity; labels: the generic ones
+#   (buildGenericLabels :389-402) then every `.../node-template/label/<key>` tag, or the part after `eks:` of any key
+#   (extractLabelsFromAsg :404-424); taints from `.../node-template/taint/<key>` tags whose value matches
+#   `(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)`, value and effect split at the first colon
+#   (extractTaintsFromAsg :484-507);
+# - the type is the first override of a mixed-instances policy, else the launch template's (aws_wrapper.go:754-808);
+#   its vCPUs, MiB and GPUs come from DescribeInstanceTypes at start (aws_util.go:34-79, BuildAWS
+#   aws_cloud_provider.go:419-460), the static list ec2_instance_types.go as fallback (CA_INSTANCE_TYPES below);
+# - simulator/node_info_utils.go:45-89: the node is then sanitized (a new name, the template-node label) and given
+#   the DaemonSet pods that would run on it. Those are not modelled here: most come from charts, which the offline
+#   run does not expand; what they ask for must fit in what a template leaves of the node.
+# The scheduler's Filter decides whether a pending pod fits that node: requests per resource (a pod asks the larger of
+# its containers' sum and its largest init container), the pod count, taints (NoSchedule and NoExecute), nodeSelector
+# and required node affinity. Kueue first adds its flavor's node labels and tolerations to the pods of every pod set
+# that asks for a resource the queue covers (decisions/platform/kueue.py).
+ASG = "aws:autoscaling/group:Group"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+LABEL_TAG, TAINT_TAG = "k8s.io/cluster-autoscaler/node-template/label/", "k8s.io/cluster-autoscaler/node-template/taint/"
+RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
+TAINT_VALUE = re.compile(r"(.*):(?:NoSchedule|NoExecute|PreferNoSchedule)")
+# What the autoscaler reads each type the stacks use as (VCPU, MemoryMb, GPU, Architecture): ec2_instance_types.go at
+# the tag (StaticListLastUpdateTime 2026-01-22), lines 5075, 5082, 5089, 2247, 2191 and 2093.
+CA_INSTANCE_TYPES = {
+    "p4d.24xlarge": (96, 1179648, 8, "amd64"),
+    "p4de.24xlarge": (96, 1179648, 8, "amd64"),
+    "p5.48xlarge": (192, 2097152, 8, "amd64"),
+    "g6e.12xlarge": (48, 393216, 4, "amd64"),
+    "g6.12xlarge": (48, 196608, 4, "amd64"),
+    "g5.12xlarge": (48, 196608, 4, "amd64"),
+}
+KUBE_PROXY_CPU = Fraction(1, 10)
+_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": Fraction(1, 1000), "": 1}
+
+
+def quantity(text) -> Fraction:
+    """A Kubernetes quantity in the forms the tags and templates use (a number with a binary or decimal suffix, or
+    millis) as an exact number; None for anything else, as ParseQuantity refuses what is no quantity (exponent forms,
+    which it takes, are not used here)."""
+    match = re.fullmatch(r"([+-]?[0-9]+(?:\.[0-9]*)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|)", str(text))
+    return Fraction(match[1]) * _SUFFIXES[match[2]] if match else None
+
+
+@dataclass(frozen=True)
+class TemplateNode:
+    pool: str
+    instance_type: str
+    labels: Dict[str, str]
+    taints: tuple
+    allocatable: Dict[str, Fraction]
+    requested: Dict[str, Fraction]        # by the pods CA puts on it: kube-proxy
+    pods: int
+
+
+def template_node(run, asg) -> TemplateNode:
+    """The node cluster-autoscaler 1.35.2 imagines for an empty `asg` (a registered Group) of `run`."""
+    mixed = asg.inputs.get("mixedInstancesPolicy")
+    if mixed:
+        itype = mixed["launchTemplate"]["overrides"][0]["instanceType"]
+    else:
+        [template] = [lt for lt in run.of_type(LAUNCH_TEMPLATE) if lt.id == asg.inputs["launchTemplate"]["id"]]
+        itype = template.inputs["instanceType"]
+    vcpu, memory_mb, gpus, arch = CA_INSTANCE_TYPES[itype]
+    capacity = {"pods": Fraction(110), "cpu": Fraction(vcpu), "nvidia.com/gpu": Fraction(gpus),
+                "memory": Fraction(memory_mb * 1024 * 1024)}
+    tags = {tag["key"]: tag["value"] for tag in asg.inputs["tags"]}
+    for key, value in tags.items():
+        parts = key.split(RESOURCE_TAG)
+        if len(parts) > 1 and parts[1] and quantity(value) is not None:
+            capacity[parts[1]] = quantity(value)
+    labels = {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", "node.kubernetes.io/instance-type": itype,
+              "topology.kubernetes.io/region": run.region, "kubernetes.io/hostname": f"{asg.inputs['name']}-asg-1",
+              # the zone labels name the group's first zone, which offline mocks do not resolve: left out, so a
+              # template that selected a zone would not fit here and fail loudly
+              "cluster-autoscaler.kubernetes.io/template-node": "true"}
+    taints = []
+    for key, value in tags.items():
+        parts = key.split(LABEL_TAG)
+        if len(parts) <= 1:
+            parts = key.split("eks:")
+        if len(parts) > 1 and parts[1]:
+            labels[parts[1]] = value
+        if TAINT_VALUE.search(value):
+            taint_parts = key.split(TAINT_TAG)
+            if len(taint_parts) > 1:
+                taint_value, _, effect = value.partition(":")
+                taints.append(Taint(taint_parts[1], taint_value, effect))
+    pool = asg.inputs["name"].removeprefix(f"gpu-cloud-{run.stack}-")
+    return TemplateNode(pool=pool, instance_type=itype, labels=labels, taints=tuple(taints), allocatable=capacity,
+                        requested={"cpu": KUBE_PROXY_CPU}, pods=1)
+
+
+def pod_requests(pod: dict) -> Dict[str, Fraction]:
+    """What the scheduler counts for a pod: per resource the larger of its containers' sum (with restartable init
+    containers) and each ordinary init container's own (plus the restartable ones started before it); a container's
+    request defaults to its limit."""
+    def requests(container) -> Dict[str, Fraction]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: quantity(value) for name, value in merged.items()}
+
+    def add(into, more):
+        for name, value in more.items():
+            into[name] = into.get(name, 0) + value
+
+    sidecars: Dict[str, Fraction] = {}
+    peak: Dict[str, Fraction] = {}
+    for init in pod.get("initContainers") or []:
+        if init.get("restartPolicy") == "Always":
+            add(sidecars, requests(init))
+            continue
+        candidate = dict(sidecars)
+        add(candidate, requests(init))
+        peak = {name: max(peak.get(name, 0), candidate.get(name, 0)) for name in {*peak, *candidate}}
+    total = dict(sidecars)
+    for container in pod["containers"]:
+        add(total, requests(container))
+    return {name: max(total.get(name, 0), peak.get(name, 0)) for name in {*total, *peak}}
+
+
+def _term_matches(term: dict, labels: Mapping[str, str]) -> bool:
+    for expression in term.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        present, value = key in labels, labels.get(key)
+        if not {"In": present and value in values, "NotIn": not present or value not in values,
+                "Exists": present, "DoesNotExist": not present,
+                "Gt": present and value.isdigit() and int(value) > int(values[0]),
+                "Lt": present and value.isdigit() and int(value) < int(values[0])}[operator]:
+            return False
+    return not term.get("matchFields")
+
+
+def misfits(pod: dict, node: TemplateNode) -> List[str]:
+    """Why the scheduler would not place `pod` on `node` (nothing when it fits)."""
+    reasons = []
+    for name, wanted in sorted(pod_requests(pod).items()):
+        free = node.allocatable.get(name, 0) - node.requested.get(name, 0)
+        if wanted > free:
+            reasons.append(f"{name}: asks {float(wanted):g}, the template node has {float(free):g}")
+    if node.pods + 1 > node.allocatable["pods"]:
+        reasons.append(f"pods: the template node holds {node.allocatable['pods']}")
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(pod.get("tolerations") or [], taint):
+            reasons.append(f"taint {taint.key}={taint.value}:{taint.effect} not tolerated")
+    for key, value in (pod.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != value:
+            reasons.append(f"nodeSelector {key}={value}: the template node has {node.labels.get(key)!r}")
+    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if required is not None and not any(_term_matches(term, node.labels) for term in required):
+        reasons.append(f"required node affinity {required} matches no label of the template node")
+    return reasons
+
+
+# What `python -m jobs` renders for a pool, one command line each; a pool a command refuses (exit 2) is skipped.
+JOB_COMMANDS = {
+    "job": ["job", "--name", "fit", "--image", "example.com/train:1", "--", "python", "train.py"],
+    "job --gpus 1": ["job", "--name", "fit", "--image", "example.com/train:1", "--gpus", "1", "--", "python",
+                     "train.py"],
+    "mpijob": ["mpijob", "--name", "fit", "--image", "example.com/train:1", "--", "python", "train.py"],
+    "pytorch-job": ["pytorch-job", "--name", "fit", "--image", "example.com/train:1", "--", "train.py"],
+    "nccl-acceptance": ["nccl-acceptance"],
+}
+
+
+def rendered(stack: str, pool: str, command: List[str]):
+    """The manifest `python -m jobs` prints for `command` on `pool` of `stack`, or None where it refuses the pool."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = [command[0], stack, "--pool", pool, *command[1:]]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = jobs_main(argv)
+    if code != 0:
+        return None
+    return yaml.safe_load(out.getvalue())
+
+
+def pod_sets(manifest: dict) -> Dict[str, dict]:
+    """Each pod template of a rendered job by its pod set: the Job's, a JobSet's per replicated job, an MPIJob's
+    per replica type."""
+    kind = manifest["kind"]
+    if kind == "Job":
+        return {"main": manifest["spec"]["template"]["spec"]}
+    if kind == "JobSet":
+        return {job["name"]: job["template"]["spec"]["template"]["spec"] for job in manifest["spec"]["replicatedJobs"]}
+    return {role: spec["template"]["spec"] for role, spec in manifest["spec"]["mpiReplicaSpecs"].items()}
+
+
+def admitted(pod: dict, flavor) -> dict:
+    """The pod as Kueue starts it on `flavor`: the flavor's node labels joined to its nodeSelector and its
+    tolerations added (a pod set asking for nothing the queue covers gets no flavor and is left alone)."""
+    if flavor is None or not set(pod_requests(pod)) & set(flavor.quotas):
+        return pod
+    return {**pod, "nodeSelector": {**(pod.get("nodeSelector") or {}), **flavor.node_labels},
+            "tolerations": [*(pod.get("tolerations") or []), *(toleration(t) for t in flavor.tolerations)]}
+
+
+@pytest.fixture(scope="module")
+def template_nodes(stack_runs):
+    return {stack: {node.pool: node for node in (template_node(stack_runs[stack], asg)
+                                                 for asg in stack_runs[stack].of_type(ASG))} for stack in STACKS}
+
+
+def _stack_spec(stack: str):
+    return load_stack(stack)[1]
+
+
+def test_the_catalog_gives_every_type_what_the_autoscaler_reads_it_as():
+    catalog = load_catalog()
+    for name, (vcpu, memory_mb, gpus, _) in CA_INSTANCE_TYPES.items():
+        itype = catalog.instance_types[name]
+        assert (itype.vcpu, itype.memory_gib * 1024, itype.gpu.count) == (vcpu, memory_mb, gpus), name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_job_the_cli_renders_fits_the_template_node_of_its_pool(template_nodes, stack):
+    spec = _stack_spec(stack)
+    flavors = {flavor.name: flavor for flavor in kueue_rules.flavors(spec.pools, spec.catalog)}
+    failures, rendered_on = [], {}
+    for pool in spec.pools:
+        node = template_nodes[stack][pool.name]
+        for label, command in JOB_COMMANDS.items():
+            manifest = rendered(stack, pool.name, command)
+            if manifest is None:
+                continue
+            rendered_on.setdefault(pool.name, []).append(label)
+            for pod_set, pod in pod_sets(manifest).items():
+                reasons = misfits(admitted(pod, flavors.get(queue_flavor(pool) or "")), node)
+                if reasons:
+                    failures.append(f"{pool.name} (minNodes {pool.spec.min_nodes}) {label} {pod_set}: "
+                                    + "; ".join(reasons))
+    assert set(rendered_on) == {p.name for p in spec.pools if queue_flavor(p)}, "every queue pool renders a job"
+    assert not failures, "\n".join(failures)
+
+
+# --- discovery: the GPU groups, and only they ---------------------------------------------------------------------
+# The chart passes autoDiscovery.tags joined by commas as --node-group-auto-discovery=asg:tag=... (chart 9.59.0
+# templates/deployment.yaml line 89). cluster-autoscaler 1.35.2 parses each comma-separated item as a key or key=value
+# (cloudprovider/aws/aws_manager.go:530-567), and finds the groups that match all of them in one
+# DescribeAutoScalingGroups call: a key alone is a `tag-key` filter, key=value a `tag:<key>` filter (aws_wrapper.go
+# :208-250); the API ANDs filters.
+# EKS tags the Auto Scaling group of every managed node group for that discovery (EKS User Guide, "Simplify node
+# lifecycle with managed node groups": "automatically tagged for auto-discovery by the Kubernetes Cluster Autoscaler"),
+# with the two keys the autoscaler's README gives (cloudprovider/aws/README.md lines 163-173 at the tag), and names it
+# by its node group (eks:nodegroup-name, README line 512; the group's own name is eks-<nodegroup>-<uuid>).
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+
+
+def eks_managed_group_tags(cluster: str, nodegroup: str) -> Dict[str, str]:
+    return {"eks:cluster-name": cluster, "eks:nodegroup-name": nodegroup, "k8s.io/cluster-autoscaler/enabled": "true",
+            f"k8s.io/cluster-autoscaler/{cluster}": "owned", f"kubernetes.io/cluster/{cluster}": "owned"}
+
+
+def discovered(discovery_tags: List[str], group_tags: Mapping[str, str]) -> bool:
+    spec = "asg:tag=" + ",".join(discovery_tags)
+    wanted = {}
+    for item in spec.split(":", 1)[1].split("=", 1)[1].split(","):
+        key, _, value = item.partition("=")
+        wanted[key] = value
+    return all(key in group_tags and (not value or group_tags[key] == value) for key, value in wanted.items())
+
+
+def _iam_matches(pattern: str, text: str) -> bool:
+    return re.fullmatch(re.escape(pattern).replace(r"\*", ".*").replace(r"\?", "."), text) is not None
+
+
+def may_scale(statements: List[dict], arn: str, group_tags: Mapping[str, str]) -> bool:
+    """Whether the policy allows both of the autoscaler's mutating calls on the group (an IAM evaluation of Allow
+    statements with Resource patterns and StringEquals on aws:ResourceTag, the only forms it uses)."""
+    def allows(action: str) -> bool:
+        for statement in statements:
+            if statement["Effect"] != "Allow" or action not in _as_list(statement["Action"]):
+                continue
+            if not any(_iam_matches(pattern, arn) for pattern in _as_list(statement["Resource"])):
+                continue
+            conditions = statement.get("Condition") or {}
+            assert set(conditions) <= {"StringEquals"}, conditions
+            if all(group_tags.get(key.removeprefix("aws:ResourceTag/")) == value
+                   for key, value in (conditions.get("StringEquals") or {}).items()):
+                return True
+        return False
+    return all(allows(action) for action in autoscaling.MUTATING_ACTIONS)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_autoscaler_discovers_and_may_scale_exactly_the_gpu_groups(stack_runs, stack):
+    run = stack_runs[stack]
+    cluster = f"gpu-cloud-{stack}"
+    [release] = [r for r in run.of_type(RELEASE) if r.inputs["chart"] == "cluster-autoscaler"]
+    discovery = release.inputs["values"]["autoDiscovery"]["tags"]
+    [policy] = [r for r in run.of_type(ROLE_POLICY) if r.name.startswith("autoscaler-")]
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    account = "123456789012"
+    groups = {asg.inputs["name"]: ({tag["key"]: tag["value"] for tag in asg.inputs["tags"]}, asg.inputs["name"])
+              for asg in run.of_type(ASG)}
+    gpu_groups = set(groups)
+    for node_group in run.of_type(NODE_GROUP):
+        node_group_name = node_group.state.get("nodeGroupName") or node_group.name
+        name = f"eks-{node_group_name}-0ac12345-6789-abcd-ef01-23456789abcd"
+        groups[name] = (eks_managed_group_tags(cluster, node_group_name), name)
+    assert len(groups) > len(gpu_groups), "the system node group is in the plan"
+    found = {name for name, (tags, _) in groups.items() if discovered(discovery, tags)}
+    arn = "arn:aws:autoscaling:{region}:{account}:autoScalingGroup:1b2c3d4e-aaaa-bbbb-cccc-0123456789ab:" \
+          "autoScalingGroupName/{name}"
+    scalable = {name for name, (tags, group) in groups.items()
+                if may_scale(statements, arn.format(region=run.region, account=account, name=group), tags)}
+    assert found == gpu_groups, f"discovered {sorted(found)}"
+    assert scalable == found
+
+
+def _node_config(run, asg) -> dict:
+    """The nodeadm NodeConfig a node of `asg` boots with, from its launch template's user-data."""
+    template_id = (asg.inputs.get("mixedInstancesPolicy") or {}).get("launchTemplate", {}).get(
+        "launchTemplateSpecification", {}).get("launchTemplateId") or asg.inputs["launchTemplate"]["id"]
+    [template] = [lt for lt in run.of_type(LAUNCH_TEMPLATE) if lt.id == template_id]
+    parts = email.message_from_string(base64.b64decode(template.inputs["userData"]).decode())
+    [config] = [part.get_payload() for part in parts.walk() if part.get_content_type() == "application/node.eks.aws"]
+    return yaml.safe_load(config), template
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_template_node_offers_pods_what_the_node_it_stands_for_will(stack_runs, template_nodes, stack):
+    """Pods: the kubelet's maxPods in the node's own user-data. Ephemeral storage: the kubelet's allocatable on the
+    filesystem that holds /var/lib/kubelet, the RAID0 array over every instance-store disk where the user-data asks
+    nodeadm for it, else the launch template's root volume: capacity less nodeadm's nodefs.available 10 % and
+    kube-reserved 1 GiB (decisions/nodes/scratch.py)."""
+    run, catalog = stack_runs[stack], load_catalog()
+    for asg in run.of_type(ASG):
+        node = template_nodes[stack][asg.inputs["name"].removeprefix(f"gpu-cloud-{stack}-")]
+        config, template = _node_config(run, asg)
+        assert node.allocatable["pods"] == config["spec"]["kubelet"]["config"]["maxPods"], node.pool
+        store = catalog.instance_types[node.instance_type].instance_store
+        raid0 = (config["spec"].get("instance", {}).get("localStorage") or {}).get("strategy") == "RAID0"
+        [root] = template.inputs["blockDeviceMappings"]
+        capacity_gib = store.total_gb * 10**9 // 2**30 if raid0 and store.disks else root["ebs"]["volumeSize"]
+        assert node.allocatable["ephemeral-storage"] == (capacity_gib * 9 // 10 - 1) * 2**30, node.pool
+
+
+def test_tritons_rollouts_surge_by_the_kubernetes_default_the_pool_size_rule_counts(stack_runs):
+    # decisions/nodes/autoscaling.ROLLOUT_MAX_SURGE_PCT is the default of a Deployment that states no strategy
+    (triton,) = [d for d in stack_runs["prod-us-east-1"].of_type("kubernetes:apps/v1:Deployment")
+                 if d.name == "inference-deployment"]
+    assert "strategy" not in triton.inputs["spec"] and autoscaling.ROLLOUT_MAX_SURGE_PCT == 25
+
+
+@pytest.mark.parametrize("stores, nvme_scratch, storage", [
+    # (disks, GB each) of each type's instance store, first type first -> what every node of the pool offers pods
+    (((8, 3800), (8, 3800)), True, "25479Gi"),   # p5.48xlarge: 30,400 GB = 28,312 GiB in RAID0, less 10 % and 1 GiB
+    (((8, 3800), (4, 3800)), True, "12739Gi"),   # a type of half the disks: its 14,156 GiB array, the least of the two
+    (((8, 3800), (0, 0)), True, "449Gi"),        # a type without instance store keeps emptyDirs on the 500 GiB root
+    # the first type has none, so the user-data asks for no RAID0 and even the 125 GB disk (103 GiB) goes unused
+    (((0, 0), (1, 125)), True, "449Gi"),
+    (((8, 3800), (8, 3800)), False, "449Gi"),    # storage.nvmeScratch off: the root volume
+])
+def test_a_pool_of_several_types_advertises_the_storage_every_node_has(stores, nvme_scratch, storage):
+    train = load(valid_config()).pools[0]
+    p5 = train.primary_type
+    types = tuple(p5.model_copy(update={"instance_store": p5.instance_store.model_copy(
+        update={"disks": disks, "disk_gb": gb})}) for disks, gb in stores)
+    pool = ResolvedPool(spec=train.spec, types=types, efa=train.efa)
+    assert autoscaling.node_template_resources(pool, nvme_scratch)["ephemeral-storage"] == storage

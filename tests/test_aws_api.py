@@ -283,6 +283,17 @@ def test_it_may_replace_an_instance_of_its_cluster_and_not_of_another(aws_world)
     assert instances[OURS[1]] not in after["instances"] and after["desired"] == 1   # the group keeps its size
 
 
+def test_it_may_report_an_instance_of_its_cluster_unhealthy_and_not_of_another(aws_world):
+    """The replacement of a pool whose reservation has a spare slot: the group replaces an Unhealthy instance under
+    its instance maintenance policy (launch first)."""
+    aws, instances = aws_world["aws"], aws_world["instances"]
+    with pytest.raises(aws_api.AwsError) as raised:
+        aws.mark_unhealthy(instances[THEIRS])
+    assert raised.value.status == 403 and raised.value.code == "AccessDenied"
+    aws.mark_unhealthy(instances[OURS[0]])
+    assert aws.describe_groups([OURS[0]])[OURS[0]]["instances"][instances[OURS[0]]]["health"] == "Unhealthy"
+
+
 def test_it_may_reboot_its_pools_instances_only(aws_world):
     aws, instances = aws_world["aws"], aws_world["instances"]
     aws.reboot_instance(instances[OURS[0]])
@@ -324,7 +335,8 @@ def test_it_reads_the_gate_reports_and_nothing_else_of_the_bucket(aws_world):
 # ----------------------------------------------------------------------------- retries, held to botocore's standard mode
 
 SERVICES = {"DescribeAutoScalingGroups": "autoscaling", "TerminateInstanceInAutoScalingGroup": "autoscaling",
-            "SuspendProcesses": "autoscaling", "CompleteLifecycleAction": "autoscaling", "RebootInstances": "ec2", "ListObjectsV2": "s3", "GetObject": "s3"}
+            "SuspendProcesses": "autoscaling", "CompleteLifecycleAction": "autoscaling", "RebootInstances": "ec2", "ListObjectsV2": "s3", "GetObject": "s3",
+            "ReceiveMessage": "sqs", "DeleteMessage": "sqs"}
 _SESSION = botocore.session.get_session()
 
 
@@ -511,3 +523,68 @@ def test_a_call_on_the_wire_is_retried_as_botocore_would(failures, status, body,
             assert slept == [0.5 * 1, 0.5 * 2]                    # throttling: base 1 s, doubled, times the draw
     finally:
         flaky.server.close()
+
+
+# ----------------------------------------------------------------------------- SQS: the capacity blocks' expiry warnings
+
+@pytest.fixture
+def sqs_world():
+    """The warnings' queue and another, a warning in each, and an IAM user holding exactly the capacity-block
+    statements decisions/nodes/capacity_blocks.py adds to the controller's policy; then moto's authentication on."""
+    from decisions.nodes import capacity_blocks
+    server = contextlib.ExitStack()
+    endpoint = server.enter_context(moto_server())
+    before = settings.INITIAL_NO_AUTH_ACTION_COUNT
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")      # set up as an administrator
+    admin = dict(endpoint_url=endpoint, region_name=REGION, aws_access_key_id="testing",
+                 aws_secret_access_key="testing")
+    sqs, iam = boto3.client("sqs", **admin), boto3.client("iam", **admin)
+    ours = capacity_blocks.queue_name("gpu-cloud-prod")
+    urls = {name: sqs.create_queue(QueueName=name)["QueueUrl"] for name in (ours, "another-stack-queue")}
+    for url in urls.values():
+        sqs.send_message(QueueUrl=url, MessageBody='{"detail-type": "Capacity Block Reservation Expiration Warning"}')
+    statements = capacity_blocks.iam_statements(capacity_blocks.queue_arn("aws", REGION, ACCOUNT, ours))
+    iam.create_user(UserName="gpu-node-repair-sqs")
+    iam.put_user_policy(UserName="gpu-node-repair-sqs", PolicyName="controller",
+                        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}))
+    key = iam.create_access_key(UserName="gpu-node-repair-sqs")["AccessKey"]
+    credentials = Static(aws_api.Credentials(key["AccessKeyId"], key["SecretAccessKey"], None, float("inf")))
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    ActionAuthenticatorMixin.request_count = 0
+    try:
+        # The URL the controller is given (capacity_blocks.queue_url): moto knows the queue by its last segment.
+        yield {"aws": aws_api.Aws(REGION, "amazonaws.com", credentials, endpoint=endpoint),
+               "ours": capacity_blocks.queue_url(REGION, "amazonaws.com", ACCOUNT, ours),
+               "theirs": urls["another-stack-queue"], "admin": sqs, "ours_url": urls[ours]}
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = before
+        server.close()
+
+
+def test_it_reads_and_deletes_the_warnings_of_its_own_queue_and_of_no_other(sqs_world):
+    aws = sqs_world["aws"]
+    [message] = aws.receive_messages(sqs_world["ours"], 10, 1, 0)
+    assert json.loads(message["body"])["detail-type"] == "Capacity Block Reservation Expiration Warning"
+    assert len(aws.receive_messages(sqs_world["ours"], 10, 1, 0)) == 1      # visible again at once: kept
+    aws.delete_message(sqs_world["ours"], message["receipt"])
+    assert aws.receive_messages(sqs_world["ours"], 10, 1, 0) == []
+    with pytest.raises(aws_api.AwsError) as raised:
+        aws.receive_messages(sqs_world["theirs"], 10, 1, 0)
+    assert raised.value.status == 403
+
+
+@pytest.mark.parametrize("body, headers, code", [
+    (b'{"__type": "com.amazonaws.sqs#QueueDoesNotExist", "message": "The specified queue does not exist."}',
+     {"x-amzn-query-error": "AWS.SimpleQueueService.NonExistentQueue;Sender"}, "AWS.SimpleQueueService.NonExistentQueue"),
+    (b'{"__type": "com.amazonaws.sqs#RequestThrottled", "message": "slow down"}', {}, "RequestThrottled"),
+    (b'{"__type": "com.amazonaws.sqs#OverLimit:http://internal.amazon.com/", "message": "x"}', {}, "OverLimit"),
+])
+def test_a_json_error_is_read_as_botocore_reads_it(body, headers, code):
+    """botocore 1.44.18 parsers.py BaseJSONParser._do_error_parse with its query-compatible code (SQS's model)."""
+    from botocore.parsers import create_parser
+    parsed = create_parser("json").parse(
+        {"status_code": 400, "headers": headers, "body": body},
+        _SESSION.get_service_model("sqs").operation_model("ReceiveMessage").output_shape)
+    assert parsed["Error"]["Code"] == code
+    ours = aws_api._error(400, body, None, "ReceiveMessage", headers.get("x-amzn-query-error"))
+    assert (ours.code, ours.message) == (code, parsed["Error"]["Message"])

@@ -21,6 +21,7 @@ HARDWARE = [
     ("g4dn.metal",       "T4",        8, 16384,  96,  384,  100,  1,  1,  1800),
     ("g5.12xlarge",      "A10G",      4, 22888,  48,  192,   40,  1,  1,  3800),
     ("g5.48xlarge",      "A10G",      8, 22888, 192,  768,  100,  1,  1,  7600),
+    ("g6.2xlarge",       "L4",        1, 22888,   8,   32,    5,  1,  0,   450),
     ("g6.12xlarge",      "L4",        4, 22888,  48,  192,   40,  1,  1,  3760),
     ("g6.48xlarge",      "L4",        8, 22888, 192,  768,  100,  1,  1,  7520),
     ("g6e.12xlarge",     "L40S",      4, 45776,  48,  384,  100,  1,  1,  3800),
@@ -186,9 +187,33 @@ def test_an_unpriced_offer_needs_no_source_and_an_offer_may_cite_its_own():
     assert catalog.price_source("g5.12xlarge", "us-east-1") == CATALOG.price_sources["us-east-1"]
 
 
-def test_suggestion_for_typos():
-    assert CATALOG.suggest("p5.48xlarg") == "p5.48xlarge"
-    assert CATALOG.suggest("nonsense") is None
+@pytest.mark.parametrize("name,meant", [
+    ("p5.48xlarg", "p5.48xlarge"),        # not a size EC2 has: a typo, one edit away
+    ("g6e,12xlarge", "g6e.12xlarge"),
+    ("p4d.24xlrge", "p4d.24xlarge"),
+    ("g6e.2xlarge", None),                # shaped like an EC2 type, one keystroke from g6e.12xlarge: meant as written
+    ("g5.24xlarge", None),
+    ("g6e.4xlarge", None),
+    ("p5.4xlarge", None),
+    ("nonsense", None),
+    ("g6.2xl", None),                     # 4 edits from g6.2xlarge: too far to be a typo
+])
+def test_did_you_mean_only_for_near_misspellings(name, meant):
+    assert CATALOG.suggest(name) == meant
+
+
+@pytest.mark.parametrize("a,b,distance", [("p5.48xlarg", "p5.48xlarge", 1), ("g6e.2xlarge", "g6e.12xlarge", 1),
+                                          ("kitten", "sitting", 3), ("", "abc", 3), ("abc", "abc", 0)])
+def test_edit_distance(a, b, distance):
+    from decisions.catalog.catalog import edit_distance
+    assert edit_distance(a, b) == distance == edit_distance(b, a)
+
+
+def test_the_edit_limit_is_at_its_boundary():
+    # one edit per 5 characters: 10 characters allow 2, 9 allow 1; both names below are 2 edits from p5.48xlarge
+    assert CATALOG.suggest("p5.48xlarX") == "p5.48xlarge"
+    assert CATALOG.suggest("p5.48xlar") is None
+    assert CATALOG.suggest("p5.48xlarXYZ") is None              # 12 characters, but 3 edits: more than 2
 
 
 def test_efa_cards_never_exceed_network_cards():
@@ -338,13 +363,14 @@ def test_the_fraction_is_a_share_below_the_whole(fraction):
 # Instance store IOPS, entry by entry: AWS, EC2 Instance Types guide, accelerated computing, "Instance store
 # specifications" (ac.html#ac_instance-store): volumes as "N x GB" and "100% random read IOPS / Write IOPS"
 # (4,096-byte blocks, all volumes, queue depth saturation). The layout column is checked too, so a row copied for
-# the wrong type shows. Every catalog type has instance store and a published figure; none is left out.
+# the wrong type shows. Every catalog type has instance store; a figure not re-found is None, never guessed.
 INSTANCE_STORE_IOPS = [
     # type,              AWS volumes,    read IOPS, write IOPS
     ("g4dn.12xlarge",    "1 x 900 GB",     250_000,   200_000),
     ("g4dn.metal",       "2 x 900 GB",     500_000,   400_000),
     ("g5.12xlarge",      "1 x 3800 GB",    312_500,   156_250),
     ("g5.48xlarge",      "2 x 3800 GB",    625_000,   312_500),
+    ("g6.2xlarge",       "1 x 450 GB",        None,      None),     # the single-GPU sizes' rows not re-found
     ("g6.12xlarge",      "4 x 940 GB",     312_500,   125_000),
     ("g6.48xlarge",      "8 x 940 GB",     625_000,   312_496),
     ("g6e.12xlarge",     "2 x 1900 GB",    312_500,   125_000),

@@ -15,12 +15,12 @@ import yaml
 from components.cluster import (
     ClusterArgs, EksCluster, is_accelerated_instance_type,
 )
-from components.iam import POD_IDENTITY_TRUST_POLICY
 from decisions.catalog.addons import (
     ADDON_NAMES, ADDONS_PATH, AddonPinError, addon_versions, load_addon_pins, parse_addon_version,
     supported_kubernetes_versions,
 )
 from decisions.catalog.catalog import load_catalog
+from decisions.platform import pod_identity
 from tests.conftest import run_component
 
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -250,7 +250,9 @@ def test_aws_calling_addons_get_their_own_pod_identity_role(private_run, addon_n
     [association] = addon.inputs["podIdentityAssociations"]
     assert association["serviceAccount"] == service_account
     role = next(r for r in private_run.of_type("aws:iam/role:Role") if r.state["arn"] == association["roleArn"])
-    assert json.loads(role.inputs["assumeRolePolicy"]) == json.loads(POD_IDENTITY_TRUST_POLICY)
+    # only this cluster's kube-system/<service account>, in this account
+    assert json.loads(role.inputs["assumeRolePolicy"]) == pod_identity.trust_policy(
+        "arn:aws:eks:us-east-1:123456789012:cluster/gpu-cloud-test-us-east-1", "kube-system", service_account)
     attached = [a for a in private_run.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
                 if a.inputs["role"] == role.state["name"]]
     assert [a.inputs["policyArn"] for a in attached] == [policy]

@@ -90,8 +90,9 @@ def test_prod_us_east_1_matches_the_hand_calculation():
     assert pools["finetune-a100-80gb-spot"].hourly_at_max == approx(3 * 27.44705 * 0.5)
     assert pools["finetune-a100-40gb-spot"].hourly_at_max == approx(3 * 21.957642 * 0.5)
     assert pools["infer-l40s"].hourly_at_desired == approx(2 * 10.49264)
-    assert pools["infer-l40s"].hourly_at_max == approx(8 * 10.49264)
-    gpu_desired, gpu_max = 4 + 0 + 0 + 2, 4 + 3 + 3 + 8
+    # maxNodes 3: all Triton can reach (decisions/nodes/autoscaling.reachable_nodes; the config refuses more)
+    assert pools["infer-l40s"].hourly_at_max == approx(3 * 10.49264)
+    gpu_desired, gpu_max = 4 + 0 + 0 + 2, 4 + 3 + 3 + 3
     items = fixed(e)
     expected = {
         "EKS control plane": (0.10, 0.10),
@@ -109,7 +110,7 @@ def test_prod_us_east_1_matches_the_hand_calculation():
     assert items["FSx for Lustre PERSISTENT_2"].gap and not e.complete
     assert e.gaps == [f"{items['FSx for Lustre PERSISTENT_2'].item}: no sourced rate for this region in "
                       "decisions/cost/prices.yaml"]
-    pools_max = 4 * 55.04 + 3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 8 * 10.49264
+    pools_max = 4 * 55.04 + 3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 3 * 10.49264
     assert e.pools_hourly_at_max == approx(pools_max, abs=1e-3)
     assert e.hourly_at_max == approx(pools_max + sum(m for _, m in expected.values()), abs=1e-3)
     assert e.hourly_at_desired == approx(4 * 55.04 + 2 * 10.49264 + sum(d for d, _ in expected.values()), abs=1e-3)
@@ -127,7 +128,7 @@ def test_prod_eu_west_1_prices_its_pools_and_lists_every_unsourced_fixed_cost():
     assert pools["train-a100"].gap == "no on-demand price for p4d.24xlarge in eu-west-1 (decisions/catalog/catalog.yaml)"
     assert "train-a100: no on-demand price for p4d.24xlarge in eu-west-1 (decisions/catalog/catalog.yaml)" in e.gaps
     assert pools["infer-a10g"].hourly_at_desired == approx(2 * 6.33167)
-    assert pools["infer-a10g"].hourly_at_max == approx(8 * 6.33167)
+    assert pools["infer-a10g"].hourly_at_max == approx(4 * 6.33167)           # maxNodes 4: all Triton reaches
     # eu-west-1's own g5 discount, the family's smaller one: g5.48xlarge's 1 - 8.5123 / 18.18233 (its dearest zone,
     # euw1-az2, in the snapshot) against g5.12xlarge's 1 - 2.8273 / 6.33167
     assert pools["infer-a10g-spot"].hourly_at_max == approx(8 * 6.33167 * (1 - 0.5318))
@@ -136,7 +137,7 @@ def test_prod_eu_west_1_prices_its_pools_and_lists_every_unsourced_fixed_cost():
     assert items["system nodes"].hourly_at_max == approx(4 * 0.2247)   # m7i.xlarge in eu-west-1, the dearer type
     gaps = {name for name, item in items.items() if item.gap}
     assert gaps == set(items) - {"EKS control plane", "system nodes"}
-    assert e.hourly_at_max == approx(8 * 6.33167 * (1 + 1 - 0.5318) + 0.10 + 4 * 0.2247, abs=1e-3)
+    assert e.hourly_at_max == approx(4 * 6.33167 + 8 * 6.33167 * (1 - 0.5318) + 0.10 + 4 * 0.2247, abs=1e-3)
     # each pool cites where its price was read, and when: eu-west-1's from the 2025-H1 snapshot, not the date and
     # source of us-east-1's prices
     assert pools["infer-a10g"].basis == (
@@ -503,13 +504,13 @@ def test_monthly_and_three_year_figures_use_730_hour_months():
 
 
 def test_monthly_figures_come_from_the_unrounded_hourly_price():
-    # 18 root volumes at $70.00 a month each (500 GiB x $0.08 + 3,000 IOPS x $0.005 + 375 MB/s x $0.04) are
-    # $1,260.00 a month; from the hourly figure rounded first ($1.7260) they would be $1,259.98.
+    # 13 root volumes at $70.00 a month each (500 GiB x $0.08 + 3,000 IOPS x $0.005 + 375 MB/s x $0.04) are
+    # $910.00 a month; from the hourly figure rounded first ($1.2466) they would be $910.02.
     item = fixed(cost.estimate(stack_spec("prod-us-east-1"), TODAY))["GPU nodes' root volumes"]
-    assert item.quantity_at_max == 18
-    assert cost.monthly(item.hourly_at_max) == 1260.00
-    assert cost.per_hour(item.hourly_at_max) == 1.726
-    assert cost.three_years(item.hourly_at_max) == 45360.00          # 36 x $1,260
+    assert item.quantity_at_max == 13
+    assert cost.monthly(item.hourly_at_max) == 910.00
+    assert cost.per_hour(item.hourly_at_max) == 1.2466
+    assert cost.three_years(item.hourly_at_max) == 32760.00          # 36 x $910
     assert cost.cents(-0.001) == 0.0 and str(cost.cents(-0.001)) == "0.0"   # never "-0.0"
 
 
@@ -615,3 +616,32 @@ def test_a_total_that_leaves_a_gap_out_says_so_wherever_it_is_printed():
     complete = cost_section(stack_spec("dev"))
     assert complete["complete"]
     assert not [line for line in _cost_table(complete) if "incomplete" in line]
+
+
+@pytest.mark.parametrize("stack, pool, nodes", [("prod-us-east-1", "infer-l40s", 3), ("prod-eu-west-1", "infer-a10g", 4)])
+def test_the_budget_counts_tritons_pool_at_the_most_nodes_triton_can_reach(stack, pool, nodes):
+    # The config refuses a larger maxNodes (decisions/config/validate.py), so the budget's maxNodes is Triton's reach:
+    # 8 replicas, 10 in a rollout, packed into the pool's slots a node, and one node more while one drains.
+    from decisions.nodes import autoscaling
+    from decisions.nodes.pools import offered_gpu_resources
+
+    spec = stack_spec(stack)
+    triton = spec.inference.triton
+    resolved = next(p for p in spec.pools if p.name == triton.pool == pool)
+    (slots,) = offered_gpu_resources(resolved, CATALOG).values()
+    assert autoscaling.reachable_nodes(resolved.spec.min_nodes, triton.max_replicas, slots) == nodes
+    (row,) = [r for r in cost.budget_pool_costs(spec.pools, CATALOG, spec.region) if r.pool == pool]
+    assert row.nodes_at_max == nodes
+    assert row.hourly_at_max == pytest.approx(nodes * CATALOG.instance_types[resolved.primary_type.name]
+                                              .regions[spec.region].on_demand_usd)
+
+
+@pytest.mark.parametrize("exact, written", [
+    (7.2903, 7.2903),            # dev's pool at maxNodes: to 1/100 of a cent, shown $7.29
+    (1.23456, 1.2346),           # rounded as usual where the cent does not change
+    (325.744958, 325.7449),      # prod-us-east-1's GPU pools at maxNodes: $325.7450 would show $325.75, a cent above
+    (0.125049, 0.1251),          # $0.1250 would show $0.12 (a tie rounds to even), a cent below the $0.13 it is
+])
+def test_an_hourly_figure_shows_the_cent_the_budget_check_counts(exact, written):
+    assert cost.per_hour(exact) == written
+    assert f"{cost.per_hour(exact):.2f}" == f"{cost.cents(exact):.2f}"

@@ -33,8 +33,9 @@ UIDS = {
     "node-verification.json": "gpu-cloud-node-verification",
     "spot-drains.json": "gpu-cloud-spot-drains",
     "training-queue.json": "gpu-cloud-training-queue",
+    "gpu-hours.json": "gpu-cloud-gpu-hours",
 }
-GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range"}
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
 
 
 def _all_expressions() -> List[Tuple[str, str]]:
@@ -52,7 +53,7 @@ EXPRESSIONS = _all_expressions()
 
 # --- the models --------------------------------------------------------------------------------------------------
 
-def test_five_dashboards_with_stable_uids_and_current_schema():
+def test_six_dashboards_with_stable_uids_and_current_schema():
     assert {name: model["uid"] for name, model in MODELS.items()} == UIDS
     for name, model in MODELS.items():
         assert re.fullmatch(r"[a-z0-9-]{1,40}", model["uid"]), model["uid"]

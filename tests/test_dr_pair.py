@@ -78,16 +78,79 @@ def test_one_architecture_needs_no_declaration():
 
 
 def test_a_secondary_replica_with_less_gpu_memory_is_refused():
-    # Time-slicing the A10G in two leaves a replica 11,444 MiB, half what a replica has in the primary.
-    found = issues(None, setting("nodePools", 1, "gpuSharing", value={"mode": "time-slicing", "replicas": 2}))
+    # Time-slicing the A10G in two leaves a replica 11,444 MiB, half what a replica has in the primary (and 8 slots a
+    # node: 3 nodes are all Triton can reach, decisions/nodes/autoscaling.reachable_nodes).
+    found = issues(None, lambda keys: keys["nodePools"][1].update(
+        gpuSharing={"mode": "time-slicing", "replicas": 2}, maxNodes=3))
     assert [(stack, path) for stack, path, _ in found] == [(SECONDARY, "gpu-cloud:inference.triton.pool")]
     assert "11,444 MiB of A10G, less than the 22,888 MiB of L40S" in found[0][2]
 
 
+def declare(*models):
+    """A change that declares these (name, MiB) models in inference.triton.models."""
+    return setting("inference", "triton", "models", value=[{"name": n, "gpuMemoryMiB": mib} for n, mib in models])
+
+
+def halved_a10g(keys):
+    """The secondary's A10G time-sliced in two: 11,444 MiB a replica (and the pool no larger than 8 replicas need)."""
+    keys["nodePools"][1].update(gpuSharing={"mode": "time-slicing", "replicas": 2}, maxNodes=3)
+
+
+def both(*changes):
+    return lambda keys: [change(keys) for change in changes]
+
+
+@pytest.mark.parametrize("models, holds", [
+    ([("bert-large", 9444), ("resnet50", 2000)], True),          # 11,444 MiB together: what a replica has, exactly
+    ([("bert-large", 9445), ("resnet50", 2000)], False),         # one MiB more
+    ([("bert-large", 12000)], False),                            # one model alone too large
+])
+def test_a_secondary_whose_replicas_cannot_hold_every_model_the_primary_serves_is_refused(models, holds):
+    """Every replica loads the whole repository, so the primary's models must fit a secondary replica together; the
+    primary's own replica (22,888 MiB) holds them all."""
+    found = issues(declare(*models), halved_a10g)
+    if holds:
+        assert found == []                               # declared models replace the slot-for-slot comparison
+        return
+    assert [(stack, path) for stack, path, _ in found] == [(SECONDARY, "gpu-cloud:inference.triton.pool")]
+    total = sum(mib for _, mib in models)
+    assert found[0][2].startswith(f"cannot hold every model of prod-us-east-1 after failover: infer-a10g (A10G) gives "
+                                  f"a replica 11,444 MiB of GPU memory, and every replica loads every model: "
+                                  f"{total:,} MiB together (bert-large ")
+
+
+def test_the_secondary_holds_its_own_models_beside_the_primarys():
+    """The secondary's repository is the primary's, replicated, and what is published there: a model both declare
+    counts once, at the larger figure."""
+    found = issues(declare(("shared", 6000)), both(halved_a10g, declare(("shared", 5000), ("local", 5500))))
+    assert [(stack, path) for stack, path, _ in found] == [(SECONDARY, "gpu-cloud:inference.triton.pool")]
+    assert "11,500 MiB together (shared 6,000 MiB, local 5,500 MiB)" in found[0][2]
+    assert dr_pair.declared_models(spec_of(PRIMARY, declare(("shared", 6000))).inference.triton,
+                                   spec_of(SECONDARY, declare(("shared", 5000)))
+                                   .inference.triton) == {"shared": 6000}
+
+
+@pytest.mark.parametrize("change, path, words", [
+    (declare(("bert-large", 20000), ("resnet50", 2889)), "gpu-cloud:inference.triton.models",
+     "infer-l40s (L40S) gives a replica 22,888 MiB of GPU memory, and every replica loads every model: 22,889 MiB"),
+    (declare(("resnet50", 2000), ("resnet50", 3000)), "gpu-cloud:inference.triton.models",
+     "resnet50 declared twice"),
+    (declare(("resnet50", 0)), "gpu-cloud:inference.triton.models[0].gpuMemoryMiB", "greater than 0"),
+    (declare(("../resnet50", 2000)), "gpu-cloud:inference.triton.models[0].name", "is not a Triton model name"),
+    (both(setting("inference", "triton", "enabled", value=False), declare(("resnet50", 2000))),
+     "gpu-cloud:inference.triton.models", "set enabled, or leave models out"),
+])
+def test_declared_models_are_checked_by_key_before_anything_is_registered(change, path, words):
+    found = [(p, m) for p, m in config_issues(PRIMARY, change) if p.startswith("gpu-cloud:inference.triton.models")]
+    assert [p for p, _ in found] == [path] and words in found[0][1]
+
+
 @pytest.mark.parametrize("change, ceiling, path", [
-    (setting("inference", "triton", "maxReplicas", value=2), 2, None),       # exactly the primary's 2: enough
-    (lambda keys: keys["inference"]["triton"].update(minReplicas=1, maxReplicas=1), 1,
-     "gpu-cloud:inference.triton.maxReplicas"),
+    # maxNodes 2: all that 2 replicas or fewer can reach (decisions/nodes/autoscaling.reachable_nodes)
+    (lambda keys: (keys["inference"]["triton"].update(maxReplicas=2), keys["nodePools"][1].update(maxNodes=2)), 2,
+     None),                                                                   # exactly the primary's 2: enough
+    (lambda keys: (keys["inference"]["triton"].update(minReplicas=1, maxReplicas=1),
+                   keys["nodePools"][1].update(maxNodes=2)), 1, "gpu-cloud:inference.triton.maxReplicas"),
     (lambda keys: keys["nodePools"][1].update(minNodes=0, desiredNodes=0, maxNodes=0), 0,
      "gpu-cloud:nodePools[1].maxNodes"),
 ])
@@ -148,7 +211,8 @@ def config_issues(stack, change, peer_cidr=None):
 
 @pytest.mark.parametrize("stack, change, path, words", [
     (PRIMARY, setting("dr", "rpoMinutes", value=14), "gpu-cloud:dr.rpoMinutes",
-     "14 cannot be met: S3 Replication Time Control replicates 99.99 % of objects within 15 minutes"),
+     "14 cannot be met: S3 Replication Time Control is designed to replicate 99.99 % of objects within 15 minutes, "
+     "and its SLA commits to 99.9 % a month"),
     (PRIMARY, setting("dr", "rpoMinutes", value=0), "gpu-cloud:dr.rpoMinutes", "greater than or equal to 1"),
     (SECONDARY, setting("dr", "rpoMinutes", value=30), "gpu-cloud:dr.rpoMinutes",
      "is a primary's target: a secondary replicates nothing"),
@@ -174,7 +238,8 @@ def test_clients_need_no_route_to_an_internet_facing_load_balancer():
 def test_dr_keys_without_a_role_are_refused_by_name():
     def no_role(keys):
         keys["dr"] = {"role": "none", "rpoMinutes": 15, "clientCidrs": ["10.64.0.0/16"]}
-    assert [p for p, _ in config_issues(PRIMARY, no_role)] == ["gpu-cloud:dr.rpoMinutes", "gpu-cloud:dr.clientCidrs"]
+    # clientCidrs stand without a pair: they are who may reach the internal load balancer
+    assert [p for p, _ in config_issues(PRIMARY, no_role)] == ["gpu-cloud:dr.rpoMinutes"]
 
 
 def test_a_stack_whose_vpc_clients_have_no_route_to_the_peer_is_refused_with_the_peers_file_at_hand():
@@ -203,7 +268,9 @@ def test_the_shipped_secondary_carries_the_primarys_minimum_at_once():
     recovery = dr_pair.recovery(spec_of(PRIMARY), spec_of(SECONDARY), 2)
     assert seconds(recovery) == ([("detection", DETECTION_INTERNAL), ("DNS TTL", TTL), ("scale-up", 0)], [])
     assert recovery.seconds == 270
-    assert recovery.not_counted == ()                   # no new replica, so no first copy of the models
+    # Detection is the checks' and the alarm's arithmetic: what has no published bound is named; no new replica, so
+    # no first copy of the models, and no capacity taken for granted.
+    assert recovery.not_counted == (dr_pair.DETECTION_NOT_COUNTED["internal"],) and recovery.assumes == ()
 
 
 def test_at_the_primarys_maximum_the_secondary_boots_a_node():
@@ -213,7 +280,13 @@ def test_at_the_primarys_maximum_the_secondary_boots_a_node():
                                     ("image pull", IMAGE_PULL), ("models load", MODELS)]
     assert recovery.seconds == DETECTION_INTERNAL + TTL + REACTION + NEW_NODE + IMAGE_PULL + MODELS == 3325
     # The startup probe's budget starts with Triton; the copy before it has no figure, and the estimate says so.
-    assert recovery.not_counted == (dr_pair.FIRST_COPY_NOT_COUNTED,)
+    assert recovery.not_counted == (dr_pair.DETECTION_NOT_COUNTED["internal"], dr_pair.FIRST_COPY_NOT_COUNTED)
+    # The node's 1,390 s take on-demand capacity for granted: nothing reserves it, and the estimate says how to.
+    (assumed,) = recovery.assumes
+    assert assumed.startswith("EC2 has 1 x g5.12xlarge on-demand in eu-west-1 when the autoscaler asks; nothing "
+                              "reserves it.")
+    # The reservation holds the node the idle secondary keeps and the one it adds: a reserved pool launches into it only.
+    assert "run pool infer-a10g on an On-Demand Capacity Reservation of 2 x g5.12xlarge" in assumed
 
 
 def test_what_the_recovery_time_leaves_out_is_the_deployments_own_first_copy(stack_runs):
@@ -230,10 +303,14 @@ def test_the_pair_report_prints_what_the_recovery_time_leaves_out(capsys):
     from plan.__main__ import main
     assert main(["--dr-pair", PRIMARY, SECONDARY]) == 0
     lines = capsys.readouterr().out.splitlines()
-    not_counted = [i for i, line in enumerate(lines) if line.startswith("  not counted: ")]
-    assert [lines[i] for i in not_counted] == [f"  not counted: {dr_pair.FIRST_COPY_NOT_COUNTED}"]
-    assert not_counted[0] == len(lines) - 1 and lines[not_counted[0] - 1].startswith("  models load ")
-    assert not_counted[0] > next(i for i, line in enumerate(lines) if line.startswith("Carrying its maximum"))
+    at_maximum = next(i for i, line in enumerate(lines) if line.startswith("Carrying its maximum"))
+    detection = f"  not counted: {dr_pair.DETECTION_NOT_COUNTED['internal']}"
+    assert [line for line in lines[:at_maximum] if line.startswith("  not counted: ")] == [detection]
+    assert lines[at_maximum - 2].startswith("  total ")
+    after = lines[at_maximum:]
+    first_copy = after.index(f"  not counted: {dr_pair.FIRST_COPY_NOT_COUNTED}")
+    assert after[first_copy - 2].startswith("  models load ") and after[first_copy - 1] == detection
+    assert after[first_copy + 1].startswith("  assumes: EC2 has 1 x g5.12xlarge on-demand") and len(after) == first_copy + 2
 
 
 @pytest.mark.parametrize("change, scale_up", [
@@ -246,7 +323,8 @@ def test_the_pair_report_prints_what_the_recovery_time_leaves_out(capsys):
 def test_a_smaller_secondary_scales_up_without_new_nodes(change, scale_up):
     recovery = dr_pair.recovery(spec_of(PRIMARY), spec_of(SECONDARY, change), 2)
     assert recovery.terms[-1].seconds == scale_up and recovery.seconds == DETECTION_INTERNAL + TTL + scale_up
-    assert recovery.not_counted == (dr_pair.FIRST_COPY_NOT_COUNTED,)
+    assert recovery.not_counted == (dr_pair.DETECTION_NOT_COUNTED["internal"], dr_pair.FIRST_COPY_NOT_COUNTED)
+    assert recovery.assumes == ()                        # no new node
 
 
 def test_an_internet_facing_primary_is_detected_by_route53_itself():
@@ -254,11 +332,13 @@ def test_an_internet_facing_primary_is_detected_by_route53_itself():
                            keys["dr"].pop("clientCidrs"))
     recovery = dr_pair.recovery(spec_of(PRIMARY, public), spec_of(SECONDARY, public), 2)
     assert recovery.terms[0].seconds == 10 * 3 and recovery.seconds == 30 + TTL
+    assert recovery.not_counted == (dr_pair.DETECTION_NOT_COUNTED["internet-facing"],)
 
 
 def test_a_load_beyond_the_secondary_has_no_recovery_time():
-    recovery = dr_pair.recovery(spec_of(PRIMARY), spec_of(SECONDARY, setting("inference", "triton", "maxReplicas",
-                                                                              value=4)), 8)
+    four = lambda keys: (keys["inference"]["triton"].update(maxReplicas=4),   # noqa: E731
+                         keys["nodePools"][1].update(maxNodes=3))                # all 4 replicas can reach
+    recovery = dr_pair.recovery(spec_of(PRIMARY), spec_of(SECONDARY, four), 8)
     assert recovery.terms is None and recovery.seconds is None
 
 

@@ -409,7 +409,8 @@ def _template(run, pool: str) -> Dict[str, str]:
 
 def test_eight_10_gb_shares_of_each_a100_80gb_plan_as_64_gpus_a_node(example_run):
     template = _template(example_run, "infer-a100-mps")
-    assert {k: v for k, v in template.items() if k.startswith("resources/")} == {"resources/nvidia.com/gpu": "64"}
+    assert {k: v for k, v in template.items() if k.startswith("resources/nvidia.com/")} == {
+        "resources/nvidia.com/gpu": "64"}
     assert template["label/nvidia.com/device-plugin.config"] == "mps-8"
     user_data = base64.b64decode(example_run.one("aws:ec2/launchTemplate:LaunchTemplate", "infer-a100-mps-lt")
                                  .inputs["userData"]).decode()
@@ -433,8 +434,9 @@ def test_the_documented_example_is_the_pool_planned():
 
 def test_a_mixed_mig_pool_plans_one_resource_per_profile(example_run):
     template = _template(example_run, "infer-h100-mig")
-    assert {k: v for k, v in template.items() if k.startswith("resources/")} == {
-        "resources/nvidia.com/mig-1g.10gb": str(8 * 2), "resources/nvidia.com/mig-3g.40gb": str(8 * 1)}
+    assert {k: v for k, v in template.items() if k.startswith("resources/nvidia.com/")} == {
+        "resources/nvidia.com/mig-1g.10gb": str(8 * 2), "resources/nvidia.com/mig-3g.40gb": str(8 * 1),
+        "resources/nvidia.com/gpu": "0"}                  # every GPU is cut: the device plugin advertises no whole one
     assert template["label/nvidia.com/mig.config"] == "1g.10gbx2-3g.40gbx1"
     (text,) = example_run.one(CONFIGMAP, "gpu-operator-mig-config").inputs["data"].values()
     assert yaml.safe_load(text)["mig-configs"]["1g.10gbx2-3g.40gbx1"] == [

@@ -153,3 +153,26 @@ def test_the_load_balancer_controller_has_no_outposts_reads_and_reads_groups_of_
     (reads,) = [s for s in policy["Statement"] if "ec2:GetSecurityGroupsForVpc" in _as_list(s["Action"])]
     vpc = run.one("aws:ec2/vpc:Vpc").state["id"]
     assert reads["Resource"] == f"arn:aws:ec2:{run.region}:{ACCOUNT}:vpc/{vpc}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_pod_identity_role_trusts_only_its_service_account_on_this_stacks_cluster(stack_runs, stack):
+    """EKS User Guide, pod-id-role.adoc: the request tags name the cluster, namespace and service account; without
+    them any Pod Identity association of the account (another stack's cluster) could use the role."""
+    run = stack_runs[stack]
+    cluster = f"arn:aws:eks:{run.region}:{ACCOUNT}:cluster/{run.one('aws:eks/cluster:Cluster').inputs['name']}"
+    used_by = {a.inputs["roleArn"]: (a.inputs["namespace"], a.inputs["serviceAccount"])
+               for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    used_by.update({a["roleArn"]: ("kube-system", a["serviceAccount"]) for addon in run.of_type("aws:eks/addon:Addon")
+                    for a in addon.inputs.get("podIdentityAssociations") or []})
+    trusted = [r for r in run.of_type("aws:iam/role:Role") if "pods.eks.amazonaws.com" in r.inputs["assumeRolePolicy"]]
+    assert trusted and {r.state["arn"] for r in trusted} == set(used_by)
+    for role in trusted:
+        (statement,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+        namespace, service_account = used_by[role.state["arn"]]
+        assert statement["Condition"] == {"StringEquals": {
+            "aws:SourceAccount": ACCOUNT, "aws:RequestTag/eks-cluster-arn": cluster,
+            "aws:RequestTag/kubernetes-namespace": namespace,
+            "aws:RequestTag/kubernetes-service-account": service_account}}, role.name
+        assert not [a for a in run.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+                    if a.inputs.get("disableSessionTags")], "the trust needs the session tags"

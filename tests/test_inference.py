@@ -16,6 +16,7 @@ import pytest
 from decisions.nodes import drain
 from decisions.nodes.pools import node_taints, toleration
 from decisions.observability import monitoring
+from decisions.platform import tenancy
 from decisions.serving import lb_controller, triton
 from decisions.storage import data_access
 from tests.conftest import run_stack, stack_config, validate_kubernetes
@@ -56,7 +57,7 @@ def test_triton_runs_on_its_pool_only_and_tolerates_exactly_its_taints(run):
 def test_triton_serves_a_copy_of_the_stacks_models_bucket_kept_by_a_pod_identity_capable_cli(run):
     pod = pod_spec(run)
     (container,) = pod["containers"]
-    first, sidecar = pod["initContainers"]
+    first, sidecar, _ = pod["initContainers"]          # the third: the model-ready exporter (its own test below)
     models = run.outputs["buckets"]["models"]["name"]
     assert container["image"] == triton.IMAGE and container["command"] == ["tritonserver"]
     assert container["args"][0] == "--model-repository=/models/current"
@@ -80,10 +81,12 @@ def test_triton_serves_a_copy_of_the_stacks_models_bucket_kept_by_a_pod_identity
     assert pod["automountServiceAccountToken"] is False
     annotations = named(run, DEPLOYMENT, "inference-deployment").inputs["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {"eks.amazonaws.com/skip-containers": "triton"}
-    # Triton as its image's user, the sync containers as nobody; read-only roots, nothing kept.
-    for each, uid in ((container, 1000), (first, 65534), (sidecar, 65534)):
+    # Triton and the sync containers as nobody, pod and containers alike (a UID of 10000 or above owns nothing in the
+    # image); read-only roots, nothing kept.
+    assert pod["securityContext"]["runAsUser"] == 65534
+    for each in (container, first, sidecar):
         security = each["securityContext"]
-        assert security["runAsNonRoot"] is True and security["runAsUser"] == uid
+        assert security["runAsNonRoot"] is True and security["runAsUser"] == 65534
         assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
         assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
 
@@ -103,17 +106,27 @@ def test_it_takes_traffic_only_while_it_serves_a_model_it_keeps_following_and_is
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
 
 
-def test_a_drain_keeps_serving_until_the_nlb_stops_sending_then_finishes_what_it_has(run):
+def test_a_drain_runs_on_the_serving_contracts_timings(run):
+    """The pod carries the timings tests/test_triton.py walks a drain through: the pause, Triton's exit budget and
+    gRPC connection age, the liveness timeout counted in that budget, the grace, and an NLB that closes a
+    deregistered pod's flows when its deregistration delay is up."""
     pod = pod_spec(run)
     (container,) = pod["containers"]
-    exit_timeout = next(int(a.split("=")[1]) for a in container["args"] if a.startswith("--exit-timeout-secs="))
-    pause = int(container["lifecycle"]["preStop"]["sleep"]["seconds"])
-    assert pause >= 120                       # how long an NLB keeps sending new flows after deregistration
-    assert pod["terminationGracePeriodSeconds"] > pause + exit_timeout
-    assert pod["terminationGracePeriodSeconds"] <= drain.WORKLOAD_MAX_GRACE_S
+    args = dict(a.split("=", 1) for a in container["args"] if "=" in a)
+    assert int(args["--exit-timeout-secs"]) == triton.EXIT_TIMEOUT_S
+    assert int(args["--grpc-max-connection-age"]) == triton.MAX_CONNECTION_AGE_S * 1000
+    assert int(args["--grpc-max-connection-age-grace"]) == triton.MAX_REQUEST_S * 1000
+    assert int(container["lifecycle"]["preStop"]["sleep"]["seconds"]) == triton.PRESTOP_PAUSE_S
+    assert container["livenessProbe"]["timeoutSeconds"] == triton.HEALTH_CHECK_TIMEOUTS_S["liveness"]
+    assert pod["terminationGracePeriodSeconds"] == triton.TERMINATION_GRACE_S <= drain.WORKLOAD_MAX_GRACE_S
     annotations = named(run, SERVICE, "inference-service").inputs["metadata"]["annotations"]
-    delay = annotations["service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"]
-    assert delay == f"deregistration_delay.timeout_seconds={pause + exit_timeout}"
+    attributes = annotations["service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"]
+    assert attributes == (f"deregistration_delay.timeout_seconds={triton.DEREGISTRATION_DELAY_S},"
+                          "deregistration_delay.connection_termination.enabled=true,"
+                          "preserve_client_ip.enabled=false")
+
+
+def test_drains_take_one_ready_replica_at_a_time_and_never_wait_on_one_not_ready(run):
     budget = named(run, "kubernetes:policy/v1:PodDisruptionBudget", "inference-disruption-budget").inputs["spec"]
     assert budget["maxUnavailable"] == 1
     # Replicas that run but are not ready (nothing published yet, a DR secondary awaiting replication) can still be
@@ -187,6 +200,23 @@ def test_an_internet_facing_stack_gets_an_internet_facing_nlb():
     assert run.of_type("aws:cloudwatch/metricAlarm:MetricAlarm") == []
 
 
+def test_on_an_mps_pool_triton_leaves_dev_shm_to_the_device_plugin(run):
+    """On MPS the device plugin mounts the MPS server's shared memory at /dev/shm (k8s-device-plugin v0.20.0
+    internal/plugin/mps.go lines 74-90); a volume of the pod's own there would be mounted over it and Triton's CUDA
+    could not reach the server (NVIDIA/k8s-device-plugin#805). The shipped pool (time-sliced) keeps its own."""
+    config = stack_config(STACK)
+    pools = [{**p, "gpuSharing": {"mode": "mps", "replicas": 2}} if p["name"] == "infer-l40s" else p
+             for p in config["gpu-cloud:nodePools"]]
+    on_mps = pod_spec(run_stack(STACK, {"gpu-cloud:nodePools": pools}))
+    assert not [v for v in on_mps["volumes"] if (v.get("emptyDir") or {}).get("medium") == "Memory"]
+    every = [*on_mps["containers"], *on_mps["initContainers"]]
+    assert "/dev/shm" not in {m["mountPath"] for c in every for m in c.get("volumeMounts") or []}
+    shipped = pod_spec(run)
+    [shm] = [v for v in shipped["volumes"] if v["name"] == "shm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": triton.SHM_SIZE}
+    assert {"name": "shm", "mountPath": "/dev/shm"} in shipped["containers"][0]["volumeMounts"]
+
+
 def test_prometheus_scrapes_triton_metrics(run):
     monitor = named(run, SERVICE_MONITOR, "inference-service-monitor")
     metrics = named(run, SERVICE, "inference-metrics")
@@ -201,6 +231,28 @@ def test_prometheus_scrapes_triton_metrics(run):
     assert {"name": "metrics", "containerPort": 8002} in container["ports"]
     assert metrics.inputs["spec"]["ports"][0]["targetPort"] == "metrics"
     assert not [arg for arg in container["args"] if arg.startswith(("--metrics-port", "--allow-metrics"))]
+
+
+def test_every_model_versions_state_is_scraped_from_a_sidecar_beside_triton(run):
+    """The model-ready exporter runs from before Triton starts until after it stops, as nobody on a read-only root,
+    asks Triton on loopback, and Prometheus scrapes it through the metrics Service on the port the namespace's
+    NetworkPolicy opens to Prometheus."""
+    pod = pod_spec(run)
+    exporter = pod["initContainers"][-1]
+    assert (exporter["name"], exporter["restartPolicy"]) == (triton.EXPORTER_CONTAINER, "Always")
+    assert exporter["image"] == triton.EXPORTER_IMAGE and "@sha256:" in exporter["image"]
+    assert exporter["command"][:3] == ["python3", "-c", triton.EXPORTER_PROGRAM.read_text()]
+    assert exporter["command"][3:5] == ["--triton", "http://127.0.0.1:8000"]
+    assert exporter["ports"] == [{"name": "model-ready", "containerPort": 9090}]
+    assert 9090 in tenancy.SCRAPE_PORTS["inference"]
+    security = exporter["securityContext"]
+    assert security["runAsUser"] == 65534 and security["readOnlyRootFilesystem"] is True
+    metrics = named(run, SERVICE, "inference-metrics")
+    assert {"name": "model-ready", "port": 9090, "targetPort": "model-ready", "protocol": "TCP"} in \
+        metrics.inputs["spec"]["ports"]
+    monitor = named(run, SERVICE_MONITOR, "inference-service-monitor")
+    assert [e["port"] for e in monitor.inputs["spec"]["endpoints"]] == ["metrics", "model-ready"]
+    assert {e["path"] for e in monitor.inputs["spec"]["endpoints"]} == {"/metrics"}
 
 
 def _policy(run, name):
@@ -234,7 +286,8 @@ def test_a_repository_outside_the_stack_is_read_without_a_grant_on_any_key():
 def test_the_load_balancer_controller_is_limited_to_this_stacks_resources(run):
     policy = _policy(run, "lb-controller-identity-policy")
     vpc = run.outputs["vpcId"]
-    assert policy == lb_controller.scoped_iam_policy("aws", "us-east-1", "123456789012", vpc, "internal")
+    assert policy == lb_controller.scoped_iam_policy("aws", "us-east-1", "123456789012", vpc, "internal",
+                                                     "gpu-cloud-prod-us-east-1")
     values = named(run, RELEASE, "lb-controller-release").inputs["values"]
     assert values["vpcId"] == vpc and values["clusterName"] == "gpu-cloud-prod-us-east-1"
 
@@ -317,8 +370,10 @@ def test_a_publisher_the_stack_cannot_have_is_a_config_error_at_its_key(settings
 @pytest.mark.parametrize("seconds, allowed", [(0, True), (3600, True), (-1, False), (3601, False)])
 def test_the_deregistration_delay_is_one_the_target_group_takes(seconds, allowed):
     if allowed:
-        assert lb_controller.deregistration_delay_annotation(seconds) == {
-            lb_controller.TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds}"}
+        assert lb_controller.deregistration_delay_annotation(seconds, terminate_connections=False) == {
+            lb_controller.TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds},"
+                                                   "deregistration_delay.connection_termination.enabled=false,"
+                                                   "preserve_client_ip.enabled=false"}
     else:
         with pytest.raises(ValueError, match="deregistration delay"):
-            lb_controller.deregistration_delay_annotation(seconds)
+            lb_controller.deregistration_delay_annotation(seconds, terminate_connections=True)

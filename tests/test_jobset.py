@@ -3,6 +3,8 @@ nodes of one pool, that comes back after a node is lost."""
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,8 @@ from decisions.config.model import NodePool
 from decisions.config.validate import ResolvedPool
 from decisions.nodes.pools import GPU_TAINT, INTERRUPTIBLE_TAINT, Taint, node_taints, toleration
 from decisions.platform import jobset, kueue
+from decisions.platform.job_options import UserVolume
+from tests.conftest import require_tool
 from tests.crds import crd_schema, validate_against_crd
 
 CATALOG = load_catalog()
@@ -139,7 +143,7 @@ def test_a_lost_node_restarts_the_whole_set_without_spending_its_restarts():
 def test_torchrun_meets_on_node_zero_through_the_headless_service():
     manifest = job(nodes=4, rendezvous_timeout_s=2100)
     values = env(manifest)
-    assert trainer(manifest)["command"] == ["torchrun", *PROGRAM]
+    assert trainer(manifest)["command"] == ["bash", "-c", jobset.TRAINER_SCRIPT, "torchrun", *PROGRAM]
     assert manifest["spec"]["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
     replicated = node_job(manifest)
     # Pod <jobset>-<replicatedJob>-<job index>-<completion index> under the subdomain <jobset>
@@ -165,8 +169,8 @@ def test_the_blueprints_nccl_and_pytorch_settings():
 
 def test_data_scratch_shm_and_checkpoints():
     manifest = job(mounts_lustre=True, scratch="2Ti")
-    mounts = {m["name"]: m["mountPath"] for m in trainer(manifest)["volumeMounts"]}
-    assert mounts == {"shm": "/dev/shm", "scratch": "/scratch", "data": "/data"}
+    mounts = [(m["name"], m["mountPath"]) for m in trainer(manifest)["volumeMounts"]]
+    assert mounts == [("shm", "/dev/shm"), ("scratch", "/scratch"), ("data", "/data"), ("data", "/nccl-traces")]
     volumes = {v["name"]: v for v in pod(manifest)["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "lustre-data"}
     assert volumes["scratch"]["emptyDir"] == {"sizeLimit": "2Ti"}
@@ -174,20 +178,16 @@ def test_data_scratch_shm_and_checkpoints():
     values = env(manifest)
     assert values["CHECKPOINT_DIR"] == "/scratch/checkpoints"
     assert values["CHECKPOINT_URI"] == "s3://ckpt-bucket/llama-70b"
-    # The flight recorder's dumps outlive the pod on Lustre.
-    assert values["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/data/nccl-traces/llama-70b/rank_"
     without = job(mounts_lustre=False, checkpoint_uri="")
     assert "data" not in {v["name"] for v in pod(without)["volumes"]}
     assert "CHECKPOINT_URI" not in env(without)
-    assert env(without)["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith("/scratch/")
 
 
 def test_the_users_env_and_claims_join_the_templates_own():
-    from decisions.platform.job_options import UserVolume
-
     manifest = job(env={"NCCL_DEBUG": "WARN", "HF_HOME": "/scratch/hf"}, volumes=[UserVolume("models", "/models")])
     assert env(manifest)["NCCL_DEBUG"] == "WARN" and env(manifest)["HF_HOME"] == "/scratch/hf"
-    assert [m["mountPath"] for m in trainer(manifest)["volumeMounts"]] == ["/dev/shm", "/scratch", "/data", "/models"]
+    assert [m["mountPath"] for m in trainer(manifest)["volumeMounts"]] == ["/dev/shm", "/scratch", "/data",
+                                                                             "/nccl-traces", "/models"]
     assert {"name": "volume-1", "persistentVolumeClaim": {"claimName": "models"}} in pod(manifest)["volumes"]
 
 
@@ -226,9 +226,10 @@ def test_names_leave_room_for_every_pod_name(nodes, longest):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (dict(p=pool(efa=False)), "pool train: EFA is off"),
     (dict(p=pool(max_nodes=2), nodes=3), "3 worker\\(s\\) do not fit its maxNodes 2"),
     (dict(p=pool("p4de.24xlarge", sharing={"mode": "mig", "migProfile": "1g.10gb"})), "GPU sharing mode 'mig'"),
+    # so no pytorch-job pod lands where the device plugin owns /dev/shm (MPS: decisions/platform/gpu_operator.py)
+    (dict(p=pool("g6.12xlarge", efa=False, sharing={"mode": "mps", "replicas": 4})), "GPU sharing mode 'mps'"),
     (dict(name="Llama"), "job name 'Llama': a DNS-1035 label"),
     (dict(name="7b"), "job name '7b': a DNS-1035 label"),
     (dict(max_restarts=-1), "max restarts -1"),
@@ -247,3 +248,126 @@ def test_the_nodes_of_one_job_prefer_one_switch():
     assert term["podAffinityTerm"]["topologyKey"] == "topology.k8s.aws/network-node-layer-3"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llama-70b"
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity
+
+
+# --- across nodes without EFA: NCCL over TCP (decisions/platform/jobset.py, "Across nodes: EFA, or TCP") -------------
+def test_without_efa_nccl_runs_over_its_own_sockets_and_asks_for_no_efa():
+    manifest = job(pool("p4d.24xlarge", capacity="spot", efa=False), nodes=2)
+    values, resources = env(manifest), trainer(manifest)["resources"]
+    # NCCL's built-in socket network by name (NVIDIA/nccl v2.29.7-1 src/transport/net_socket.cc line 725: "Socket"),
+    # over the pod's interface; libfabric is not involved.
+    assert values["NCCL_NET"] == "Socket" and values["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert not [name for name in values if name.startswith("FI_")]
+    assert "vpc.amazonaws.com/efa" not in resources["requests"] and "vpc.amazonaws.com/efa" not in resources["limits"]
+    assert resources["limits"]["nvidia.com/gpu"] == 8
+    assert "add" not in trainer(manifest)["securityContext"]["capabilities"]       # nothing pins memory
+    # On an EFA pool nothing of that: the efa provider, EFA devices, IPC_LOCK.
+    efa = job(pool("p4d.24xlarge"), nodes=2)
+    assert "NCCL_NET" not in env(efa) and env(efa)["FI_PROVIDER"] == "efa"
+    assert trainer(efa)["resources"]["limits"]["vpc.amazonaws.com/efa"] == 4
+    assert trainer(efa)["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+
+
+@pytest.mark.parametrize("instance_type, tcp_gbps, efa_gbps", [
+    # the pod's one interface sits on network card 0: networkGbps / networkCards of catalog.yaml
+    ("p4d.24xlarge", 100, 400),          # 4 cards
+    ("p4de.24xlarge", 100, 400),
+    ("p5.48xlarge", 100, 3200),          # 32 cards
+    ("g6.12xlarge", 40, 40),             # 1 card: the same bandwidth, without EFA's kernel bypass
+])
+def test_the_tcp_warning_names_the_bandwidth_it_gets_against_efas(instance_type, tcp_gbps, efa_gbps):
+    warning = jobset.socket_bandwidth_warning(pool(instance_type, efa=False))
+    assert f"at most {tcp_gbps} Gbps a node" in warning and f"against {efa_gbps} Gbps over EFA" in warning
+
+
+def test_an_efa_pool_gets_no_tcp_warning():
+    assert jobset.socket_bandwidth_warning(pool("p5.48xlarge")) is None
+
+
+# --- hang diagnosis: the flight recorder's folder (decisions/platform/jobset.py, "Hang diagnosis") ------------------
+def kubelet_env(container, annotations):
+    """The container's environment as the kubelet makes it: annotations through the downward API, and $(VAR) in a
+    value expanded with the variables listed before it, an unknown one left as is (Kubernetes API, EnvVar.value, as
+    pulumi_kubernetes core/v1 EnvVarArgs documents it)."""
+    values = {}
+    for item in container["env"]:
+        if "value" in item:
+            values[item["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                                          lambda m: values.get(m[1], m[0]), item["value"])
+        else:
+            path = item["valueFrom"]["fieldRef"]["fieldPath"]
+            values[item["name"]] = annotations[re.fullmatch(r"metadata\.annotations\['(.+)'\]", path)[1]]
+    return values
+
+
+def run_trainer(manifest, root, tmp_path, make_root=True):
+    """The trainer's command under bash, with a fake torchrun first on PATH that records whether the flight
+    recorder's folder exists when it starts, and its arguments. `root`, the folder's mount, is moved into tmp_path
+    (the test's rewrite; the template names the real one). Returns (the folder, the finished process, the record)."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "record"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/bin/sh\n'
+                                      'if [ -d "$(dirname "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE")" ]; then echo folder; '
+                                      'else echo none; fi > "$RECORD"\n'
+                                      'printf "%s\\n" "$@" >> "$RECORD"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    if make_root:
+        (tmp_path / "root").mkdir()
+    container = trainer(manifest)
+    attempt = {"jobset.sigs.k8s.io/restart-attempt": "2", "batch.kubernetes.io/job-completion-index": "0"}
+    values = kubelet_env(container, attempt)
+    prefix = values["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+    assert prefix.startswith(root + "/")
+    values["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(tmp_path / "root") + prefix[len(root):]
+    finished = subprocess.run(container["command"], env={**values, "RECORD": str(record),
+                                                         "PATH": f"{bin_dir}:/usr/bin:/bin"},
+                              capture_output=True, text=True, timeout=30)
+    folder = Path(values["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]).parent
+    return folder, finished, record.read_text().splitlines()
+
+
+@pytest.mark.parametrize("mounts_lustre, root", [(True, "/nccl-traces"), (False, "/scratch")])
+def test_the_flight_recorders_folder_exists_when_torchrun_starts(tmp_path, mounts_lustre, root):
+    """PyTorch opens the dump file in a folder it never creates, and only logs the failure (DebugInfoWriter::write,
+    torch/csrc/distributed/c10d); the trainer's shell makes it first, one per job and restart attempt."""
+    program = ["/app/train.py", "--name", "two words", "--glob", "*"]
+    folder, finished, record = run_trainer(job(mounts_lustre=mounts_lustre, program=program), root, tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    assert folder == tmp_path / "root" / ("llama-70b" if mounts_lustre else "nccl-traces/llama-70b") / "attempt-2"
+    assert record == ["folder", *program]                   # made before torchrun, which got the program unchanged
+
+
+def test_a_folder_that_cannot_be_made_costs_the_dumps_not_the_job(tmp_path):
+    (tmp_path / "root").write_text("")                      # a file where the folder's parent should be
+    folder, finished, record = run_trainer(job(), "/nccl-traces", tmp_path, make_root=False)
+    assert finished.returncode == 0 and record[0] == "none"
+    assert f"cannot create {folder}: the NCCL flight recorder's dumps will be lost" in finished.stderr
+
+
+def test_the_trainer_script_passes_shellcheck(tmp_path):
+    shellcheck = require_tool("shellcheck")
+    path = tmp_path / "trainer.sh"
+    path.write_text("#!/usr/bin/env bash\n" + jobset.TRAINER_SCRIPT)
+    checked = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_the_dumps_are_kept_on_lustre_outside_the_datasets_link_one_folder_per_attempt():
+    from decisions.storage import lustre
+
+    manifest = job(mounts_lustre=True)
+    [traces] = [m for m in trainer(manifest)["volumeMounts"] if m["mountPath"] == "/nccl-traces"]
+    [data] = [m for m in trainer(manifest)["volumeMounts"] if m["mountPath"] == "/data"]
+    # The same claim, the file system's root (decisions/storage/lustre.py): a sibling of the linked directory, which
+    # the data repository association exports to the datasets bucket, never inside it.
+    assert traces["name"] == data["name"] and traces["subPath"] == "nccl-traces" != lustre.MOUNT_SUBPATH
+    assert not traces["subPath"].startswith(lustre.MOUNT_SUBPATH + "/")
+    names = [e["name"] for e in trainer(manifest)["env"]]
+    # The restart attempt comes first, so the kubelet can expand it in the file prefix listed after it.
+    assert names.index("JOBSET_RESTART_ATTEMPT") < names.index("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    assert env(manifest)["JOBSET_RESTART_ATTEMPT"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}
+    assert env(manifest)["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == \
+        "/nccl-traces/llama-70b/attempt-$(JOBSET_RESTART_ATTEMPT)/rank_"
+    with pytest.raises(ValueError, match="/nccl-traces is already mounted"):
+        job(volumes=[UserVolume("scratch-claim", "/nccl-traces")])

@@ -155,6 +155,22 @@ def test_every_flavor_lists_every_covered_resource_in_the_same_order():
     assert {r["name"]: r["nominalQuota"] for r in spot["resources"]} == {EFA: 0, GPU: 60, MIG: 0}
 
 
+def test_the_capacity_block_check_runs_on_the_blocks_flavors_alone_and_only_where_there_is_one():
+    """Kueue runs a check on a workload whose quota it reserved on a flavor the check names (v0.19.2
+    pkg/workload/workload.go lines 1475-1508): the block's flavor, not the reserved or spot ones beside it."""
+    from decisions.nodes import capacity_blocks
+    assert kueue.cluster_queue_spec(FLAVORS)["admissionChecksStrategy"] == {
+        "admissionChecks": [{"name": "capacity-block-window", "onFlavors": ["block-h200"]}]}
+    assert kueue.admission_check_spec() == {"controllerName": capacity_blocks.CONTROLLER_NAME}
+    # An empty onFlavors would put it on every flavor (pkg/util/admissioncheck/admissioncheck.go lines 174-178),
+    # and a check nobody answers holds the whole queue: no block, no check.
+    without = [f for f in FLAVORS if f.capacity != "capacity-block"]
+    assert "admissionChecksStrategy" not in kueue.cluster_queue_spec(without)
+    for stack in STACKS:
+        spec = load_stack(stack)[1]
+        assert "admissionChecksStrategy" not in kueue.cluster_queue_spec(kueue.flavors(spec.pools, catalog)), stack
+
+
 def test_only_the_training_namespace_submits_and_every_local_queue_feeds_the_cluster_queue():
     assert kueue.cluster_queue_spec(FLAVORS)["namespaceSelector"] == {
         "matchLabels": {"kubernetes.io/metadata.name": "training"}}

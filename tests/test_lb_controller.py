@@ -372,31 +372,122 @@ def test_the_tags_failover_finds_the_nlb_by_are_tags_the_controller_puts_on_it()
     assert set(controller) <= lbc.TRACKING_TAG_KEYS
 
 
+def _scoped(scheme="internet-facing", cluster=CLUSTER):
+    return lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, scheme, cluster)
+
+
 def test_the_stacks_policy_names_its_own_resources_for_every_write():
-    policy = lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internet-facing")
-    by_sid = {s["Sid"]: s for s in policy["Statement"]}
+    by_sid = {s["Sid"]: s for s in _scoped()["Statement"]}
     assert lbc.ALB_ADD_ONS_SID not in by_sid                       # NLBs only: no Shield, WAF, Cognito, ACM
     assert [sid for sid, s in by_sid.items() if s["Resource"] == "*"] == ["Describe"]
     assert all(a.split(":")[1].startswith(("Describe", "Get")) for a in by_sid["Describe"]["Action"])
-    elb = by_sid["CreateTaggedLoadBalancersAndTargetGroups"]["Resource"]
-    assert f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:loadbalancer/net/*/*" in elb
-    assert all(r.startswith(f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:") for r in elb)
+    # Every ARN names this region and account: upstream's "arn:aws:<service>:*:*:" included.
+    arns = [r for s in by_sid.values() for r in _as_list(s["Resource"]) if r != "*"]
+    assert all(r.startswith((f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:", f"arn:aws:ec2:{REGION}:{ACCOUNT}:",
+                             f"arn:aws:iam::{ACCOUNT}:")) for r in arns)
+    assert by_sid["RegisterTargets"]["Resource"] == f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:targetgroup/*/*"
+    # Each statement upstream had on "*" names the kinds its actions take, no more.
+    assert by_sid["CreateTaggedLoadBalancersAndTargetGroups"]["Resource"] == [
+        f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:{tail}"
+        for tail in ("loadbalancer/net/*/*", "loadbalancer/app/*/*", "targetgroup/*/*")]
+    assert by_sid["ModifyListenersAndRules"]["Resource"] == [
+        f"arn:aws:elasticloadbalancing:{REGION}:{ACCOUNT}:{tail}"
+        for tail in ("listener/net/*/*/*", "listener/app/*/*/*", "listener-rule/net/*/*/*", "listener-rule/app/*/*/*")]
     assert by_sid["ManageOwnSecurityGroups"]["Resource"] == f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/*"
-    assert by_sid["CreateSecurityGroup"]["Resource"] == [f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/*",
-                                                         f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{VPC}"]
+    assert by_sid["CreateSecurityGroup"]["Resource"] == f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/*"
+    assert by_sid[lbc.CREATE_GROUP_IN_VPC_SID] == {
+        "Sid": lbc.CREATE_GROUP_IN_VPC_SID, "Effect": "Allow", "Action": ["ec2:CreateSecurityGroup"],
+        "Resource": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{VPC}"}
     assert by_sid["CreateElbServiceLinkedRole"]["Resource"] == (
         f"arn:aws:iam::{ACCOUNT}:role/aws-service-role/elasticloadbalancing.amazonaws.com/"
         "AWSServiceRoleForElasticLoadBalancing")
-    # Upstream's conditions stay: the tag checks still decide which of those resources are the controller's.
-    plain = {s["Sid"]: s for s in lbc.iam_policy()["Statement"]}
-    assert all(s.get("Condition") == plain[sid].get("Condition") for sid, s in by_sid.items()
-               if sid not in (lbc.ANY_GROUP_INGRESS_SID, lbc.VPC_READS_SID))
     assert by_sid[lbc.ANY_GROUP_INGRESS_SID]["Condition"] == {"ArnEquals": {"ec2:Vpc": lbc.vpc_arn(REGION, ACCOUNT, VPC)}}
+    assert not {a for s in by_sid.values() for a in _as_list(s["Action"])} & set(lbc.UNCALLED_WRITES)
+
+
+# Each upstream statement, and what the stack's policy requires of the cluster tag (v: this cluster's name) on the
+# resource and in the request: (resource tag, request tag). None: no condition on it.
+PINNED = {
+    "TagSecurityGroupOnCreate": (None, CLUSTER),
+    "RetagOwnSecurityGroups": (CLUSTER, "absent"),
+    "ManageOwnSecurityGroups": (CLUSTER, None),
+    "CreateSecurityGroup": (None, CLUSTER),
+    "CreateTaggedLoadBalancersAndTargetGroups": (None, CLUSTER),
+    "CreateInternalLoadBalancers": (None, CLUSTER),
+    "ManageListenersAndRules": (CLUSTER, None),
+    "RetagOwnLoadBalancersAndTargetGroups": (CLUSTER, "absent"),
+    "TagListenersAndRules": (CLUSTER, "absent"),
+    "TagListenersAndRulesOnCreate": (None, CLUSTER),
+    "ModifyOrDeleteOwnLoadBalancersAndTargetGroups": (CLUSTER, None),
+    "TagLoadBalancersAndTargetGroupsOnCreate": (None, CLUSTER),
+    "RegisterTargets": (CLUSTER, None),
+    "ModifyListenersAndRules": (CLUSTER, None),
+}
+
+
+def _required(condition, key):
+    if key in condition.get("StringEquals", {}):
+        return condition["StringEquals"][key]
+    return {"true": "absent", "false": "present"}.get(condition.get("Null", {}).get(key))
+
+
+@pytest.mark.parametrize("sid", sorted(PINNED))
+def test_every_write_on_balancers_groups_listeners_and_targets_needs_this_clusters_name(sid):
+    by_sid = {s["Sid"]: s for s in _scoped("internal")["Statement"]}
+    condition = by_sid[sid].get("Condition", {})
+    assert (_required(condition, lbc.RESOURCE_TAG), _required(condition, lbc.REQUEST_TAG)) == PINNED[sid]
+
+
+def test_the_statements_are_upstreams_plus_the_two_that_split_creation():
+    upstream = {s["Sid"] for s in lbc.iam_policy()["Statement"]} - {lbc.ALB_ADD_ONS_SID}
+    scoped = {s["Sid"] for s in _scoped("internal")["Statement"]}
+    assert scoped - upstream == {lbc.CREATE_GROUP_IN_VPC_SID, lbc.TAG_LISTENERS_ON_CREATE_SID, lbc.INTERNAL_ONLY_SID,
+                                 lbc.VPC_READS_SID}
+    assert upstream - scoped == set()
+    # the statements left without a cluster condition: reads, the VPC-bound ones and the service-linked role
+    unpinned = {s["Sid"] for s in _scoped("internal")["Statement"]
+                if lbc.RESOURCE_TAG not in json.dumps(s) and lbc.REQUEST_TAG not in json.dumps(s)}
+    assert unpinned == {"Describe", lbc.VPC_READS_SID, lbc.ANY_GROUP_INGRESS_SID, lbc.CREATE_GROUP_IN_VPC_SID,
+                        "CreateElbServiceLinkedRole"}
+
+
+def test_listeners_and_rules_are_tagged_on_creation_with_this_clusters_name_only():
+    by_sid = {s["Sid"]: s for s in _scoped()["Statement"]}
+    on_create = by_sid[lbc.TAG_LISTENERS_ON_CREATE_SID]
+    assert on_create["Action"] == "elasticloadbalancing:AddTags"
+    assert on_create["Condition"] == {"StringEquals": {
+        "elasticloadbalancing:CreateAction": ["CreateListener", "CreateRule"], lbc.REQUEST_TAG: CLUSTER}}
+    assert all(":listener/" in r or ":listener-rule/" in r for r in on_create["Resource"])
+
+
+def test_the_action_kinds_are_the_service_authorization_references():
+    """ELB_ACTION_KINDS against parliament's copy of the reference (Elastic Load Balancing V2)."""
+    import parliament
+    from pathlib import Path
+    entries = json.loads((Path(parliament.__file__).parent / "iam_definition.json").read_text())
+    reference = {}
+    for service in entries:
+        if service["prefix"] == "elasticloadbalancing" and service["service_name"].endswith("V2"):
+            for privilege in service["privileges"]:
+                reference.setdefault(privilege["privilege"], set()).update(
+                    r["resource_type"].rstrip("*").split("/")[0] for r in privilege["resource_types"]
+                    if r["resource_type"])
+    newer = {action for action in lbc.ELB_ACTION_KINDS if action not in reference}
+    assert newer == {"ModifyIpPools"}
+    for action, kinds in lbc.ELB_ACTION_KINDS.items():
+        if action not in newer:
+            assert set(kinds) == reference[action], action
+
+
+def test_a_stack_name_too_long_for_iams_policy_quota_is_refused_by_name():
+    assert len(lbc.iam_policy_json(_scoped("internal", "c" * 80))) <= lbc.ROLE_INLINE_POLICY_MAX
+    with pytest.raises(ValueError, match="comes to 10[0-9]{3} characters; IAM allows a role's inline policies 10240"):
+        lbc.scoped_iam_policy("aws", "ap-southeast-1", ACCOUNT, VPC, "internal", "c" * 100)
 
 
 def test_the_stacks_policy_drops_outposts_reads_and_reads_security_groups_of_its_own_vpc_only():
     upstream = {s["Sid"]: s for s in lbc.iam_policy()["Statement"]}["Describe"]["Action"]
-    scoped = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internal")["Statement"]}
+    scoped = {s["Sid"]: s for s in _scoped("internal")["Statement"]}
     describe, reads = scoped["Describe"], scoped[lbc.VPC_READS_SID]
     # Service Authorization Reference: GetCoipPoolUsage takes a coip-pool (Outposts customer-owned addresses),
     # DescribeCoipPools none; GetSecurityGroupsForVpc takes the vpc it reads.
@@ -410,22 +501,63 @@ def test_the_stacks_policy_drops_outposts_reads_and_reads_security_groups_of_its
 
 
 def test_an_internal_stack_lets_the_controller_create_internal_load_balancers_only():
-    internal = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internal")["Statement"]}
-    public = {s["Sid"]: s for s in lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "internet-facing")["Statement"]}
+    internal = {s["Sid"]: s for s in _scoped("internal")["Statement"]}
+    public = {s["Sid"]: s for s in _scoped("internet-facing")["Statement"]}
     assert set(internal) - set(public) == {lbc.INTERNAL_ONLY_SID}
     create = internal[lbc.INTERNAL_ONLY_SID]
     assert create["Action"] == "elasticloadbalancing:CreateLoadBalancer"
-    assert create["Condition"] == {"Null": {"aws:RequestTag/elbv2.k8s.aws/cluster": "false"},
-                                   "StringEquals": {"elasticloadbalancing:Scheme": "internal"}}
+    assert create["Condition"] == {"StringEquals": {"aws:RequestTag/elbv2.k8s.aws/cluster": CLUSTER,
+                                                    "elasticloadbalancing:Scheme": "internal"}}
     assert create["Resource"] == public[lbc.CREATE_SID]["Resource"]
     assert internal[lbc.CREATE_SID]["Action"] == ["elasticloadbalancing:CreateTargetGroup"]
     # Nothing else creates a load balancer.
     assert [sid for sid, s in internal.items()
             if "elasticloadbalancing:CreateLoadBalancer" in lbc._as_list(s["Action"])] == [lbc.INTERNAL_ONLY_SID]
     with pytest.raises(ValueError, match="allowed internal, internet-facing"):
-        lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "public")
+        lbc.scoped_iam_policy("aws", REGION, ACCOUNT, VPC, "public", CLUSTER)
 
 
 def test_the_values_turn_off_what_the_dropped_permissions_served():
     values = _values()
     assert (values["enableShield"], values["enableWaf"], values["enableWafv2"]) == (False, False, False)
+
+
+# --- who may connect: source ranges and client IP preservation ------------------------------------------------------
+
+@pytest.mark.parametrize("scheme, vpc, clients, ranges", [
+    ("internal", "10.64.0.0/16", ["10.64.0.0/16", "10.80.0.0/16"], ["10.64.0.0/16", "10.80.0.0/16"]),
+    ("internal", "10.96.0.0/18", [], ["10.96.0.0/18"]),                      # no clients named: the VPC alone
+    ("internal", "10.64.0.0/16", ["10.64.8.0/24", "10.0.0.0/22"], ["10.0.0.0/22", "10.64.0.0/16"]),  # inside: once
+    ("internet-facing", "10.64.0.0/16", ["10.80.0.0/16"], ["0.0.0.0/0"]),    # clients and Route 53 anywhere
+])
+def test_the_load_balancer_admits_the_vpc_and_the_clients_networks(scheme, vpc, clients, ranges):
+    assert lbc.load_balancer_source_ranges(scheme, vpc, clients) == ranges
+
+
+def test_an_internal_load_balancer_never_admits_everyone():
+    assert "0.0.0.0/0" not in lbc.load_balancer_source_ranges("internal", "10.64.0.0/16", [])
+    with pytest.raises(ValueError, match="allowed internal, internet-facing"):
+        lbc.load_balancer_source_ranges("public", "10.64.0.0/16", [])
+
+
+def test_client_ip_preservation_stays_off_whatever_the_drain_settings():
+    """The NLB must present its own VPC addresses to Triton: the inference namespace's NetworkPolicy admits the VPC
+    CIDR only, so preserved client addresses (the peer region's clients, any client outside the VPC) would be
+    refused at the pod (decisions/platform/tenancy.py allow-triton-from-vpc)."""
+    for terminate in (True, False):
+        (value,) = lbc.deregistration_delay_annotation(60, terminate_connections=terminate).values()
+        attributes = dict(pair.split("=", 1) for pair in value.split(","))
+        assert attributes["preserve_client_ip.enabled"] == "false"
+
+
+@pytest.mark.parametrize("stack", ["prod-us-east-1", "prod-eu-west-1"])
+def test_tritons_service_admits_the_vpc_and_the_dr_clients_and_keeps_client_ips_off(stack_runs, stack):
+    from tests.conftest import stack_config
+    run = stack_runs[stack]
+    (service,) = [s for s in run.of_type("kubernetes:core/v1:Service") if s.name == "inference-service"]
+    config = stack_config(stack)
+    assert service.inputs["spec"]["loadBalancerSourceRanges"] == lbc.load_balancer_source_ranges(
+        "internal", config["gpu-cloud:network"]["cidr"], config["gpu-cloud:dr"]["clientCidrs"])
+    assert service.inputs["spec"]["loadBalancerSourceRanges"] == ["10.64.0.0/16", "10.80.0.0/16"]
+    attributes = service.inputs["metadata"]["annotations"][lbc.TARGET_GROUP_ATTRIBUTES]
+    assert "preserve_client_ip.enabled=false" in attributes.split(",")

@@ -472,6 +472,7 @@ def test_what_a_job_writes_under_data_is_inside_the_link_that_exports_it(stack_r
     mounts that directory (subPath) at /data, and a --volume of the claim the same, so a file written at /data/x is
     /data/x in the file system, under the link, exported to S3: the file system's only protection."""
     import argparse
+    from decisions.platform import job_options
     from jobs.__main__ import render
 
     (dra,) = stack_runs["prod-eu-west-1"].of_type(DRA)
@@ -490,5 +491,10 @@ def test_what_a_job_writes_under_data_is_inside_the_link_that_exports_it(stack_r
                   == lustre.PVC_NAME}
         mounts += [m for container in pod["containers"] for m in container.get("volumeMounts", [])
                    if m["name"] in claims]
-    assert {m["mountPath"] for m in mounts} == {"/data", "/shared"}
-    assert all("/" + m.get("subPath", "") == dra.inputs["fileSystemPath"] == "/data" for m in mounts)
+    assert {m["mountPath"] for m in mounts} == {"/data", "/shared", job_options.TRACES_PATH}
+    assert all("/" + m.get("subPath", "") == dra.inputs["fileSystemPath"] == "/data" for m in mounts
+               if m["mountPath"] != job_options.TRACES_PATH)
+    # The one mount outside the link, on purpose: the flight recorder's dumps, diagnostics never exported (a sibling
+    # directory of the file system, not one under the link).
+    [traces] = [m for m in mounts if m["mountPath"] == job_options.TRACES_PATH]
+    assert not ("/" + traces["subPath"] + "/").startswith(dra.inputs["fileSystemPath"] + "/")

@@ -265,7 +265,7 @@ def test_node_exporter_series_carry_the_node_name():
 
 def test_kube_state_metrics_exposes_the_node_labels_the_rules_join_on():
     assert values()["kube-state-metrics"]["metricLabelsAllowlist"] == [
-        "nodes=[gpu-cloud.io/pool,gpu-cloud.io/capacity,node.kubernetes.io/instance-type]"]
+        "nodes=[gpu-cloud.io/pool,gpu-cloud.io/capacity,gpu-cloud.io/workload,node.kubernetes.io/instance-type]"]
 
 
 def test_the_stack_runs_on_the_system_nodes():

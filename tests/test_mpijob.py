@@ -99,7 +99,8 @@ def test_workers_mount_data_scratch_and_the_users_claims_and_ranks_get_the_users
     manifest = job(scratch="2Ti", mounts_lustre=True, lustre_configured=True, env={"NCCL_DEBUG": "WARN", "A": "1"},
                    volumes=[UserVolume("models", "/models", True)])
     worker = worker_spec(manifest)["containers"][0]
-    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/dev/shm", "/scratch", "/data", "/models"]
+    assert [m["mountPath"] for m in worker["volumeMounts"]] == ["/dev/shm", "/scratch", "/data", "/nccl-traces",
+                                                                "/models"]
     volumes = {v["name"]: v for v in worker_spec(manifest)["volumes"]}
     assert volumes["scratch"]["emptyDir"] == {"sizeLimit": "2Ti"}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "lustre-data"}
@@ -133,6 +134,17 @@ def test_an_interrupted_job_retries_and_frees_its_gpus_when_it_ends():
     assert spec["runPolicy"]["backoffLimit"] == mpijob.TRAINING_BACKOFF_LIMIT > 0
     assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
     assert {r["restartPolicy"] for r in spec["mpiReplicaSpecs"].values()} == {"OnFailure"}
+
+
+@pytest.mark.parametrize("max_restarts", [0, 2])
+def test_max_restarts_is_the_field_the_operator_gives_the_launcher_job(max_restarts):
+    """mpi-operator v0.8.0 copies runPolicy.backoffLimit, and nothing else, to the launcher Job's backoffLimit
+    (pkg/controller/mpi_job_controller.go line 1543): the times mpirun starts again."""
+    spec = job(max_restarts=max_restarts)["spec"]
+    assert spec["runPolicy"]["backoffLimit"] == max_restarts
+    assert "backoffLimit" not in spec["mpiReplicaSpecs"]["Launcher"]
+    with pytest.raises(ValueError, match="max restarts -1: must be 0 or more"):
+        job(max_restarts=-1)
 
 
 def test_the_launcher_waits_for_workers_no_longer_than_kueue_would():

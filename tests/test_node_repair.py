@@ -31,7 +31,7 @@ def config(**overrides: Any) -> Dict[str, Any]:
     base = {"dryRun": False, "confirmSeconds": 120, "staleCheckSeconds": 300, "staleRepairSeconds": 600,
             "notReadySeconds": 1800, "rebootRetrySeconds": 360, "recurrenceSeconds": 86400,
             "fleetFaultShare": 0.5, "actions": spec_repair.ACTIONS,
-            "pools": POOLS, "drainTimeoutSeconds": 900, "repairTimeoutSeconds": 4500, "brakeAfter": 3,
+            "pools": POOLS, "repairTimeoutSeconds": 4500, "brakeAfter": 3,
             "brakeWindowSeconds": 21600, "reportsBucket": "artifacts", "reportsPrefix": "gate-reports/",
             "namespace": "kube-system", "stateConfigMap": "gpu-node-repair-state", "poolLabel": "gpu-cloud.io/pool",
             "repairAnnotation": "gpu-cloud.io/repair", "intervalSeconds": 30, "fastDrainSeconds": 120,
@@ -167,23 +167,40 @@ def test_pools_are_decided_on_their_own():
 # ----------------------------------------------------------------------------- advance: the steps of a repair
 
 
-def test_a_reboot_drains_then_reboots():
-    cfg, started = config(), repair("a", action="reboot", phase="draining", started=NOW - 60)
+def test_a_reboot_drains_then_reboots_within_the_spot_notice():
+    cfg, started = config(), repair("a", action="reboot", phase="draining", started=NOW - 90)
     assert nr.advance(NOW, cfg, started, sick("a", ours=True), evictable=3) == ("draining", "evict", "3 pods to evict")
     assert nr.advance(NOW, cfg, started, sick("a", ours=True), evictable=0) == ("rebooting", "reboot", "drained")
-    late = repair("a", action="reboot", phase="draining", started=NOW - 900)
-    assert nr.advance(NOW, cfg, late, sick("a", ours=True), evictable=2).do == "reboot"   # the drain's budget is spent
+    late = repair("a", action="reboot", phase="draining", started=NOW - 120)
+    assert nr.advance(NOW, cfg, late, sick("a", ours=True), evictable=2) == (
+        "rebooting", "reboot", "2 pods still there after 120 s")                    # FAST_DRAIN_S, not 900 s
+    gone = sick("a", ours=True, ready=False)                                         # nothing on it can leave
+    assert nr.advance(NOW, cfg, started, gone, evictable=2)[:2] == ("rebooting", "reboot")
 
 
-def test_a_reboot_is_judged_only_on_a_new_boot_and_a_check_after_it():
+def test_a_replacement_that_launches_first_drains_then_reports_the_instance_unhealthy():
+    cfg = config(pools={"train": {**POOLS["train"], "launchFirst": True}})
+    started = repair("a", phase="draining", started=NOW - 30)
+    assert nr.advance(NOW, cfg, started, sick("a", ours=True), evictable=1).do == "evict"
+    assert nr.advance(NOW, cfg, started, sick("a", ours=True), evictable=0)[:2] == ("replacing", "")
+    replacing = repair("a", started=NOW - 200)
+    # Unhealthy and still InService: its group launches the replacement first; Healthy: the report was lost
+    assert nr.advance(NOW, cfg, replacing, sick("a", unschedulable=True)._replace(health="Unhealthy")) == (
+        "replacing", "", "its group launches the replacement first")
+    assert nr.advance(NOW, cfg, replacing, sick("a", unschedulable=True)._replace(health="Healthy"))[:2] == (
+        "replacing", "replace")
+
+
+def test_a_reboot_is_done_on_a_new_boot_through_the_gate_and_escalated_by_a_check_since_that_asks():
     cfg = config()
     rebooting = repair("a", action="reboot", phase="rebooting", rebootedAt=NOW - 120, bootId="boot-1")
     # the OS has not gone down yet: the same boot, a check after the reboot call still shows the fault
     same_boot = sick("a", ours=True, unschedulable=True, checked=NOW - 10, boot="boot-1")
-    assert nr.advance(NOW, cfg, rebooting, same_boot) == ("rebooting", "", "waiting for the node to pass its gate "
-                                                                           "and a health check")
-    back = node("a", remediation="none", ours=True, unschedulable=True, checked=NOW - 10, boot="boot-2")
-    assert nr.advance(NOW, cfg, rebooting, back) == ("done", "", "healthy after its reboot")    # the pass uncordons
+    assert nr.advance(NOW, cfg, rebooting, same_boot) == ("rebooting", "", "waiting for the node to come back "
+                                                                           "through its gate")
+    # Ready on a new boot: its kubelet runs only once its gate passed; no check since is needed
+    back = sick("a", remediation="reboot", ours=True, unschedulable=True, checked=NOW - 200, boot="boot-2")
+    assert nr.advance(NOW, cfg, rebooting, back) == ("done", "", "back after its reboot: its gate proved it")
     still = sick("a", ours=True, unschedulable=True, checked=NOW - 10, boot="boot-2")
     assert nr.advance(NOW, cfg, rebooting, still)[:2] == ("replacing", "replace")
     not_ready = node("a", ready=False, ours=True, unschedulable=True, checked=NOW - 10, boot="boot-2")
@@ -232,7 +249,7 @@ def test_a_reboot_that_did_not_happen_is_asked_for_again():
     went_down = same._replace(ready=False, ready_since=NOW - 300)
     assert nr.advance(NOW, cfg, rebooting, went_down).do == ""                              # it is rebooting
     booted = same._replace(boot_id="boot-2", ready_since=NOW - 30, checked_at=NOW - 400)
-    assert nr.advance(NOW, cfg, rebooting, booted).do == ""                                 # back, not checked yet
+    assert nr.advance(NOW, cfg, rebooting, booted).phase == "done"                          # back through its gate
 
 
 def pod(name: str, node_name: str = "a", deleting: Any = None) -> Dict[str, Any]:
@@ -644,6 +661,21 @@ def test_a_node_an_operator_cordoned_is_neither_marked_nor_uncordoned():
     assert "gpu-cloud.io/repair" not in w.kube.nodes["t4"]["metadata"]["annotations"]
 
 
+def test_silent_checkers_across_most_of_a_pool_are_the_monitoring_path_and_cordon_nothing():
+    """Three of four checkers silent at once (a Prometheus that restarted, a broken scrape) cordon none of them; one
+    silent checker of four is its node's, and cordons it."""
+    many, one = World(), World()
+    for name in ("t1", "t2", "t3"):
+        many.health[name]["checkedAt"] = NOW - 400
+    one.health["t1"]["checkedAt"] = NOW - 400
+    many.controller.tick()
+    one.controller.tick()
+    assert not any(many.kube.nodes[n]["spec"].get("unschedulable") for n in ("t1", "t2", "t3", "t4"))
+    assert any("the scrape or Prometheus" in line for line in many.log)
+    assert one.kube.nodes["t1"]["spec"]["unschedulable"] is True
+    assert not any(one.kube.nodes[n]["spec"].get("unschedulable") for n in ("t2", "t3", "t4"))
+
+
 def test_dry_run_changes_nothing_but_says_everything():
     w = World(dryRun=True)
     w.check("t1", "replace", ["row-remap-failure"])
@@ -723,11 +755,63 @@ def test_spec_config_is_what_the_controller_reads():
     """decisions/nodes/repair.py's config has every key the controller and its rules read, and nothing else."""
     cfg = spec_repair.controller_config(cluster_name="gpu-cloud-prod", region="us-east-1", partition="aws", pools=(),
                                         dry_run=False, max_per_hour=2, reports_bucket="b")
-    read = set(config()) | {"region", "dnsSuffix", "prometheusUrl", "metricsPort"}
+    read = set(config()) | {"region", "dnsSuffix", "prometheusUrl", "metricsPort", "counterFaults",
+                            "counterWindowSeconds"}
     assert set(cfg) == read
     source = (spec_repair.JOBS / "node_repair.py").read_text()
     for key in cfg:
         assert f'"{key}"' in source or f"'{key}'" in source, key
+
+
+def _prometheus(answers: Dict[str, List[Dict[str, Any]]], asked: List[str]):
+    """An opener answering the HTTP API's instant queries (/api/v1/query) from `answers`, by query."""
+    import io
+
+    def opener(url: str, timeout: float):
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["query"][0]
+        asked.append(query)
+        return io.BytesIO(json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                                    "result": answers.get(query, [])}}).encode())
+    return opener
+
+
+def _sample(node: str, value: float, **labels: str) -> Dict[str, Any]:
+    return {"metric": {"node": node, **labels}, "value": [NOW, str(value)]}
+
+
+def test_the_faults_only_dcgm_sees_make_a_node_ask_as_the_checkers_do(tmp_path):
+    """NVLink replay and recovery errors (DCGM v4.6.0 fails a GPU on one): a node whose counter grew in the last
+    2 minutes asks for the fault's remediation (a reboot), unless its checker asks for more; the queries are valid
+    PromQL (promtool)."""
+    counters = spec_repair.COUNTER_FAULTS
+    assert set(counters) == {"nvlink-replay", "nvlink-recovery"}
+    assert {c["remediation"] for c in counters.values()} == {"reboot"}
+    replay = "max by (node) (increase(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL[120s])) > 0"
+    recovery = "max by (node) (increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[120s])) > 0"
+    answers = {
+        "max_over_time(gpu_cloud_node_health_timestamp_seconds[1h])": [_sample(n, NOW - 20) for n in ("a", "b", "c")],
+        "gpu_cloud_node_health_remediation == 1": [_sample("a", 1, remediation="none"),
+                                                   _sample("b", 1, remediation="replace"),
+                                                   _sample("c", 1, remediation="none")],
+        'gpu_cloud_node_health_fault{status="fail"} == 1': [_sample("b", 1, fault="xid-replace")],
+        replay: [_sample("a", 3), _sample("b", 1)],
+        recovery: [_sample("a", 1)],
+    }
+    asked: List[str] = []
+    health = nr.node_health("http://prometheus", _prometheus(answers, asked), counter_faults=counters,
+                            window_s=spec_repair.COUNTER_WINDOW_S)
+    assert health["a"] == {"remediation": "reboot", "faults": ["nvlink-recovery", "nvlink-replay"],
+                           "checkedAt": NOW - 20}
+    assert health["b"]["remediation"] == "replace" and health["b"]["faults"] == ["nvlink-replay", "xid-replace"]
+    assert health["c"] == {"remediation": "none", "faults": [], "checkedAt": NOW - 20}
+    assert replay in asked and recovery in asked
+    state = node("a", remediation=health["a"]["remediation"], faults=health["a"]["faults"], checked=NOW - 20)
+    assert nr.ask(state, NOW, config()) == ("reboot", "check", ("nvlink-recovery", "nvlink-replay"), 0.0)
+    rules = tmp_path / "queries.yaml"
+    rules.write_text(json.dumps({"groups": [{"name": "q", "rules": [
+        {"record": f"q{i}", "expr": query} for i, query in enumerate(asked)]}]}))
+    checked = subprocess.run([require_tool("promtool"), "check", "rules", str(rules)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_every_series_the_alert_rules_read_of_the_controller_is_one_it_serves():
@@ -791,6 +875,29 @@ def test_without_prometheus_nothing_is_judged_but_the_brake_and_the_repairs_in_f
     text = w.metrics.render()
     assert 'gpu_cloud_repair_errors_total{source="prometheus"} 1' in text
     assert f"\ngpu_cloud_repair_last_success_timestamp_seconds {int(NOW)}\n" in text   # the pass before this one
+
+
+def test_ready_while_a_pass_read_the_nodes_health_within_four_intervals():
+    """/readyz (Controller.ready): not before the first pass; ready through passes that cannot reach Prometheus
+    until four intervals (120 s at 30 s) have gone by since the last one that did, then not; ready again after one."""
+    w = World()
+    assert not w.controller.ready()
+    w.controller.tick()
+    assert w.controller.ready()
+
+    def down():
+        raise OSError("connection refused")
+
+    w.controller.prometheus = down
+    w.later(120)
+    w.controller.tick()
+    assert w.controller.ready()                  # exactly 4 x 30 s after the last pass that read the health
+    w.later(1)
+    w.controller.tick()
+    assert not w.controller.ready()
+    w.controller.prometheus = lambda: w.health
+    w.controller.tick()
+    assert w.controller.ready()
 
 
 def test_times_are_served_to_the_second():
@@ -870,8 +977,13 @@ def test_an_eviction_refused_by_a_disruption_budget_is_not_retried_within_the_pa
 # served over HTTP (tests/loopback.py), which answer and fail as the real services do; the modelled time moves on by
 # the controller's passes and by every backoff its retries sleep.
 
-START = (NOW // 60) * 60 + 1     # just after a check ran: a fault waits the longest for the next
+CHECK_S = spec_repair.CHECK_PERIOD_S     # the run-time checker's timer
+START = (NOW // CHECK_S) * CHECK_S + 1   # just after a check ran: a fault waits the longest for the next
 SCRAPE_S = 30                    # a check is seen by Prometheus up to one scrape later (the ServiceMonitor's 30s)
+# The shipped controller's timings (decisions/nodes/repair.py), which the loops run with.
+SHIPPED = {key: value for key, value in spec_repair.controller_config(
+    cluster_name="c", region="us-east-1", partition="aws", pools=(), dry_run=False, max_per_hour=2,
+    reports_bucket="b").items() if key.endswith("Seconds") and key != "intervalSeconds"}
 DRAIN_S = 900                    # the termination hook's heartbeat: the drain handler completes it only after a
                                  # drain that succeeded, so a pod that cannot terminate holds the instance this long
                                  # (decisions/nodes/drain.py LIFECYCLE_DRAIN_TIMEOUT_S)
@@ -883,7 +995,7 @@ BOOT_S = 1800                    # launch to a Ready node through its gate: a p5
                                  # (docs/repair.md, bench/RESULTS.md)
 REBOOT_S = 900                   # RebootInstances to Ready again through the gate (docs/repair.md: 10 to 20 minutes)
 SHUTDOWN_S, GRACE_S = 60, 40     # the OS going down; node-monitor-grace-period until a silent kubelet is not Ready
-OUT_OF_SERVICE_S = 120 + 10      # the goal, 2 minutes from the fault, plus the backoff the scenario's retries sleep
+OUT_OF_SERVICE_S = 120          # the goal: 2 minutes from the fault, the backoff of the scenario's retries included
 AS_NS, EC2_NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/", "http://ec2.amazonaws.com/doc/2016-11-15/"
 
 
@@ -912,13 +1024,18 @@ class Instance:
         self.never_back = self.ignore_reboot = self.checker_dead = False
         self.gate_fails = False             # its gate rejects the next boot: reported Unhealthy, its group replaces it
         self.proceed_at = math.inf          # its termination hook completed (CONTINUE, by anyone, or its heartbeat)
+        self.health = "Healthy"             # its health in its group (SetInstanceHealth)
+        self.replacement: Any = None        # the instance its group launched first to replace it
         self.last_check, self.reported = 0.0, ("none", [])
 
 
 class Fleet:
-    """A 4-node reserved pool: its instances in one Auto Scaling group, the nodes they register, their checkers."""
+    """A 4-node reserved pool: its instances in one Auto Scaling group, the nodes they register, their checkers.
+    `spare`: the reservation's slots beyond the pool's 4, into which its group launches a replacement first (the
+    group's instance maintenance policy, min 100 % and max 125 %, decisions/nodes/pools.py launch_first_policy)."""
 
-    def __init__(self, tmp_path, **overrides: Any) -> None:
+    def __init__(self, tmp_path, spare: int = 0, **overrides: Any) -> None:
+        self.spare = spare
         self.now = float(START)
         self.rng = random.Random(38)
         self.kube = FakeKube()
@@ -942,7 +1059,9 @@ class Fleet:
                           now=lambda: datetime.datetime.fromtimestamp(self.now, datetime.timezone.utc))
         self.metrics = nr.Metrics()
         self.log: List[str] = []
-        self.controller = nr.Controller(config(**overrides), kube, aws, self.metrics, self.health,
+        pools = {"train": {**POOLS["train"], "launchFirst": spare > 0}, "infer": POOLS["infer"]}
+        self.controller = nr.Controller(config(**{**SHIPPED, "pools": pools, **overrides}), kube, aws, self.metrics,
+                                        self.health,
                                         clock=lambda: self.now, log=self.log.append)
 
     def close(self) -> None:
@@ -978,8 +1097,16 @@ class Fleet:
                 del self.instances[inst.id]                   # terminated; the reservation's slot frees
                 self.kube.nodes.pop(inst.node, None)          # the cloud node controller deletes the node, the pod
                 self.kube.pods = [p for p in self.kube.pods if p["spec"]["nodeName"] != inst.node]   # GC its pods
-                self.launch(ready_at=self.now + BOOT_S)       # no spare slot: the replacement launches only now
+                if inst.replacement is None:
+                    self.launch(ready_at=self.now + BOOT_S)   # no spare slot: the replacement launches only now
                 continue
+            if inst.health == "Unhealthy" and inst.lifecycle == "InService":
+                # Launch first (min 100 %): a replacement into the spare slot now; the Unhealthy instance is terminated
+                # through its hook once the replacement is InService.
+                if inst.replacement is None and len(self.instances) < 4 + self.spare:
+                    inst.replacement = self.launch(ready_at=self.now + BOOT_S)
+                elif inst.replacement is not None and inst.replacement.lifecycle == "InService":
+                    inst.lifecycle, inst.terminated_at = "Terminating:Wait", self.now
             if inst.lifecycle == "Pending:Wait" and self.now >= inst.up_at:
                 inst.lifecycle = "InService"
             if self.now >= inst.reboot_at + SHUTDOWN_S and inst.up_at <= inst.reboot_at:
@@ -1008,10 +1135,10 @@ class Fleet:
                 condition.update(status="True" if ready else "Unknown",
                                  lastTransitionTime=_iso(inst.up_at if ready else inst.down_at + GRACE_S))
             found["status"]["nodeInfo"]["bootID"] = inst.boot if running else found["status"]["nodeInfo"]["bootID"]
-            minute = (self.now - SCRAPE_S) // 60 * 60          # the last check Prometheus has scraped
-            if running and not inst.checker_dead and minute > inst.last_check and minute >= inst.up_at:
-                inst.last_check = minute
-                sick = inst.fault and inst.fault[2] <= minute
+            ran = (self.now - SCRAPE_S) // CHECK_S * CHECK_S    # the last check Prometheus has scraped
+            if running and not inst.checker_dead and ran > inst.last_check and ran >= inst.up_at:
+                inst.last_check = ran
+                sick = inst.fault and inst.fault[2] <= ran
                 inst.reported = (inst.fault[0], inst.fault[1]) if sick else ("none", [])
 
     def drain_handler(self, inst: Instance) -> None:
@@ -1109,7 +1236,7 @@ class Fleet:
                 if action == "DescribeAutoScalingGroups":
                     members = "".join(
                         f"<member><InstanceId>{i.id}</InstanceId><LifecycleState>{i.lifecycle}</LifecycleState>"
-                        f"<HealthStatus>Healthy</HealthStatus></member>" for i in fleet.instances.values())
+                        f"<HealthStatus>{i.health}</HealthStatus></member>" for i in fleet.instances.values())
                     groups = "".join(
                         f"<member><AutoScalingGroupName>{name}</AutoScalingGroupName><DesiredCapacity>"
                         f"{4 if name.endswith('train') else 0}</DesiredCapacity><SuspendedProcesses/><Instances>"
@@ -1149,6 +1276,10 @@ class Fleet:
                     inst.lifecycle, inst.proceed_at = "Terminating:Proceed", fleet.now
                     return self.xml(f'<CompleteLifecycleActionResponse xmlns="{AS_NS}"><CompleteLifecycleActionResult/>'
                                     f'</CompleteLifecycleActionResponse>')
+                if action == "SetInstanceHealth":
+                    assert form["HealthStatus"] == "Unhealthy" and form["ShouldRespectGracePeriod"] == "false", form
+                    fleet.instances[form["InstanceId"]].health = "Unhealthy"
+                    return self.xml(f'<SetInstanceHealthResponse xmlns="{AS_NS}"/>')
                 if action == "SuspendProcesses":
                     return self.xml(f'<SuspendProcessesResponse xmlns="{AS_NS}"/>')
                 self.answer(400, b"unexpected")
@@ -1254,9 +1385,15 @@ def test_loop_a_node_that_never_comes_back_from_its_reboot_is_replaced_and_count
     fleet.fault("n1", "reboot")
     fleet.node_of("n1").never_back = True
     timeout = config()["repairTimeoutSeconds"]
-    fleet.run(300 + timeout)
+    fleet.run(300)
+    [repair] = fleet.repairs()
+    started = repair["startedAt"]
+    while fleet.repairs()[0]["phase"] == "rebooting":
+        fleet.run(30)
     [repair] = fleet.repairs()
     assert repair["phase"] == "replacing" and repair["escalatedFrom"] == "reboot"
+    assert timeout <= repair["replacingSince"] - started <= timeout + 30
+    fleet.run(300)
     assert fleet.gauge("gpu_cloud_repairs_stuck") == 0
     fleet.run(DRAIN_S + BOOT_S + 120)
     fleet.assert_settled()
@@ -1317,20 +1454,23 @@ def test_loop_a_recurring_fault_is_rebooted_once_then_replaced(fleet):
 
 def test_loop_a_silent_kubelet_and_a_silent_checker_are_repaired_after_their_stated_times(fleet):
     """n4's kubelet stops (NotReady): replaced at 30 minutes, as EKS node auto repair does. n1's checker stops while
-    the node stays Ready: cordoned at 5 minutes, rebooted at 10; it comes back checking and is uncordoned."""
+    the node stays Ready: cordoned once its last check is STALE_CHECK_S (150 s) old, rebooted at STALE_REPAIR_S
+    (450 s); it comes back through its gate and is uncordoned."""
+    stale, repair_at = spec_repair.STALE_CHECK_S, spec_repair.STALE_REPAIR_S
     fleet.run(90)
     inst = fleet.node_of("n4")
     inst.down_at, inst.up_at = fleet.now, math.inf
     down_at = fleet.now
     fleet.node_of("n1").checker_dead = True
     silent_from = fleet.node_of("n1").last_check
-    fleet.run(330)
-    assert fleet.out_of_service["n1"] - silent_from <= 300 + SCRAPE_S + 30 + 10
+    fleet.run(stale + 60)
+    assert stale < fleet.out_of_service["n1"] - silent_from <= stale + 30 + 13
     assert not fleet.aws_calls.count("RebootInstances i-1")
-    fleet.run(330)
-    assert fleet.aws_calls.count("RebootInstances i-1") == 1
+    fleet.run(repair_at - stale + spec_repair.FAST_DRAIN_S)
+    [rebooted] = [t for t, call in fleet.call_times if call == "RebootInstances i-1"]
+    assert repair_at < rebooted - silent_from <= repair_at + 30 + 13
     fleet.node_of("n1").checker_dead = False                    # the reboot restarted it
-    fleet.run(1800 - 660 + GRACE_S + 60)
+    fleet.run(down_at + 1800 + GRACE_S + 60 - fleet.now)
     assert fleet.aws_calls.count("TerminateInstanceInAutoScalingGroup i-4") == 1
     assert [r for r in fleet.repairs() if r["node"] == "n4"][0]["startedAt"] - down_at <= 1800 + GRACE_S + 30 + 10
     fleet.run(DRAIN_S + BOOT_S + 120)
@@ -1367,6 +1507,60 @@ def test_loop_xid_79_on_the_reserved_p5_pool_is_replaced_within_ten_minutes_and_
     assert done["phase"] == "done" and done["action"] == "replace"
     assert "termination hook completed" in " ".join(e["message"] for e in fleet.kube.events
                                                     if e["involvedObject"]["name"] == "n2")
+    fleet.assert_settled()
+
+
+def test_loop_xid_79_where_the_reservation_has_a_spare_slot_launches_the_replacement_first(tmp_path):
+    """The same fault where the reservation holds a fifth slot: the controller drains the node (its pod's budget
+    reports the instance Unhealthy as the repair begins, so its group launches the replacement at once into the spare
+    slot, and drains the node meanwhile (one pod's budget refuses its eviction: at most FAST_DRAIN_S); the old
+    instance is terminated only once the new one is InService. Ready within 10 minutes plus one boot, with minutes to
+    spare; it is never terminated directly."""
+    fleet = Fleet(tmp_path, spare=1)
+    try:
+        fleet.kube.pods = [pod("job-0", "n2"), pod("job-1", "n2")]
+        fleet.kube.blocked = {"job-1"}
+        fleet.fault("n2", "replace", fault="xid-79")
+        fault_at = fleet.now
+        fleet.run(600)
+        assert fleet.out_of_service["n2"] - fault_at <= OUT_OF_SERVICE_S
+        marked = _first(fleet, "SetInstanceHealth i-2") - fault_at
+        assert marked <= 91 + spec_repair.CONFIRM_S + 13          # reported on the pass that starts the repair
+        assert fleet.launched["i-5"] - fault_at <= marked + 30 and fleet.instances["i-2"].lifecycle == "InService"
+        # drained meanwhile: job-0 evicted, job-1 (its budget refuses) left after FAST_DRAIN_S
+        assert [p["metadata"]["name"] for p in fleet.kube.pods if p["spec"]["nodeName"] == "n2"] == ["job-1"]
+        [replacing] = fleet.repairs()
+        assert replacing["phase"] == "replacing"
+        fleet.run(BOOT_S + 300)
+        assert fleet.node_of("n5").up_at - fault_at <= 600 + BOOT_S - 180
+        assert "i-2" not in fleet.instances
+        assert not any(call.startswith("TerminateInstanceInAutoScalingGroup") for call in fleet.aws_calls)
+        [done] = fleet.repairs()
+        assert done["phase"] == "done" and done["action"] == "replace" and "escalatedFrom" not in done
+        fleet.assert_settled()
+    finally:
+        fleet.close()
+
+
+def test_loop_xid_48_is_back_in_service_within_ten_minutes_and_one_boot(fleet):
+    """XID 48 (double-bit ECC error, a reboot) on n3, whose training pod a PodDisruptionBudget keeps: cordoned within
+    2 minutes, drained for at most FAST_DRAIN_S, rebooted, and uncordoned as soon as it is Ready on its new boot (its
+    gate proved it); the first check after the boot finds it healthy and it stays in service."""
+    fleet.kube.pods = [pod("job-0", "n3")]
+    fleet.kube.blocked = {"job-0"}
+    fleet.fault("n3", "reboot", sticky=False, fault="xid-48")
+    fault_at = fleet.now
+    fleet.run(300)
+    assert fleet.out_of_service["n3"] - fault_at <= OUT_OF_SERVICE_S
+    rebooted = _first(fleet, "RebootInstances i-3") - fault_at
+    assert rebooted <= 91 + spec_repair.CONFIRM_S + spec_repair.FAST_DRAIN_S + 30
+    while fleet.kube.nodes["n3"]["spec"].get("unschedulable"):
+        fleet.run(30)
+    assert fleet.now - fault_at <= 600 + REBOOT_S
+    assert fleet.now - (fleet.node_of("n3").up_at) <= 30 + 30              # the pass after it is Ready
+    fleet.run(300)
+    [done] = fleet.repairs()
+    assert done["phase"] == "done" and done["action"] == "reboot"
     fleet.assert_settled()
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from components.nodes.nodepool import ClusterConnection, GpuNodePool, NodePoolArgs, read_ami_id
-from decisions.nodes import boot
+from decisions.nodes import autoscaling, boot
 from decisions.nodes import pools as pool_rules
 from tests.conftest import run_component
 from tests.test_validate import load, valid_config
@@ -22,7 +22,7 @@ CLUSTER = "gpu-cloud-test"
 ZONES = ("use1-az1", "use1-az2", "use1-az4")
 
 
-def pool_run(pool_fields=None, index=0, mutate=None, partition="aws", dns_suffix="amazonaws.com"):
+def pool_run(pool_fields=None, index=0, mutate=None, partition="aws", dns_suffix="amazonaws.com", nvme_scratch=True):
     """Run one GpuNodePool for nodePools[index] of the test config, with pool fields overridden."""
     config = valid_config()
     config["nodePools"][index].update(pool_fields or {})
@@ -40,7 +40,7 @@ def pool_run(pool_fields=None, index=0, mutate=None, partition="aws", dns_suffix
                                       service_cidr="172.20.0.0/16", security_group_id="sg-0cluster"),
             region="us-east-1", account_id="123456789012", partition=partition, dns_suffix=dns_suffix,
             vpc_id="vpc-0123",
-            subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=True,
+            subnet_ids={z: f"subnet-{z[-1]}" for z in ZONES}, image=spec.node_image, nvme_scratch=nvme_scratch,
             ami_id=read_ami_id(spec.node_image, pulumi.InvokeOptions()),
             zones=ZONES[:1] if pool.spec.availability_zone else ZONES,
             max_temp_c=85, catalog=spec.catalog, artifact_bucket="artifacts-bucket",
@@ -135,7 +135,7 @@ def test_nodes_register_with_the_pods_the_cni_can_address(itype, efa, pods):
 
 
 def test_spot_pool_is_price_capacity_optimized_over_every_type_and_zone():
-    run, pool = pool_run({"instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"]}, index=1)
+    run, pool = pool_run({"instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"], "maxNodes": 3}, index=1)   # Triton's 3
     asg = run.one(ASG).inputs
     policy = asg["mixedInstancesPolicy"]
     assert policy["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
@@ -175,15 +175,31 @@ def test_launch_template_boots_the_pinned_release_never_recommended(driver, para
 def test_asg_carries_autoscaler_tags_for_labels_taints_and_resources():
     run, pool = pool_run()
     tags = {t["key"]: t["value"] for t in run.one(ASG).inputs["tags"]}
-    for key, value in pool_rules.autoscaler_tags(pool, CLUSTER).items():
+    for key, value in autoscaling.node_group_tags(pool, CLUSTER, nvme_scratch=True).items():
         assert tags[key] == value
     assert tags["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "8"
     assert tags["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "32"
+    assert tags[f"k8s.io/cluster-autoscaler/{CLUSTER}/gpu-pool"] == "owned"
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
     propagated = [t["key"] for t in run.one(ASG).inputs["tags"] if t["propagateAtLaunch"]]
     assert propagated == ["aws-node-termination-handler/managed"] and tags[propagated[0]] == "true"
     assert tags["team"] == "ml"          # the ASG is not covered by the provider's default tags
     assert tags[f"kubernetes.io/cluster/{CLUSTER}"] == "owned"
+
+
+@pytest.mark.parametrize("nvme_scratch,storage,pods", [
+    # p5.48xlarge: 8 x 3,800 GB of NVMe = 28,312 GiB in RAID0; the kubelet keeps 10 % and 1 GiB back; 51 pods (EFA)
+    (True, "25479Gi", "51"),
+    # the root volume instead: 500 GiB, less 10 % and 1 GiB
+    (False, "449Gi", "51"),
+])
+def test_the_template_node_offers_the_storage_and_pods_the_node_will(nvme_scratch, storage, pods):
+    run, _ = pool_run(nvme_scratch=nvme_scratch)
+    tags = {t["key"]: t["value"] for t in run.one(ASG).inputs["tags"]}
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage"] == storage
+    assert tags["k8s.io/cluster-autoscaler/node-template/resources/pods"] == pods
+    user_data = base64.b64decode(run.one(LT).inputs["userData"]).decode()
+    assert f"maxPods: {pods}" in user_data
 
 
 def test_instances_are_tagged_as_owned_by_the_cluster():

@@ -97,9 +97,10 @@ def template_pod_specs():
                           mig_profile=None)
             job = render(argparse.Namespace(command="job", **common))
             yield f"{stack}/{pool.spec.name} python -m jobs job", "single-node-job", job["spec"]["template"]["spec"]
-            if not pool.efa or pool.spec.max_nodes < 2:
+            if pool.spec.gpu_sharing.mode != "none" or pool.spec.max_nodes < 2:
                 continue
-            for command in ("nccl-acceptance", "mpijob", "pytorch-job"):
+            # pytorch-job on every pool of whole GPUs (over TCP without EFA), the MPI ones on EFA pools only
+            for command in ("nccl-acceptance", "mpijob", "pytorch-job") if pool.efa else ("pytorch-job",):
                 manifest = render(argparse.Namespace(command=command, **common))
                 where = f"{stack}/{pool.spec.name} python -m jobs {command}"
                 if command == "pytorch-job":
@@ -148,15 +149,18 @@ def test_every_waiver_is_used_and_has_a_reason(pod_specs):
 
 
 def test_a_waiver_no_pod_needs_is_not_used(pod_specs, monkeypatch):
-    """Triton's container exists and is waived (non-root), yet it has a read-only root: a read-only-root waiver for it
-    is stale, and so is a "*" seccomp waiver for the repair controller, whose containers all run RuntimeDefault."""
-    planted = {("triton", "triton", "read-only-root"), ("node-repair", "*", "seccomp")}
-    waivers = {**WAIVERS, "triton": {"triton": {**WAIVERS["triton"]["triton"], "read-only-root": Waiver("x" * 50)}},
+    """Triton runs as nobody: a non-root waiver for it is stale; the NCCL workers' sshd runs as root, yet their
+    seccomp profile is RuntimeDefault, so a seccomp waiver beside their used ones is stale too, and so is a "*"
+    seccomp waiver for the repair controller, whose containers all run RuntimeDefault."""
+    planted = {("triton", "triton", "non-root"), ("nccl-efa-worker", "worker", "seccomp"),
+               ("node-repair", "*", "seccomp")}
+    waivers = {**WAIVERS, "triton": {"triton": {"non-root": Waiver("x" * 50)}},
+               "nccl-efa-worker": {"worker": {**WAIVERS["nccl-efa-worker"]["worker"], "seccomp": Waiver("x" * 50)}},
                "node-repair": {"*": {"seccomp": Waiver("x" * 50)}}}
     monkeypatch.setattr(pod_security, "WAIVERS", waivers)
     declared, used = _declared_and_used(pod_specs)
     assert declared - used == planted
-    assert ("triton", "triton", "non-root") in used
+    assert ("nccl-efa-worker", "worker", "non-root") in used
 
 
 def test_a_waiver_for_every_container_is_used_when_a_container_needs_it(pod_specs, monkeypatch):
@@ -252,11 +256,10 @@ def test_a_waiver_excuses_only_its_workload_container_and_rule(monkeypatch):
     assert check_pod_spec("example", _bug(BUGS["root"][1])) != []
 
 
-def test_a_low_uid_waiver_allows_that_uid_only(monkeypatch):
-    monkeypatch.setattr(pod_security, "WAIVERS", {"example": {"app": {"non-root": Waiver("x" * 50, uid=1000)}}})
-    at = lambda uid: _bug(lambda p: p["containers"][0]["securityContext"].update(runAsUser=uid))  # noqa: E731
-    assert check_pod_spec("example", at(1000)) == []
-    assert check_pod_spec("example", at(0)) != [] and check_pod_spec("example", at(1001)) != []
+@pytest.mark.parametrize("uid, holds", [(9999, False), (10000, True), (65534, True), (0, False)])
+def test_non_root_starts_at_uid_10000(uid, holds):
+    pod = _bug(lambda p: p["containers"][0]["securityContext"].update(runAsUser=uid))
+    assert (check_pod_spec("example", pod) == []) is holds
 
 
 def test_a_capability_waiver_allows_its_capabilities_and_still_needs_drop_all(monkeypatch):
@@ -285,12 +288,20 @@ def test_images_keep_their_tag_and_pin_a_digest_or_say_why_not():
     assert set(pod_security.unpinned()) == {"public.ecr.aws/aws-cli/aws-cli:2.36.7",
                                             "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-"
                                             "ncclv2.27.7-1-testsv2.16.9"}
+    # Each refresh command prints the kind of digest recorded: Triton's is its linux/amd64 image manifest (the
+    # source names that platform), python's the index that multi-platform builds pin.
+    assert images["triton"].refresh == "crane digest --platform linux/amd64 nvcr.io/nvidia/tritonserver:26.07-py3"
+    assert images["python"].refresh == "crane digest public.ecr.aws/docker/library/python:3.13-slim"
 
 
 @pytest.mark.parametrize("entry, message", [
-    ({"repository": "r", "tag": "t", "digest": "sha256:abc", "source": "s"}, "not sha256"),
-    ({"repository": "r", "tag": "t", "digest": None}, "no reason"),
-    ({"repository": "r", "tag": "t", "digest": "sha256:" + "a" * 64}, "source"),
+    ({"repository": "r", "tag": "t", "digest": "sha256:abc", "source": "s", "refresh": "crane digest r:t"},
+     "not sha256"),
+    ({"repository": "r", "tag": "t", "digest": None, "refresh": "crane digest r:t"}, "no reason"),
+    ({"repository": "r", "tag": "t", "digest": "sha256:" + "a" * 64, "refresh": "crane digest r:t"}, "source"),
+    ({"repository": "r", "tag": "t", "digest": None, "reason": "x"}, "refresh must be the command"),
+    # a command copied from another entry prints another image's digest
+    ({"repository": "r", "tag": "t", "digest": None, "reason": "x", "refresh": "crane digest r:u"}, "digest of r:t"),
 ])
 def test_a_bad_images_entry_is_refused(tmp_path, monkeypatch, entry, message):
     import yaml

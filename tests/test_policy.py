@@ -183,6 +183,11 @@ VIOLATIONS = [
      "dev-gpu-spot-asg"),
     ("eks-endpoint-not-public", DEV, "cluster-eks", _set(["inputs", "vpcConfig", "endpointPublicAccess"], True),
      "cluster-eks"),
+    # half the Internet is not an egress range: wider than /8 (decisions/network/public_access.py), as the config says
+    ("eks-endpoint-not-public", DEV, "cluster-eks", lambda r: r["inputs"]["vpcConfig"].update(
+        endpointPublicAccess=True, publicAccessCidrs=["198.18.0.0/24", "0.0.0.0/1"]), "cluster-eks"),
+    ("eks-endpoint-not-public", DEV, "cluster-eks", lambda r: r["inputs"]["vpcConfig"].update(
+        endpointPublicAccess=True, publicAccessCidrs=["44.0.0.0/7"]), "cluster-eks"),
     ("eks-secrets-encrypted", EU, "cluster-eks", lambda r: r["inputs"].pop("encryptionConfig"), "cluster-eks"),
     ("eks-control-plane-logs", P, "cluster-eks", lambda r: r["inputs"]["enabledClusterLogTypes"].remove("audit"),
      "cluster-eks"),
@@ -319,6 +324,9 @@ def test_boundaries_pass(documents):
     scoped = mutated(dev, "cluster-eks", lambda r: r["inputs"]["vpcConfig"].update(
         endpointPublicAccess=True, publicAccessCidrs=["203.0.113.0/24"]))
     assert not {f for f in found(scoped) if f[0] == "eks-endpoint-not-public"}
+    slash8 = mutated(dev, "cluster-eks", lambda r: r["inputs"]["vpcConfig"].update(       # one organisation's widest
+        endpointPublicAccess=True, publicAccessCidrs=["44.0.0.0/8"]))
+    assert not {f for f in found(slash8) if f[0] == "eks-endpoint-not-public"}
     # The log bucket takes no logging of itself, and the secondary region replicates nothing of its own.
     assert not {f for f in found(documents[EU]) if f[0] in ("s3-access-logging", "s3-replication")}
     # A protection is a prod rule: the same linked file system exporting nothing, in a stack tagged staging, passes;

@@ -3,7 +3,7 @@ import itertools
 
 from decisions.catalog.catalog import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, load_catalog
 from decisions.config.model import LABEL_VALUE
-from decisions.nodes import pools
+from decisions.nodes import autoscaling, pools
 from tests.test_validate import load, valid_config
 
 
@@ -34,26 +34,29 @@ def test_user_labels_and_taints_are_carried():
 
 def test_autoscaler_tags_describe_the_node_for_scale_from_zero():
     train, infer = pools_of()
-    tags = pools.autoscaler_tags(train, "gpu-cloud-test")
-    assert tags["k8s.io/cluster-autoscaler/enabled"] == "true"
-    assert tags["k8s.io/cluster-autoscaler/gpu-cloud-test"] == "owned"
+    tags = autoscaling.node_group_tags(train, "gpu-cloud-test", nvme_scratch=True)
+    assert tags["k8s.io/cluster-autoscaler/gpu-cloud-test/gpu-pool"] == "owned"
+    assert "k8s.io/cluster-autoscaler/enabled" not in tags        # EKS puts that on the system node group's group too
     assert tags["k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu"] == "8"
     assert tags["k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa"] == "32"
     assert tags["k8s.io/cluster-autoscaler/node-template/taint/nvidia.com/gpu"] == "true:NoSchedule"
     for key, value in pools.node_labels(train).items():
         assert tags[f"k8s.io/cluster-autoscaler/node-template/label/{key}"] == value
-    assert "k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa" not in pools.autoscaler_tags(infer, "c")
+    assert "k8s.io/cluster-autoscaler/node-template/resources/vpc.amazonaws.com/efa" not in \
+        autoscaling.node_group_tags(infer, "c", nvme_scratch=True)
 
 
 def test_shared_gpus_advertise_their_slices():
-    _, infer = pools_of(lambda c: c["nodePools"][1].update(gpuSharing={"mode": "time-slicing", "replicas": 4}))
+    # 16 slots a node: Triton's 8 replicas reach 2 nodes (decisions/nodes/autoscaling.reachable_nodes)
+    _, infer = pools_of(lambda c: c["nodePools"][1].update(gpuSharing={"mode": "time-slicing", "replicas": 4},
+                                                           maxNodes=2))
     template = "k8s.io/cluster-autoscaler/node-template/resources/"
-    assert pools.autoscaler_tags(infer, "c")[template + "nvidia.com/gpu"] == str(4 * 4)
+    assert autoscaling.node_group_tags(infer, "c", nvme_scratch=True)[template + "nvidia.com/gpu"] == str(4 * 4)
     assert pools.node_labels(infer)["nvidia.com/device-plugin.config"] == "time-slicing-4"
     # MIG, mixed strategy: slices are nvidia.com/mig-<profile> (no nvidia.com/gpu), 4 of 1g.20gb per H100
     train, _ = pools_of(lambda c: c["nodePools"][0].update(gpuSharing={"mode": "mig", "migProfile": "1g.20gb"}))
-    tags = pools.autoscaler_tags(train, "c")
-    assert tags[template + "nvidia.com/mig-1g.20gb"] == str(8 * 4) and template + "nvidia.com/gpu" not in tags
+    tags = autoscaling.node_group_tags(train, "c", nvme_scratch=True)
+    assert tags[template + "nvidia.com/mig-1g.20gb"] == str(8 * 4) and tags[template + "nvidia.com/gpu"] == "0"
     assert pools.node_labels(train)["nvidia.com/mig.config"] == "1g.20gbx4"      # the layout it is cut into
 
 
@@ -61,7 +64,8 @@ TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
 
 
 def _template(pool) -> dict:
-    return {k[len(TEMPLATE):]: v for k, v in pools.autoscaler_tags(pool, "c").items() if k.startswith(TEMPLATE)}
+    tags = autoscaling.node_group_tags(pool, "c", nvme_scratch=True)
+    return {k[len(TEMPLATE):]: v for k, v in tags.items() if k.startswith(TEMPLATE)}
 
 
 def _sharing_labels(labels) -> dict:
@@ -71,7 +75,8 @@ def _sharing_labels(labels) -> dict:
 def test_an_mps_pool_advertises_replicas_of_each_gpu_in_its_template():
     # 8 clients of each p4de A100 80GB (the design's 8 x 10 GB): 64 nvidia.com/gpu a node, the config by label.
     def mps(c):
-        c["nodePools"][1].update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mps", "replicas": 8})
+        c["nodePools"][1].update(instanceTypes=["p4de.24xlarge"], gpuSharing={"mode": "mps", "replicas": 8},
+                                 maxNodes=2)                   # all Triton's 8 replicas reach in 64 slots a node
     _, infer = pools_of(mps)
     template = _template(infer)
     assert {k: v for k, v in template.items() if not k.startswith("label/gpu-cloud.io/")} == {
@@ -80,6 +85,8 @@ def test_an_mps_pool_advertises_replicas_of_each_gpu_in_its_template():
         "taint/nvidia.com/gpu": "true:NoSchedule",
         "taint/gpu-cloud.io/interruptible": "true:NoSchedule",
         "resources/nvidia.com/gpu": "64",
+        "resources/pods": "110",
+        "resources/ephemeral-storage": "6704Gi",          # 8 x 1,000 GB of NVMe in RAID0, less 10 % and 1 GiB
     }
     assert _sharing_labels(pools.node_labels(infer)) == {"nvidia.com/device-plugin.config": "mps-8"}
     assert pools.verify_expectations(infer, load(valid_config()).node_image, 85, load_catalog())[
@@ -93,7 +100,8 @@ def test_a_mixed_mig_pool_advertises_each_profile_in_its_template():
     template = _template(train)
     assert {k: v for k, v in template.items() if k.startswith("resources/")} == {
         "resources/nvidia.com/mig-1g.10gb": str(8 * 2), "resources/nvidia.com/mig-1g.20gb": str(8 * 1),
-        "resources/nvidia.com/mig-3g.40gb": str(8 * 1), "resources/vpc.amazonaws.com/efa": "32"}
+        "resources/nvidia.com/mig-3g.40gb": str(8 * 1), "resources/vpc.amazonaws.com/efa": "32",
+        "resources/nvidia.com/gpu": "0", "resources/pods": "51", "resources/ephemeral-storage": "25479Gi"}
     assert template["label/nvidia.com/mig.config"] == "1g.10gbx2-1g.20gbx1-3g.40gbx1"
     assert _sharing_labels(pools.node_labels(train)) == {"nvidia.com/mig.config": "1g.10gbx2-1g.20gbx1-3g.40gbx1"}
     assert pools.mig_layout(train, load_catalog()) == {"3g.40gb": 1, "1g.10gb": 2, "1g.20gb": 1}
@@ -145,7 +153,7 @@ def test_verifier_expectations_per_instance_type():
                       "nvlinkLinksPerGpu": 18, "nvswitch": True, "driverBranch": "580", "driverVersion": "580.159.03",
                       "maxTempC": 85, "migMode": "disabled", "eccExpected": True, "eccReservesMemory": False}
     config = valid_config()
-    config["nodePools"][1]["instanceTypes"] = ["p5en.48xlarge", "p5e.48xlarge"]
+    config["nodePools"][1].update(instanceTypes=["p5en.48xlarge", "p5e.48xlarge"], maxNodes=3)   # 8 GPUs: Triton's 3
     config["gpuDriver"] = {"source": "install", "branch": "580"}
     spec = load(config)
     both = pools.verify_expectations(spec.pools[1], spec.node_image, 85, spec.catalog)
@@ -158,7 +166,7 @@ def test_gpu_nodes_carry_the_autoscaler_accelerator_label_on_the_node_and_in_its
     assert pools.node_labels(train)["k8s.amazonaws.com/accelerator"] == "nvidia-h100"
     assert pools.node_labels(infer)["k8s.amazonaws.com/accelerator"] == "nvidia-l40s"
     assert pools.accelerator_label("A100 40GB") == "nvidia-a100-40gb"
-    tags = pools.autoscaler_tags(train, "c")
+    tags = autoscaling.node_group_tags(train, "c", nvme_scratch=True)
     assert tags["k8s.io/cluster-autoscaler/node-template/label/k8s.amazonaws.com/accelerator"] == "nvidia-h100"
 
 

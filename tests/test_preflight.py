@@ -60,11 +60,11 @@ def test_every_catalog_type_falls_in_its_familys_bucket_and_reservations_in_none
 
 
 def test_demand_sums_each_buckets_pools_at_desired_and_max():
-    # prod-us-east-1: two p4 spot pools of 96 vCPUs, 0/3 nodes each; g6e.12xlarge (48 vCPUs) on-demand 2/8;
+    # prod-us-east-1: two p4 spot pools of 96 vCPUs, 0/3 nodes each; g6e.12xlarge (48 vCPUs) on-demand 2/3;
     # the reserved p5 pool draws on its reservation
     demand = preflight.quota_demand(spec_of("prod-us-east-1").pools)
     assert {code: (d.at_desired, d.at_max) for code, d in demand.items()} == {
-        "L-7212CCBC": (0, 576), "L-DB2E81BA": (96, 384)}
+        "L-7212CCBC": (0, 576), "L-DB2E81BA": (96, 144)}
     assert [name for _, name, _ in demand["L-7212CCBC"].pools] == ["finetune-a100-80gb-spot", "finetune-a100-40gb-spot"]
 
 
@@ -77,9 +77,9 @@ def us_east():
 
 @pytest.mark.parametrize("value,error,warning", [
     (95, True, False),     # one vCPU short of the 96 launched at desiredNodes: the first up's nodes would not launch
-    (96, False, True),     # enough to launch, short of 384 at maxNodes
-    (383, False, True),
-    (384, False, False),   # exactly enough
+    (96, False, True),     # enough to launch, short of 144 at maxNodes
+    (143, False, True),
+    (144, False, False),   # exactly enough
 ])
 def test_a_quota_is_an_error_below_desired_and_a_warning_below_max(us_east, value, error, warning):
     issues, warnings = preflight.quota_issues(us_east.pools, {"L-DB2E81BA": value, "L-7212CCBC": 576})
@@ -87,7 +87,7 @@ def test_a_quota_is_an_error_below_desired_and_a_warning_below_max(us_east, valu
     if error:
         (issue,) = issues
         assert issue.path == "gpu-cloud:nodePools[3].desiredNodes"
-        assert "L-DB2E81BA (Running On-Demand G and VT instances) is 95" in issue.message and "at least 384" in issue.message
+        assert "L-DB2E81BA (Running On-Demand G and VT instances) is 95" in issue.message and "at least 144" in issue.message
     if warning:
         (text,) = warnings
         assert text.startswith("gpu-cloud:nodePools[3].maxNodes: the vCPU quota L-DB2E81BA")
@@ -129,7 +129,7 @@ def test_the_counted_tags_are_the_tags_each_rendered_group_carries(stack_runs, s
     run, spec = stack_runs[stack], spec_of(stack)
     groups = {g.inputs["name"]: {t["key"]: t["value"] for t in g.inputs["tags"]} for g in run.of_type(ASG)}
     for pool in spec.pools:
-        expected = preflight.asg_tags(pool, spec.cluster_name, spec.resource_tags)
+        expected = preflight.asg_tags(pool, spec.cluster_name, spec.resource_tags, spec.storage.nvme_scratch)
         assert groups[f"{spec.cluster_name}-{pool.name}"] == expected
         assert len(expected) <= preflight.ASG_TAGS_MAX
 
@@ -146,19 +146,19 @@ def with_labels(count):
 
 
 def test_a_pool_at_fifty_tags_is_accepted():
-    # train-h100 carries 21 tags; 29 labels make 50
-    spec = spec_of("prod-us-east-1", with_labels(29))
-    assert len(preflight.asg_tags(spec.pools[0], spec.cluster_name, spec.resource_tags)) == 50
+    # train-h100 carries 22 tags; 28 labels make 50
+    spec = spec_of("prod-us-east-1", with_labels(28))
+    assert len(preflight.asg_tags(spec.pools[0], spec.cluster_name, spec.resource_tags, spec.storage.nvme_scratch)) == 50
 
 
-def test_a_pool_with_30_labels_is_refused_before_anything_is_created():
+def test_a_pool_with_29_labels_is_refused_before_anything_is_created():
     with pytest.raises(ConfigError) as raised:
-        spec_of("prod-us-east-1", with_labels(30))
+        spec_of("prod-us-east-1", with_labels(29))
     (issue,) = raised.value.issues
     assert issue.path == "gpu-cloud:nodePools[0]"
     assert "51 tags, over the 50 AWS allows per group" in issue.message and "remove 1 of its labels" in issue.message
     with pytest.raises(pulumi.RunError) as refused:         # the program: the same refusal, nothing registered
-        run_stack("prod-us-east-1", with_labels(30))
+        run_stack("prod-us-east-1", with_labels(29))
     assert "gpu-cloud:nodePools[0]" in str(refused.value) and "would carry 51 tags" in str(refused.value)
 
 
@@ -226,9 +226,9 @@ def test_an_endpoint_service_that_cannot_be_read_plans_with_a_warning():
 def test_the_plan_lists_what_to_request_against_awss_default():
     section = preflight_section(spec_of("prod-eu-west-1"))
     assert [(q["quotaCode"], q["vcpusAtDesired"], q["vcpusAtMax"], q["awsDefaultVcpus"]) for q in section["quotas"]] == [
-        ("L-417A185B", 0, 384, 0), ("L-DB2E81BA", 96, 384, 0), ("L-3819A6DF", 0, 384, 0)]
-    assert section["autoScalingTags"] == [{"pool": "train-a100", "tags": 20}, {"pool": "infer-a10g", "tags": 19},
-                                          {"pool": "infer-a10g-spot", "tags": 20}]
+        ("L-417A185B", 0, 384, 0), ("L-DB2E81BA", 96, 192, 0), ("L-3819A6DF", 0, 384, 0)]
+    assert section["autoScalingTags"] == [{"pool": "train-a100", "tags": 21}, {"pool": "infer-a10g", "tags": 20},
+                                          {"pool": "infer-a10g-spot", "tags": 21}]
     text = "\n".join(_preflight_lines(section))
     assert "L-417A185B  Running On-Demand P instances         0              384        0: request 384" in text
     assert "interface endpoints: 9 services, each must be offered in euw1-az1, euw1-az2, euw1-az3" in text
@@ -573,3 +573,10 @@ def test_moto_roles_and_a_zone_that_exist_as_named_let_the_stack_through(moto):
     assert {ADMIN, f"arn:aws:iam::{HOME}:role/teams/trainers"} <= entries
     (warning,) = [w for w in run.warnings if w.startswith("gpu-cloud:dr.hostedZoneId")]
     assert "is private: infer.ml.example.com resolves only in the VPCs associated with it" in warning
+
+
+def test_a_private_zone_warning_says_peering_does_not_carry_it_and_a_public_zone_is_expected():
+    _, (warning,) = preflight.hosted_zone_issues(dr(), "internal", preflight.FoundZone("ml.example.com", True))
+    assert "in both regions: transit gateway peering does not carry a private zone" in warning
+    assert 'gpu-cloud expects a public zone (docs/network.md, "The hosted zone is public")' in warning
+    assert preflight.hosted_zone_issues(dr(), "internal", preflight.FoundZone("ml.example.com", False)) == ([], [])

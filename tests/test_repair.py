@@ -13,7 +13,10 @@ from decisions.config.validate import load_stack_spec
 from decisions.nodes import boot, drain, repair
 from decisions.nodes import pools as pool_rules
 from decisions.observability import monitoring
-from tests.conftest import run_stack, stack_config
+from plan.document import repair_section
+from plan.engine import offline_account
+from plan.stackfile import load_stack
+from tests.conftest import STACKS, run_stack, stack_config
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -46,18 +49,82 @@ def test_the_controller_is_told_every_pool_of_the_stack_with_its_group_and_safet
 def test_each_pool_repairs_one_at_a_time_within_its_budget_and_says_whether_it_is_reserved(stack_runs):
     config, _ = _config(stack_runs["prod-us-east-1"])
     assert config["pools"]["train-h100"] == {"asg": "gpu-cloud-prod-us-east-1-train-h100", "reserved": True,
-                                             "maxPerHour": 2, "maxInFlight": 1}
+                                             "launchFirst": False, "maxPerHour": 2, "maxInFlight": 1}
     assert config["pools"]["infer-l40s"]["reserved"] is False
 
 
-def test_timings_follow_the_drain_and_the_gate():
+def test_timings_follow_the_checker_the_drain_and_the_gate():
     assert repair.REPAIR_TIMEOUT_S == drain.LIFECYCLE_DRAIN_TIMEOUT_S + 3000 + boot.node_ready_seconds() == 4500
-    assert repair.CONFIRM_S == 120 and repair.STALE_CHECK_S == 300 and repair.BRAKE_AFTER == 3
-    # NotReady: EKS node auto repair's 30 minutes; a silent checker: when GpuNodeHealthCheckStale fires (300 s, for 5m)
+    # two checks 30 s apart; five missed checks; the brake after three rejected launches
+    assert repair.CONFIRM_S == 60 and repair.STALE_CHECK_S == 150 and repair.BRAKE_AFTER == 3
+    # a healthy node's check is at most a period (and its timer's 1 s), a scrape and a missed scrape old: not stale
+    assert repair.CHECK_PERIOD_S + 1 + 2 * 30 < repair.STALE_CHECK_S
+    # out of service within 2 minutes: the next check, its scrape, the controller's pass (the cordon call's retries
+    # are the rest: bench/repair_bench.py)
+    assert repair.CHECK_PERIOD_S + 1 + 30 + repair.INTERVAL_S < 120
+    # NotReady: EKS node auto repair's 30 minutes; a silent checker: when GpuNodeHealthCheckStale fires (for 5m)
     assert repair.NOT_READY_S == 1800 and repair.STALE_REPAIR_S == repair.STALE_CHECK_S + 300
+    # the drain before a reboot is the spot notice, not the termination hook's 900 s
+    assert repair.FAST_DRAIN_S == drain.NODE_DRAIN_GRACE_S == 120
     # a reboot not seen within EC2's four minutes to a hard reboot, node-monitor-grace-period and a pass
     assert repair.REBOOT_RETRY_S >= 240 + 40 + repair.INTERVAL_S
     assert repair.RECURRENCE_S == 24 * 3600
+
+
+def test_the_checkers_timer_runs_at_the_period_the_controller_counts_on():
+    import configparser
+    unit = configparser.ConfigParser(strict=False)
+    unit.read_string((repair.JOBS.parent / "userdata/units/gpu-cloud-health.timer").read_text())
+    assert unit["Timer"]["OnUnitActiveSec"] == f"{repair.CHECK_PERIOD_S}s" == unit["Timer"]["OnActiveSec"]
+    assert unit["Timer"]["AccuracySec"] == "1s"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_node_rebooting_itself_through_its_gate_is_not_replaced_for_being_not_ready(stack):
+    """A kernel panic reboots the node 10 s later (kernel.panic=10 on the AMI) and its gate proves it again before its
+    kubelet runs: NotReady for its whole boot. NOT_READY_S outlasts every pool's worst boot, or the controller would
+    replace a node in the middle of proving itself."""
+    spec = load_stack_spec({k.split(":", 1)[1]: v for k, v in stack_config(stack).items()
+                            if k.startswith("gpu-cloud:")}, stack=stack, region=stack_config(stack)["aws:region"])
+    for pool in spec.pools:
+        gpu = spec.catalog.gpu_model(pool.primary_type.name)
+        steps = boot.worst_case(spec.node_image.source, nvswitch=gpu.nvswitch, efa=bool(pool.efa),
+                                lustre=spec.storage.lustre is not None)
+        assert 10 + sum(steps.values()) + boot.node_ready_seconds() < repair.NOT_READY_S, pool.name
+
+
+def test_a_reservation_with_a_spare_slot_launches_replacements_first_and_tells_the_controller():
+    """train-h100's reservation read with 5 instances for the pool's 4: its group gets an instance maintenance policy
+    (min 100 %, max 125 %: one instance above the desired 4) and the controller reports its sick instances Unhealthy
+    instead of terminating them. Read with 4 (the offline plan's account): neither."""
+    config = stack_config("prod-us-east-1")
+    account = offline_account("us-east-1", config)
+    [rid] = [r for r, found in account.reservations.items() if found["InstanceType"] == "p5.48xlarge"]
+    account.reservations[rid] = {**account.reservations[rid], "InstanceCount": 5}
+    for run, launches_first in ((run_stack("prod-us-east-1", account=account), True),
+                                (run_stack("prod-us-east-1"), False)):
+        groups = {r.name: r.inputs for r in run.of_type("aws:autoscaling/group:Group")}
+        assert groups["train-h100-asg"].get("instanceMaintenancePolicy") == (
+            {"minHealthyPercentage": 100, "maxHealthyPercentage": 125} if launches_first else None)
+        assert all(inputs.get("instanceMaintenancePolicy") is None
+                   for name, inputs in groups.items() if name != "train-h100-asg")
+        controller, _ = _config(run)
+        assert {p: c["launchFirst"] for p, c in controller["pools"].items()} == {
+            p: launches_first and p == "train-h100" for p in controller["pools"]}
+        # the plan says which pools can, from the sizes the program read
+        rows = {r["pool"]: r for r in repair_section(load_stack("prod-us-east-1")[1], run)["pools"]}
+        assert rows["train-h100"]["replacement"] == ("launch first" if launches_first else "terminate first")
+        assert f"holds {5 if launches_first else 4} instances for maxNodes 4" in rows["train-h100"]["why"]
+        assert rows["infer-l40s"]["replacement"] == "terminate and launch at once"
+
+
+@pytest.mark.parametrize("nodes,expected", [(1, (100, 200)), (3, (100, 134)), (4, (100, 125)), (64, (100, 102))])
+def test_the_launch_first_policy_leaves_room_for_exactly_one_more_instance(nodes, expected):
+    from types import SimpleNamespace
+    pool = SimpleNamespace(spec=SimpleNamespace(desired_nodes=nodes))
+    low, high = pool_rules.launch_first_policy(pool)
+    assert (low, high) == expected
+    assert nodes * high // 100 >= nodes + 1 and nodes * (high - 1) // 100 < nodes + 1 or high == 200
 
 
 def test_the_controller_runs_once_on_a_system_node_as_nobody_after_its_identity(stack_runs):
@@ -85,6 +152,7 @@ def test_its_aws_rights_name_this_clusters_groups_and_the_gate_reports_only(stac
         "gpu-cloud-prod-us-east-1", p)) for p in sorted(_config(run)[0]["pools"])]
     assert sorted(statements["ReplaceAndBrakeOwnPools"]["Resource"]) == sorted(groups)
     assert statements["ReplaceAndBrakeOwnPools"]["Action"] == ["autoscaling:TerminateInstanceInAutoScalingGroup",
+                                                               "autoscaling:SetInstanceHealth",
                                                                "autoscaling:SuspendProcesses"]
     # the fast path for dead hardware: CONTINUE a termination hook of these groups, no other
     assert statements["CompleteOwnPoolsTerminationHook"]["Action"] == "autoscaling:CompleteLifecycleAction"
@@ -102,6 +170,47 @@ def test_its_metrics_are_scraped_by_the_stacks_prometheus(stack_runs):
     [monitor] = [r for r in run.of_type(SERVICE_MONITOR) if r.inputs["metadata"]["name"] == repair.NAME]
     assert monitor.inputs["metadata"]["labels"] == dict(monitoring.SELECTOR_LABELS)
     assert monitor.inputs["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_its_readiness_probe_is_the_programs_readyz_and_an_unready_controller_is_still_scraped(stack_runs):
+    """The stack asks the program's /readyz on its metrics port (jobs/node_repair.py serve_metrics: 503 while no pass
+    has read the nodes' health lately, 200 otherwise); the Service publishes the pod unready too, so Prometheus keeps
+    the errors and GpuRepairControllerDown's series; the pod starts after Prometheus, since `pulumi up` waits for it
+    to be ready."""
+    import urllib.error
+    import urllib.request
+
+    from jobs import node_repair as program
+
+    run = stack_runs["prod-us-east-1"]
+    deployment = run.one(DEPLOYMENT, "node-repair-deployment")
+    pod = deployment.inputs["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    probe = container["readinessProbe"]["httpGet"]
+    assert [p["name"] for p in container["ports"] if p["containerPort"] == repair.METRICS_PORT] == [probe["port"]]
+    ready = {"now": False}
+    server = program.serve_metrics(program.Metrics(), 0, lambda: ready["now"])
+
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}{path}", timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    try:
+        assert status(probe["path"]) == 503 and status(container["livenessProbe"]["httpGet"]["path"]) == 200
+        ready["now"] = True
+        assert status(probe["path"]) == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    service = run.one("kubernetes:core/v1:Service", "node-repair-metrics")
+    assert service.inputs["spec"]["publishNotReadyAddresses"] is True
+    assert run.one("kubernetes:helm.sh/v3:Release", "monitoring-release").urn in deployment.dependencies
+    # The pod as a whole runs as nobody under RuntimeDefault (Checkov reads the pod's context: tests/test_checkov.py).
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_dry_run_and_the_budget_come_from_the_stack():

@@ -153,6 +153,32 @@ def test_a_whole_node_job_asks_what_a_multi_node_templates_pod_asks():
     assert job(p)["spec"]["backoffLimit"] == jobset.DEFAULT_MAX_RESTARTS      # as pytorch-job's restarts
 
 
+MPS = {"mode": "mps", "replicas": 2}
+
+
+@pytest.mark.parametrize("sharing, own_shm", [(MPS, False), (TIME_SLICED, True), (None, True)])
+def test_on_mps_pools_dev_shm_is_the_mps_servers_not_the_pods(sharing, own_shm):
+    """The device plugin mounts the MPS server's shared memory at /dev/shm in every MPS client (k8s-device-plugin
+    v0.20.0 internal/plugin/mps.go lines 74-90); a pod volume there would be mounted over it (decisions/platform/
+    gpu_operator.device_plugin_mounts_shm). Other pools keep their own, in memory."""
+    manifest = job(pool("g6.12xlarge", sharing=sharing))
+    volumes = [v for v in pod(manifest)["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    mounts = [m for m in container(manifest)["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    assert (len(volumes), len(mounts)) == ((1, 1) if own_shm else (0, 0))
+    comment = job_options.mounts_comment("x", pod(manifest), container(manifest))
+    assert ("the MPS server's shared memory, mounted by the device plugin" in comment) is not own_shm
+
+
+@pytest.mark.parametrize("sharing, message", [
+    (MPS, "/dev/shm is the MPS server's shared memory on this pool, which the device plugin mounts"),
+    (None, "/dev/shm is already mounted (emptyDir 16Gi in memory)"),
+])
+def test_no_volume_takes_dev_shm(sharing, message):
+    with pytest.raises(ValueError, match="^--volume shm-claim:/dev/shm: ") as error:
+        job(pool("g6.12xlarge", sharing=sharing), volumes=[UserVolume("shm-claim", "/dev/shm")])
+    assert message in str(error.value)
+
+
 def test_scratch_is_the_jobs_share_of_a_whole_nodes():
     assert single_job.default_scratch("12739Gi", 1.0) == "12739Gi"
     assert single_job.default_scratch("12739Gi", 1 / 8) == "1592Gi"
@@ -192,7 +218,7 @@ def test_data_scratch_shm_and_a_users_claim_are_mounted():
     manifest = job(volumes=[UserVolume("models", "/models", read_only=True), UserVolume("cache", "/cache")])
     mounts = {m["mountPath"]: m for m in container(manifest)["volumeMounts"]}
     volumes = {v["name"]: v for v in pod(manifest)["volumes"]}
-    assert set(mounts) == {"/dev/shm", "/scratch", "/data", "/models", "/cache"}
+    assert set(mounts) == {"/dev/shm", "/scratch", "/data", "/nccl-traces", "/models", "/cache"}
     assert volumes[mounts["/data"]["name"]]["persistentVolumeClaim"] == {"claimName": "lustre-data"}
     assert volumes[mounts["/scratch"]["name"]]["emptyDir"] == {"sizeLimit": "100Gi"}
     assert volumes[mounts["/models"]["name"]]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
@@ -241,7 +267,7 @@ def test_env_options_are_parsed_in_order(items, expected):
 ])
 def test_bad_env_options_are_refused_naming_the_flag(item, message):
     with pytest.raises(ValueError) as error:
-        job_options.parse_env([item], job_options.TORCHRUN_ENV_PREFIXES)      # as pytorch-job parses them
+        job_options.parse_env([item], job_options.PYTORCH_JOB_ENV_PREFIXES)      # as pytorch-job parses them
     assert str(error.value).startswith(f"--env {item!r}: ") and message in str(error.value)
 
 
@@ -249,7 +275,7 @@ def test_pet_variables_are_refused_only_where_torchrun_reads_them():
     # job and mpijob (jobs/__main__.py) pass no reserved prefixes: PET_* is the user's there.
     assert job_options.parse_env(["PET_NNODES=4"]) == {"PET_NNODES": "4"}
     with pytest.raises(ValueError, match="PET_\\* variables are set by pytorch-job's own options"):
-        job_options.parse_env(["PET_NNODES=4"], job_options.TORCHRUN_ENV_PREFIXES)
+        job_options.parse_env(["PET_NNODES=4"], job_options.PYTORCH_JOB_ENV_PREFIXES)
     # CHECKPOINT_URI stays every template's own.
     with pytest.raises(ValueError, match="use --checkpoint-uri"):
         job_options.parse_env(["CHECKPOINT_URI=s3://b/x"])

@@ -139,8 +139,8 @@ def test_general_pools_count_for_both_namespaces():
 
 
 @pytest.mark.parametrize("stack,training,inference", [
-    ("prod-us-east-1", 4 * 8 + 3 * 8 + 3 * 8, 8 * 4 * 2),     # H100, A100 80GB, A100 40GB; L40S time-sliced x2
-    ("prod-eu-west-1", 4 * 8, 8 * 4 + 8 * 4),                 # p4d; two g5.12xlarge pools
+    ("prod-us-east-1", 4 * 8 + 3 * 8 + 3 * 8, 3 * 4 * 2),     # H100, A100 80GB, A100 40GB; L40S time-sliced x2
+    ("prod-eu-west-1", 4 * 8, 4 * 4 + 8 * 4),                 # p4d; two g5.12xlarge pools
     ("dev", 3 * 4, 3 * 4),                                    # one general g6.12xlarge pool: both
 ])
 def test_shipped_stacks_quotas(stack, training, inference):
@@ -213,8 +213,8 @@ def test_container_defaults_are_one_gpus_share_of_the_namespaces_smallest_node()
 
 @pytest.mark.parametrize("stack, training, inference", [
     # (CPUs, GiB, default CPU millicores, default GiB), as docs/tenancy.md lists them
-    ("prod-us-east-1", (1344, 15104, 12000, 144), (384, 3072, 12000, 96)),
-    ("prod-eu-west-1", (384, 4608, 12000, 144), (768, 3072, 12000, 48)),
+    ("prod-us-east-1", (1344, 15104, 12000, 144), (144, 1152, 12000, 96)),
+    ("prod-eu-west-1", (384, 4608, 12000, 144), (576, 2304, 12000, 48)),
     ("dev", (144, 576, 12000, 48), (144, 576, 12000, 48)),
 ])
 def test_shipped_stacks_cpu_memory_quotas_and_defaults(stack, training, inference):

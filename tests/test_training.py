@@ -161,6 +161,11 @@ def test_kueue_starts_after_the_mpijob_and_jobset_crds_and_its_custom_resources_
     assert all(probe.urn in f.dependencies for f in flavors)
     queue = run.one(KUEUE_TYPE + "ClusterQueue")
     assert {f.urn for f in flavors} | {probe.urn} <= set(queue.dependencies)
+    # The capacity blocks' check exists before the queue that names it: a check Kueue cannot find holds the queue.
+    check = run.one(KUEUE_TYPE + "AdmissionCheck")
+    assert probe.urn in check.dependencies and check.urn in queue.dependencies
+    assert check.inputs["metadata"]["name"] == kueue.ADMISSION_CHECK
+    assert check.inputs["spec"] == kueue.admission_check_spec()
     priorities = run.of_type(KUEUE_TYPE + "WorkloadPriorityClass")
     assert priorities and all(probe.urn in p.dependencies for p in priorities)
     # Both LocalQueues, `default` taking jobs without the label; once they exist, so do the priorities jobs name.
@@ -191,6 +196,7 @@ def test_one_priority_class_per_kind_of_work(run):
 
 
 @pytest.mark.parametrize("kind,plural,each", [("ResourceFlavor", "resourceflavors", None),
+                                              ("AdmissionCheck", "admissionchecks", 0),
                                               ("ClusterQueue", "clusterqueues", 1),
                                               ("LocalQueue", "localqueues", len(kueue.LOCAL_QUEUES)),
                                               ("WorkloadPriorityClass", "workloadpriorityclasses",
@@ -203,8 +209,9 @@ def test_custom_resources_validate_against_kueues_crds(run, stack_runs, kind, pl
             # A WorkloadPriorityClass has its fields beside metadata; the others under spec.
             validate_against_crd({"apiVersion": kueue.API_VERSION, "kind": kind, **resource.inputs}, schema)
             checked += 1
-    # The component's and 3 stacks': one flavor per queue pool (3 in prod-us-east-1, 1 in the others).
-    assert checked == (len(FLAVORS) + 5 if each is None else 4 * each)
+    # The component's and 3 stacks': one flavor per queue pool (3 in prod-us-east-1, 1 in the others); the capacity
+    # blocks' check in the component's alone (block-h200), no shipped stack having a block.
+    assert checked == (len(FLAVORS) + 5 if each is None else 1 if kind == "AdmissionCheck" else 4 * each)
 
 
 # --- the NCCL acceptance test's standing parts ------------------------------------------------------------
@@ -322,9 +329,10 @@ def test_objects_created_directly_are_valid_kubernetes_1_35(run, stack_runs):
 def test_every_child_is_parented_under_the_component_with_its_prefix(run):
     component = run.one("gpu-cloud:training:TrainingQueue", "training")
     children = run.children_of(component.urn)
-    # flavors, the ClusterQueue, its LocalQueues and priority classes; the judge's ConfigMap, account, Role and
-    # binding; the NVLink CronJobs; the across-node CronJob and its starter's account, Role and binding.
-    assert len(children) == len(FLAVORS) + 1 + len(kueue.LOCAL_QUEUES) + len(kueue.PRIORITY_CLASSES) + 4 \
+    # flavors, the capacity blocks' admission check, the ClusterQueue, its LocalQueues and priority classes; the
+    # judge's ConfigMap, account, Role and binding; the NVLink CronJobs; the across-node CronJob and its starter's
+    # account, Role and binding.
+    assert len(children) == len(FLAVORS) + 1 + 1 + len(kueue.LOCAL_QUEUES) + len(kueue.PRIORITY_CLASSES) + 4 \
         + len(CHECKED) + 4
     assert all(r.name.startswith("training-") for r in children)
     operators = run.one("gpu-cloud:training:TrainingOperators", "training-operators")

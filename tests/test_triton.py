@@ -24,6 +24,7 @@ from decisions.nodes import drain
 from decisions.serving import triton
 from tests.chart_values import assert_values_confirmed
 from tests.conftest import ROOT, missing, require_tool
+from tests.drain_walk import FOREVER, Client, PodTimings, walk
 from tests.loopback import LoopbackServer, QuietHandler, moto_server
 
 CATALOG = load_catalog()
@@ -426,11 +427,97 @@ def test_a_server_that_does_not_answer_is_not_ready():
     assert _run(command) != 0
 
 
-# --- drains --------------------------------------------------------------------------------------------------------
-def test_a_draining_pod_outlasts_the_nlb_and_its_own_exit_within_the_drain_contract():
-    exit_timeout = next(int(a.split("=")[1]) for a in triton.server_args() if a.startswith("--exit-timeout-secs="))
-    assert triton.PRESTOP_PAUSE_S >= triton.NLB_DEREGISTRATION_S
-    # The NLB keeps open flows until Triton has served them and closed; the kubelet kills only after both.
-    assert triton.DEREGISTRATION_DELAY_S >= triton.PRESTOP_PAUSE_S + exit_timeout
-    assert triton.TERMINATION_GRACE_S > triton.PRESTOP_PAUSE_S + exit_timeout
-    assert triton.TERMINATION_GRACE_S <= drain.WORKLOAD_MAX_GRACE_S
+# --- drains: a rollout and a node drain walked through Triton's stop order (tests/drain_walk.py) ---------------------
+HEALTH_CHECKS_S = max(triton.HEALTH_CHECK_TIMEOUTS_S.values())
+# Requests back to back, (length, first one after the connection opens): short ones; the longest the contract
+# allows, one starting just inside gRPC's longest connection age (33 s) and one just inside an HTTP client's (30 s),
+# so that each protocol's connection lives as long as it can.
+REQUESTS = [(0.7, 0), (10.99, 0), (triton.MAX_REQUEST_S, 2.99), (triton.MAX_REQUEST_S, 29.99)]
+# How a pod's end is bounded: its own grace on a rollout or scale-in; on a node drain the drainer's limit too (NTH
+# evicts with each pod's grace and gives up at its node grace; cluster-autoscaler at max-graceful-termination-sec).
+ENDS = {"rollout": triton.TERMINATION_GRACE_S,
+        "node drain (termination handler)": min(triton.TERMINATION_GRACE_S, drain.NTH_NODE_TERMINATION_GRACE_S),
+        "scale-down drain (cluster-autoscaler)": min(triton.TERMINATION_GRACE_S, drain.WORKLOAD_MAX_GRACE_S)}
+
+
+def shipped(kill_s: float = triton.TERMINATION_GRACE_S) -> PodTimings:
+    """The pod as decisions/serving/triton.py makes it (tests/test_inference.py holds the pod spec to these)."""
+    return PodTimings(prestop_s=triton.PRESTOP_PAUSE_S, exit_timeout_s=triton.EXIT_TIMEOUT_S, kill_s=kill_s,
+                      deregistration_delay_s=triton.DEREGISTRATION_DELAY_S, terminate_connections=True,
+                      grpc_max_age_s=triton.MAX_CONNECTION_AGE_S, grpc_age_grace_s=triton.MAX_REQUEST_S,
+                      health_check_s=HEALTH_CHECKS_S, grpc_age_jitter=triton.GRPC_AGE_JITTER)
+
+
+def within_contract(request_s: float, first_after_s: float = 0):
+    """A gRPC client (Triton ends its connections) and an HTTP client that closes its own at the contract's age."""
+    return [Client("grpc", "grpc", request_s, first_after_s=first_after_s),
+            Client("http", "http", request_s, triton.MAX_CONNECTION_AGE_S, first_after_s)]
+
+
+def causes(result):
+    return {(loss.client, loss.by) for loss in result.lost}
+
+
+@pytest.mark.parametrize("end", ENDS)
+@pytest.mark.parametrize("request_s, first_after_s", REQUESTS)
+@pytest.mark.parametrize("deregistered_s", [0, triton.CONTROLLER_MARGIN_S])
+def test_a_rollout_or_a_node_drain_loses_no_request_of_clients_within_the_contract(end, request_s, first_after_s,
+                                                                                   deregistered_s):
+    result = walk(shipped(ENDS[end]), within_contract(request_s, first_after_s), deregistered_s=deregistered_s,
+                  new_flows_s=triton.NLB_DEREGISTRATION_S)
+    assert result.lost == []
+    # Every client connection had closed by SIGTERM: only the pod's own checks held Triton's HTTP stop, and Triton
+    # exited by itself, its sidecars after it, before anything was killed.
+    assert result.http_closed_s == result.sigterm_s + HEALTH_CHECKS_S
+    assert result.exited_s + triton.SIDECAR_STOP_S <= ENDS[end] <= drain.WORKLOAD_MAX_GRACE_S
+
+
+def test_the_timings_before_issue_40_lost_requests_in_flight_on_both_protocols():
+    """A 130 s pause, a 30 s budget, a 160 s deregistration delay without connection termination, no connection age:
+    an HTTP client's keep-alive connection holds Triton's HTTP stop for the whole budget, gRPC gets nothing left."""
+    before = PodTimings(prestop_s=130, exit_timeout_s=30, kill_s=170, deregistration_delay_s=160,
+                        terminate_connections=False, grpc_max_age_s=None, grpc_age_grace_s=FOREVER,
+                        health_check_s=HEALTH_CHECKS_S)
+    result = walk(before, [Client("grpc", "grpc", 6.5), Client("keep-alive", "http", 6.5)], deregistered_s=10,
+                  new_flows_s=triton.NLB_DEREGISTRATION_S)
+    assert result.http_closed_s == result.exited_s == result.sigterm_s + 30
+    assert causes(result) == {("grpc", "Triton's exit"), ("keep-alive", "Triton's HTTP stop")}
+
+
+def test_a_client_that_keeps_an_http_connection_open_loses_its_own_request_and_nobody_elses():
+    """Outside the contract: the NLB closes the connection when the deregistration delay ends, with whatever is in
+    flight on it, so it no longer holds Triton's stop and gRPC loses nothing."""
+    result = walk(shipped(), [Client("grpc", "grpc", 10.99), Client("keep-alive", "http", 10.99)],
+                  deregistered_s=triton.CONTROLLER_MARGIN_S, new_flows_s=triton.NLB_DEREGISTRATION_S)
+    assert causes(result) == {("keep-alive", "the NLB's connection termination")}
+    assert result.http_closed_s == result.sigterm_s + HEALTH_CHECKS_S
+
+
+def test_the_contract_rests_on_the_nlbs_measured_two_minutes_of_new_flows():
+    """The one figure AWS does not publish: a new flow one second later than measured outlives the deregistration
+    delay and is closed with a request in flight."""
+    clients = [Client("grpc", "grpc", triton.MAX_REQUEST_S, first_after_s=2.99)]
+    kept = walk(shipped(), clients, deregistered_s=10, new_flows_s=triton.NLB_DEREGISTRATION_S)
+    late = walk(shipped(), clients, deregistered_s=10, new_flows_s=triton.NLB_DEREGISTRATION_S + 1)
+    assert kept.lost == [] and causes(late) == {("grpc", "the NLB's connection termination")}
+
+
+def test_on_spot_the_node_goes_before_the_pause_ends_and_takes_what_is_in_flight():
+    """EC2 takes a spot node 120 s after its warning and the pod learns of it about 30 s in (decisions/nodes/drain.py):
+    the pod never gets SIGTERM. docs/inference.md says so."""
+    result = walk(shipped(kill_s=drain.SPOT_CHECKPOINT_BUDGET_S), within_contract(6.5), deregistered_s=10,
+                  new_flows_s=triton.NLB_DEREGISTRATION_S)
+    assert result.sigterm_s is None and {by for _, by in causes(result)} == {"killed"}
+
+
+def test_the_inference_page_states_the_timings_the_code_sets():
+    page = " ".join((ROOT / "docs/inference.md").read_text().split())
+    assert (f"the pod keeps serving for {triton.PRESTOP_PAUSE_S} s (a `preStop` sleep): "
+            f"{triton.CONTROLLER_MARGIN_S} s for the controller, {triton.NLB_DEREGISTRATION_S} s of new flows, "
+            f"{triton.CONNECTION_LIFETIME_S} s for the last of them to close") in page
+    assert f"deregistration delay, {triton.DEREGISTRATION_DELAY_S} s, ends with it" in page
+    assert f"Triton's {triton.EXIT_TIMEOUT_S} s budget covers them ({HEALTH_CHECKS_S} s" in page
+    assert f"pod's grace, {triton.TERMINATION_GRACE_S} s" in page
+    assert f"deregistration delay {triton.DEREGISTRATION_DELAY_S} s, after which it closes" in page
+    assert (f"Triton ends each gRPC connection {triton.MAX_CONNECTION_AGE_S} s after it opens" in page
+            and f"No request lasts longer than {triton.MAX_REQUEST_S} s" in page)

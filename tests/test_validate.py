@@ -21,9 +21,26 @@ def valid_config():
             {"name": "infer", "instanceTypes": ["g6e.12xlarge"], "capacity": "spot", "efa": False,
              "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "inference"},
         ],
-        "inference": {"triton": {"enabled": True, "pool": "infer", "modelRepository": "s3://models/triton"}},
+        # 8 replicas (10 in a rollout) fill 3 nodes of 4 GPUs, and one more drains: the infer pool's maxNodes 4
+        "inference": {"triton": {"enabled": True, "pool": "infer", "modelRepository": "s3://models/triton",
+                                 "maxReplicas": 8}},
         "dr": {"role": "none"},
     }
+
+
+def test_a_type_not_in_the_catalog_gets_no_did_you_mean():
+    config = valid_config()
+    config["nodePools"][1]["instanceTypes"] = ["g6e.4xlarge"]
+    with pytest.raises(ConfigError) as raised:
+        load(config)
+    (issue,) = [i for i in raised.value.issues if i.path == "gpu-cloud:nodePools[1].instanceTypes[0]"]
+    assert "did you mean" not in issue.message
+
+
+def test_a_slash_8_public_range_is_accepted():
+    config = valid_config()
+    config["cluster"]["publicAccessCidrs"] = ["44.0.0.0/8"]
+    assert load(config).cluster.public_access_cidrs == ("44.0.0.0/8",)
 
 
 def test_private_paths_that_reach_the_endpoint_are_accepted():
@@ -110,7 +127,18 @@ MISTAKES = [
     ("public path, no CIDRs", setter(["cluster", "publicAccessCidrs"], []), "gpu-cloud:cluster.publicAccessCidrs",
      "deployerAccess is public"),
     ("documentation range", setter(["cluster", "publicAccessCidrs"], ["203.0.113.0/24"]), "gpu-cloud:cluster.publicAccessCidrs[0]",
-     "documentation-only range"),
+     "203.0.113.0/24 is inside 203.0.113.0/24, a documentation-only range (RFC 5737)"),
+    # 0.0.0.0/0 overlaps the documentation ranges but is inside none of them: refused for its width, by key
+    ("the whole Internet", setter(["cluster", "publicAccessCidrs"], ["198.18.0.0/24", "0.0.0.0/0"]),
+     "gpu-cloud:cluster.publicAccessCidrs[1]", "0.0.0.0/0 opens the public endpoint to the whole Internet"),
+    ("half the Internet", setter(["cluster", "publicAccessCidrs"], ["0.0.0.0/1"]), "gpu-cloud:cluster.publicAccessCidrs[0]",
+     "0.0.0.0/1 opens the public endpoint to 1/2 of the Internet (2,147,483,648 addresses), wider than /8"),
+    ("one step wider than /8", setter(["cluster", "publicAccessCidrs"], ["44.0.0.0/7"]),
+     "gpu-cloud:cluster.publicAccessCidrs[0]", "wider than /8"),
+    ("private range on the public endpoint", setter(["cluster", "publicAccessCidrs"], ["10.20.0.0/16"]),
+     "gpu-cloud:cluster.publicAccessCidrs[0]", "inside 10.0.0.0/8, a private range (RFC 1918)"),
+    ("loopback on the private endpoint", lambda c: c["cluster"].update(privateAccessCidrs=["127.0.0.1/32"]),
+     "gpu-cloud:cluster.privateAccessCidrs[0]", "inside 127.0.0.0/8, loopback"),
     ("private path, nobody admitted", setter(["cluster", "deployerAccess"], "private"), "gpu-cloud:cluster.privateAccessCidrs",
      "nothing outside the nodes may reach the private endpoint"),
     ("private CIDR without a route", lambda c: c["cluster"].update(deployerAccess="private", privateAccessCidrs=["10.200.0.0/24"]),
@@ -141,6 +169,21 @@ MISTAKES = [
     ("empty node pool list", setter(["nodePools"], []), "gpu-cloud:nodePools", "non-empty list"),
     ("misspelt instance type", lambda c: pool(1)(c)["instanceTypes"].__setitem__(0, "g6e.12xlarg"), "gpu-cloud:nodePools[1].instanceTypes[0]", "did you mean g6e.12xlarge"),
     ("type not offered in region", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarge"]), "gpu-cloud:nodePools[1].instanceTypes[0]", "not offered in eu-west-1", "eu-west-1"),
+    # the refusal names the snapshot it rests on and its date, and where to add an offer AWS made since
+    ("type not offered as of the snapshot", lambda c: pool(1)(c).update(instanceTypes=["g6.2xlarge"]),
+     "gpu-cloud:nodePools[1].instanceTypes[0]", "g6.2xlarge is not offered in eu-west-1 as of the catalog's snapshot "
+     "(skypilot-org/skypilot-catalog@27f67dd4", "eu-west-1"),
+    ("snapshot date and how to add", lambda c: pool(1)(c).update(instanceTypes=["g6.2xlarge"]),
+     "gpu-cloud:nodePools[1].instanceTypes[0]", ', 2025-H1); types offered there: ', "eu-west-1"),
+    # a type the catalog does not list is unknown to its source at its date, not a typo of a neighbour
+    ("type not in the catalog", lambda c: pool(1)(c).update(instanceTypes=["g6e.4xlarge"]),
+     "gpu-cloud:nodePools[1].instanceTypes[0]", "'g6e.4xlarge' is not in the catalog (EC2 DescribeInstanceTypes as "
+     "generated into aws/karpenter-provider-aws v1.14.1"),
+    ("type not in the catalog, how to add it", lambda c: pool(1)(c).update(instanceTypes=["g6e.4xlarge"]),
+     "gpu-cloud:nodePools[1].instanceTypes[0]", ', 2026-07/08): to add it, see docs/how-to.md "Add an instance type"'),
+    ("misspelt type", lambda c: pool(1)(c).update(instanceTypes=["g6e.12xlarg"]),
+     "gpu-cloud:nodePools[1].instanceTypes[0]", 'to add it, see docs/how-to.md "Add an instance type"; did you mean '
+     "g6e.12xlarge?"),
     ("pool name not DNS-1123", lambda c: pool(1)(c).update(name="Infer_Pool"), "gpu-cloud:nodePools[1].name", "DNS-1123"),
     ("duplicate pool name", lambda c: pool(1)(c).update(name="train"), "gpu-cloud:nodePools[1].name", "already used by nodePools[0]"),
     ("unknown capacity type", lambda c: pool(1)(c).update(capacity="preemptible"), "gpu-cloud:nodePools[1].capacity", "'on-demand', 'spot', 'reserved' or 'capacity-block'"),
@@ -195,7 +238,7 @@ MISTAKES = [
     ("Lustre throughput not offered", setter(["storage"], {"lustre": {"capacityGiB": 2400, "throughputPerTiB": 300}}), "gpu-cloud:storage.lustre.throughputPerTiB", "125, 250, 500 or 1000"),
     ("Lustre import path not S3", setter(["storage"], {"lustre": {"capacityGiB": 1200, "importPath": "/data"}}), "gpu-cloud:storage.lustre.importPath", "s3://"),
     ("Triton on a training pool", setter(["inference", "triton", "pool"], "train"), "gpu-cloud:inference.triton.pool", "not an inference pool"),
-    ("Triton min above max", setter(["inference", "triton", "minReplicas"], 9), "gpu-cloud:inference.triton", "minReplicas 9 > maxReplicas 4"),
+    ("Triton min above max", setter(["inference", "triton", "minReplicas"], 9), "gpu-cloud:inference.triton", "minReplicas 9 > maxReplicas 8"),
     ("alert temperature out of range", setter(["monitoring"], {"alerts": {"gpuTempC": 150}}), "gpu-cloud:monitoring.alerts.gpuTempC", "less than or equal to 110"),
     ("NVLink check schedule not cron", setter(["training"], {"nvlinkCheckSchedule": "weekly"}), "gpu-cloud:training.nvlinkCheckSchedule", "'weekly' is not a five-field cron schedule"),
     ("across-node check schedule not cron", setter(["training"], {"acrossNodeCheckSchedule": "0 6 * *"}), "gpu-cloud:training.acrossNodeCheckSchedule", "'0 6 * *' is not a five-field cron schedule such as '0 6 * * 0'"),
@@ -239,7 +282,7 @@ def test_mps_needs_a_gpu_of_compute_capability_7_5_or_newer():
     volta = catalog.gpus["L40S"].model_copy(update={"architecture": "volta"})
     catalog = catalog.model_copy(update={"gpus": {**catalog.gpus, "L40S": volta}})
     config = valid_config()
-    config["nodePools"][1]["gpuSharing"] = {"mode": "mps", "replicas": 4}
+    config["nodePools"][1].update(gpuSharing={"mode": "mps", "replicas": 4}, maxNodes=2)   # 16 slots: Triton's 2 nodes
     with pytest.raises(ConfigError) as raised:
         load_stack_spec(config, stack="test", region="us-east-1", catalog=catalog)
     (issue,) = raised.value.issues
@@ -284,6 +327,7 @@ def test_all_mistakes_are_reported_at_once():
 def test_a_pool_of_exactly_64_nodes_is_accepted():
     config = valid_config()
     config["nodePools"][1].update(maxNodes=64)
+    config["inference"]["triton"]["enabled"] = False       # Triton's own pool is held to what its replicas reach
     assert load(config).pools[1].spec.max_nodes == 64
 
 
@@ -342,7 +386,8 @@ def test_valid_config_resolves_defaults_and_catalog_facts():
 
 def test_types_of_one_node_shape_share_a_pool():
     config = valid_config()
-    config["nodePools"][1]["instanceTypes"] = ["p5en.48xlarge", "p5e.48xlarge"]     # 8 x H200 141 GB, 192 vCPU, 2 TiB
+    config["nodePools"][1].update(instanceTypes=["p5en.48xlarge", "p5e.48xlarge"],   # 8 x H200 141 GB, 192 vCPU, 2 TiB
+                                  maxNodes=3)                                        # all Triton reaches on 8 GPUs
     assert [t.name for t in load(config).pools[1].types] == ["p5en.48xlarge", "p5e.48xlarge"]
 
 
@@ -517,7 +562,7 @@ def test_tags_the_triton_load_balancer_cannot_carry_are_config_errors(tags, prob
 def test_install_refuses_the_types_the_ami_runs_on_the_proprietary_module(itype, refused):
     config = valid_config()
     config["gpuDriver"] = {"source": "install"}
-    config["nodePools"][1]["instanceTypes"] = [itype]
+    config["nodePools"][1].update(instanceTypes=[itype], maxNodes=3)    # Triton reaches 3 nodes of 8 GPUs, 4 of 4
     if not refused:
         assert load(config).pools[1].primary_type.name == itype
         return
@@ -640,3 +685,46 @@ def test_every_key_the_models_allow_is_in_the_configuration_reference():
             "storage.lustre.capacityGiB", "alertWebhookUrl"} <= set(keys)
     assert [key for key in keys if not documented(page, key)] == []
     assert not documented("`nodePools[]` fields:\n| `name` | x |\n", "nodePools.commitment.type")
+
+
+# --- Triton's pool: no larger than Triton can make it (decisions/nodes/autoscaling.reachable_nodes) -----------------
+@pytest.mark.parametrize("replicas, pods", [(1, 2), (4, 5), (8, 10), (10, 13)])
+def test_a_rollout_runs_a_quarter_more_pods_rounded_up(replicas, pods):
+    from decisions.nodes import autoscaling
+    assert autoscaling.rollout_pods(replicas) == pods
+
+
+@pytest.mark.parametrize("min_nodes, max_replicas, slots, reachable", [
+    (2, 8, 8, 3),      # prod-us-east-1: 10 pods fill 2 nodes of 8 slots, one more drains (not 2: surge and drain)
+    (1, 8, 4, 4),      # prod-eu-west-1: 10 pods fill 3 nodes of 4 (8 alone would fill 2)
+    (0, 10, 4, 5),     # 13 pods (the surge rounds up from 2.5) fill 4 nodes of 4, not 3
+    (0, 1, 1, 3),      # 2 pods, one slot a node: 2, one more drains
+    (5, 8, 8, 5),      # minNodes above what the replicas fill
+])
+def test_the_nodes_triton_can_reach(min_nodes, max_replicas, slots, reachable):
+    from decisions.nodes import autoscaling
+    assert autoscaling.reachable_nodes(min_nodes, max_replicas, slots) == reachable
+
+
+def test_tritons_pool_may_reach_exactly_what_triton_can_ask_for():
+    # the infer pool: 4 L40S a node; maxReplicas 8 (10 pods in a rollout) fill 3 nodes, and one drains: 4
+    assert load(valid_config()).pools[1].spec.max_nodes == 4
+    (issue,) = issues_of(lambda c: c["nodePools"][1].update(maxNodes=5))
+    assert issue.path == "gpu-cloud:nodePools[1].maxNodes"
+    assert issue.message.startswith("5 is more than Triton's pool can ever grow to, 4: ")
+    assert "maxReplicas 8 (10 pods during a rollout), one GPU slot each of the 4 a node has, fill 3 node(s)" in \
+        issue.message and "Set maxNodes to 4" in issue.message
+
+
+def test_minnodes_that_hold_more_than_triton_asks_for_are_the_pools_reach():
+    (issue,) = issues_of(lambda c: c["nodePools"][1].update(minNodes=5, desiredNodes=5, maxNodes=6))
+    assert issue.path == "gpu-cloud:nodePools[1].maxNodes"
+    assert "6 is more than Triton's pool can ever grow to, 5" in issue.message and "minNodes is 5" in issue.message
+
+
+def test_an_inference_pool_triton_does_not_run_on_is_sized_freely():
+    config = valid_config()
+    config["nodePools"].append({"name": "infer-spare", "instanceTypes": ["g6e.12xlarge"], "capacity": "spot",
+                                "efa": False, "minNodes": 0, "desiredNodes": 0, "maxNodes": 8,
+                                "workload": "inference"})
+    assert load(config).pools[2].spec.max_nodes == 8

@@ -170,8 +170,8 @@ def test_a_reservation_larger_than_max_nodes_is_read_billed_in_full_and_budgeted
 
     mock, _ = account()
     mock.reservations[RESERVATION]["InstanceCount"] = 8      # maxNodes is 4
-    # prod's budget is $450/hour: the 8 reserved p5 ($440.32) and the other pools at maxNodes come to $598.37
-    assert ("gpu-cloud:budget.maxHourlyUsd: GPU pools at maxNodes cost $598.37/hour, above the budget $450.00/hour"
+    # prod's budget is $450/hour: the 8 reserved p5 ($440.32) and the other pools at maxNodes come to $545.90
+    assert ("gpu-cloud:budget.maxHourlyUsd: GPU pools at maxNodes cost $545.90/hour, above the budget $450.00/hour"
             in config_error(mock=mock))
     run = run_stack(STACK, {"gpu-cloud:budget": {"maxHourlyUsd": 600}}, account=mock)
     assert run.outputs["reservations"][RESERVATION]["instanceCount"] == 8
@@ -203,13 +203,13 @@ def test_the_offline_plan_prices_a_capacity_block_upfront_for_the_term_it_read()
     # 14 days: $39.33 x 4 instances x 336 hours, once; the run rate keeps only the other pools and fixed costs
     assert (block["hours"], block["total"], section["upfront"]["total"]) == (336, 52859.52, 52859.52)
     assert section["committed"]["hourly"] == 0 and section["gpuPools"]["hourlyAtMax"] == round(
-        3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 8 * 10.49264, 4)
+        3 * 27.44705 * 0.5 + 3 * 21.957642 * 0.5 + 3 * 10.49264, 4)
     assert "was current until 2025-01-01" in section["stale"][0]
     lines = _cost_table(section)
     assert any(line.split()[:3] == ["train-h100", "capacity-block", "(upfront)"] and line.split()[-3:] == ["upfront"] * 3
                for line in lines)
     # the budget line counts the block at its hourly rate while it runs, as the budget check does
-    assert f"  budget: $450.00/hour for GPU pools at maxNodes (now ${4 * 39.33 + 158.05:,.2f})" in lines
+    assert f"  budget: $450.00/hour for GPU pools at maxNodes (now ${4 * 39.33 + 105.58:,.2f})" in lines
     assert f"  train-h100  p5.48xlarge    4          $39.33     {OFFLINE_BLOCK_START}  {OFFLINE_BLOCK_END}  336    " \
            "$52,859.52" in lines
     assert "  upfront total: $52,859.52" in lines

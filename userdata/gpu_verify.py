@@ -2,7 +2,7 @@
 """gpu-cloud node verifier: checks a GPU node against what its instance type promises.
 
 The gate runs it at every boot, before the kubelet starts, and admits the node only when the verdict is
-"pass" (--mode boot). A timer runs it again every minute while the node works (--mode runtime), with
+"pass" (--mode boot). A timer runs it again every 30 seconds while the node works (--mode runtime), with
 the checks a running workload does not disturb. Both read the kernel log of the current boot, so a
 fatal XID or SXid stays a fault until the node reboots (as DCGM's last-XID field does until the driver
 reloads): a reboot or a replacement is what clears it.

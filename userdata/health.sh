@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-cloud run-time health check, run by gpu-cloud-health.service every minute on every GPU node. The gate's
+# gpu-cloud run-time health check, run by gpu-cloud-health.service every 30 seconds on every GPU node. The gate's
 # verifier in --mode runtime: the same fault table, the checks a running workload does not disturb. It writes
 # gpu_cloud_node_health_* into node-exporter's textfile collector (alerts, the repair controller) and the report to
 # /var/lib/gpu-cloud/health.json. A fault is not the unit's failure: exit 0 whenever the verifier gave a verdict.

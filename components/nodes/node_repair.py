@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import FrozenSet, Optional, Sequence, Tuple
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -18,9 +18,9 @@ import pulumi_kubernetes as kubernetes
 from components.cluster import SYSTEM_NODE_LABELS
 from components.iam import ServiceAccountRole, ServiceAccountRoleArgs, policy_document
 from components.monitoring import service_monitor
-from components.platform.pod_security import security_context
+from components.platform.pod_security import pod_security_context, security_context
 from decisions.config.validate import ResolvedPool
-from decisions.nodes import repair
+from decisions.nodes import capacity_blocks, repair
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.pods import system_tolerations
 from decisions.observability import monitoring
@@ -45,6 +45,9 @@ class NodeRepairArgs:
     reports_bucket_arn: pulumi.Input[str]
     reports_key_arn: pulumi.Input[str]
     monitoring: pulumi.Resource               # the monitoring release: Prometheus and the ServiceMonitor CRD
+    launch_first: FrozenSet[str] = frozenset()  # pools whose replacements launch first (pools.launches_first)
+    # The capacity-block pools with their end (decisions.nodes.capacity_blocks.blocks): closed before they end.
+    capacity_blocks: Tuple[capacity_blocks.Block, ...] = ()
 
 
 class NodeRepair(pulumi.ComponentResource):
@@ -54,14 +57,18 @@ class NodeRepair(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeRepairArgs, opts: Optional[pulumi.ResourceOptions] = None):
         # Plain decisions first: a bad argument fails before anything is registered.
         asg_names = [pool_rules.asg_name(args.cluster_name_plain, pool.name) for pool in args.pools]
-        config = pulumi.Output.from_input(args.reports_bucket).apply(lambda bucket: repair.config_json(
-            repair.controller_config(cluster_name=args.cluster_name_plain, region=args.region,
-                                     partition=args.partition, pools=args.pools, dry_run=args.dry_run,
-                                     max_per_hour=args.max_per_pool_per_hour, reports_bucket=bucket)))
+        blocks = capacity_blocks.controller_additions(
+            args.capacity_blocks, cluster_name=args.cluster_name_plain, region=args.region, partition=args.partition,
+            account_id=args.account_id, dns_suffix=repair.dns_suffix(args.partition))
+        config = pulumi.Output.from_input(args.reports_bucket).apply(lambda bucket: repair.config_json({
+            **repair.controller_config(cluster_name=args.cluster_name_plain, region=args.region,
+                                       partition=args.partition, pools=args.pools, dry_run=args.dry_run,
+                                       max_per_hour=args.max_per_pool_per_hour, reports_bucket=bucket,
+                                       launch_first=args.launch_first), **blocks.config}))
         policy = pulumi.Output.all(args.reports_bucket_arn, args.reports_key_arn).apply(
             lambda arns: policy_document(*repair.iam_statements(
                 partition=args.partition, region=args.region, account_id=args.account_id, asg_names=asg_names,
-                reports_bucket_arn=arns[0], reports_key_arn=arns[1])))
+                reports_bucket_arn=arns[0], reports_key_arn=arns[1]), *blocks.iam_statements))
 
         super().__init__("gpu-cloud:node_repair:NodeRepair", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -76,7 +83,8 @@ class NodeRepair(pulumi.ComponentResource):
         cluster_role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-cluster-role", metadata=metadata(repair.NAME, None),
             rules=[kubernetes.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"],
-                                                     verbs=r["verbs"]) for r in repair.CLUSTER_RULES], opts=child)
+                                                     verbs=r["verbs"])
+                   for r in (*repair.CLUSTER_RULES, *blocks.cluster_rules)], opts=child)
         role = kubernetes.rbac.v1.Role(
             f"{name}-role", metadata=metadata(repair.NAME),
             rules=[kubernetes.rbac.v1.PolicyRuleArgs(api_groups=r["apiGroups"], resources=r["resources"],
@@ -97,12 +105,16 @@ class NodeRepair(pulumi.ComponentResource):
             data=config.apply(lambda text: {**repair.program_files(), repair.CONFIG_KEY: text}), opts=child)
 
         http = kubernetes.core.v1.HTTPGetActionArgs(path="/healthz", port="metrics")
+        # Ready while its loop works: a pass that read the nodes' health began within a few intervals
+        # (jobs/node_repair.py READY_INTERVALS), so `kubectl get pods` and `pulumi up` see a controller that cannot act.
+        ready = kubernetes.core.v1.HTTPGetActionArgs(path="/readyz", port="metrics")
         container = kubernetes.core.v1.ContainerArgs(
             name="controller", image=repair.IMAGE, command=["python3", f"{MOUNT}/node_repair.py"],
             env=[kubernetes.core.v1.EnvVarArgs(name="CONFIG", value=f"{MOUNT}/{repair.CONFIG_KEY}"),
                  kubernetes.core.v1.EnvVarArgs(name="PYTHONDONTWRITEBYTECODE", value="1")],
             ports=[kubernetes.core.v1.ContainerPortArgs(name="metrics", container_port=repair.METRICS_PORT)],
             liveness_probe=kubernetes.core.v1.ProbeArgs(http_get=http, period_seconds=30, failure_threshold=3),
+            readiness_probe=kubernetes.core.v1.ProbeArgs(http_get=ready, period_seconds=10),
             resources=kubernetes.core.v1.ResourceRequirementsArgs(requests={"cpu": "50m", "memory": "96Mi"},
                                                                    limits={"memory": "256Mi"}),
             # It keeps its service-account token: it calls the API (decisions/platform/pod_security.API_CALLERS).
@@ -121,18 +133,23 @@ class NodeRepair(pulumi.ComponentResource):
                         annotations={"gpu-cloud.io/program": program.data.apply(_digest)}),
                     spec=kubernetes.core.v1.PodSpecArgs(
                         service_account_name=repair.NAME, containers=[container], node_selector=SYSTEM_NODE_LABELS,
+                        security_context=pod_security_context(pod_security.pod_security_context(RUN_AS)),
                         # the system nodes' taint (decisions/nodes/pods.py)
                         tolerations=[kubernetes.core.v1.TolerationArgs(**t) for t in system_tolerations()],
                         volumes=[kubernetes.core.v1.VolumeArgs(
                             name="program", config_map=kubernetes.core.v1.ConfigMapVolumeSourceArgs(
                                 name=program.metadata.name, default_mode=0o444))]))),
-            # Pod Identity hands out credentials only to pods admitted after the association exists.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[identity, account, program, *bindings]))
+            # Pod Identity hands out credentials only to pods admitted after the association exists. After Prometheus:
+            # the pod is ready only once a pass has read it, and `pulumi up` waits for a ready pod.
+            opts=pulumi.ResourceOptions(parent=self,
+                                        depends_on=[identity, account, program, *bindings, args.monitoring]))
 
         metrics = kubernetes.core.v1.Service(
             f"{name}-metrics", metadata=metadata(repair.NAME),
-            spec=kubernetes.core.v1.ServiceSpecArgs(selector=APP_LABELS, ports=[kubernetes.core.v1.ServicePortArgs(
-                name="metrics", port=repair.METRICS_PORT, target_port="metrics", protocol="TCP")]), opts=child)
+            # An unready controller is scraped still: its errors and GpuRepairControllerDown are what explain it.
+            spec=kubernetes.core.v1.ServiceSpecArgs(
+                selector=APP_LABELS, publish_not_ready_addresses=True, ports=[kubernetes.core.v1.ServicePortArgs(
+                    name="metrics", port=repair.METRICS_PORT, target_port="metrics", protocol="TCP")]), opts=child)
         service_monitor(f"{name}-service-monitor", repair.NAME, repair.NAMESPACE,
                         monitoring.service_monitor_spec(repair.NAMESPACE, APP_LABELS, "metrics"),
                         opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring, metrics]))

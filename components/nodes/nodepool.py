@@ -28,10 +28,10 @@ from decisions.nodes import pools as pool_rules
 from decisions.nodes.amis import NodeImage
 from decisions.nodes.drain import ASG_DELETE_TIMEOUT_S, DRAIN_HOOK_NAME, LIFECYCLE_DRAIN_TIMEOUT_S, NTH_MANAGED_TAG
 from decisions.nodes.efa import interface_layout
+from decisions.nodes.scratch import ROOT_VOLUME_GIB
 from decisions.storage import lustre as lustre_rules
 from userdata.render import NodeBootstrap, Taint, build_verifier_artifact, render_user_data
 
-ROOT_VOLUME_GIB = 500            # GPU container images (CUDA, NCCL, framework) run to tens of GB each
 NODE_MANAGED_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEC2ContainerRegistryPullOnly",
@@ -114,6 +114,8 @@ class NodePoolArgs:
     # its pods mount FSx for Lustre (decisions.storage.lustre.mounts_lustre)
     lustre_client: bool
     instance_tags: Mapping[str, str]                   # the stack's tags, for instances, volumes and the ASG
+    # its replacements launch before the instance they replace terminates (decisions.nodes.pools.launches_first)
+    launch_first: bool = False
     depends_on: Sequence[pulumi.Resource] = field(default_factory=tuple)
 
 
@@ -201,13 +203,14 @@ class GpuNodePool(pulumi.ComponentResource):
         # Spot pools, and pools of several types, need a mixed-instances policy; the others use the template.
         mixed = pool.spec.capacity == "spot" or len(pool.types) > 1
         refresh = pool_rules.refresh_preferences(pool)
+        policy = pool_rules.launch_first_policy(pool)
         hook_timeout = boot.verify_hook_timeout(args.image.source)
         # Warmup and grace start at InService, after the gate's CONTINUE: they cover registration to GPUs, not the gate.
         ready = boot.node_ready_seconds()
         hooks = {boot.VERIFY_HOOK_NAME: ("autoscaling:EC2_INSTANCE_LAUNCHING", "ABANDON", hook_timeout),
                  DRAIN_HOOK_NAME: ("autoscaling:EC2_INSTANCE_TERMINATING", "CONTINUE", LIFECYCLE_DRAIN_TIMEOUT_S)}
         # at most 50 (decisions/config/validate.py)
-        tags = preflight.asg_tags(pool, args.cluster_name, args.instance_tags)
+        tags = preflight.asg_tags(pool, args.cluster_name, args.instance_tags, args.nvme_scratch)
         self.asg = aws.autoscaling.Group(
             f"{name}-asg",
             name=self.asg_name,
@@ -228,6 +231,9 @@ class GpuNodePool(pulumi.ComponentResource):
                     min_healthy_percentage=refresh.min_healthy_percentage,
                     max_healthy_percentage=refresh.max_healthy_percentage,
                     skip_matching=True, instance_warmup=str(ready))),
+            # A replacement launches into the reservation's spare slot first; the group's default otherwise.
+            instance_maintenance_policy=aws.autoscaling.GroupInstanceMaintenancePolicyArgs(
+                min_healthy_percentage=policy[0], max_healthy_percentage=policy[1]) if args.launch_first else None,
             health_check_type="EC2",
             health_check_grace_period=ready,
             # Nodes pass the verification hook on their own schedule (up to the hook timeout, longer for a

@@ -6,7 +6,8 @@ before the team namespaces, which depend on them: a destroy then deletes the nam
 so the Workloads teams left behind lose their finalizers and the namespaces finish deleting (Kueue's CRDs go
 with its chart).
 
-`TrainingQueue`: one ResourceFlavor per pool of the queue, the `training` ClusterQueue over them, its LocalQueues
+`TrainingQueue`: one ResourceFlavor per pool of the queue, the AdmissionCheck on the capacity blocks' flavors where the
+stack has a block, the `training` ClusterQueue over them, its LocalQueues
 in the training namespace (`training`, and `default` for jobs without the label), the WorkloadPriorityClasses jobs
 may pick, and the NCCL acceptance test's standing parts (the judge's ConfigMap and
 service account, one NVLink-check CronJob per NVLink pool, and on EFA pools that keep two nodes a CronJob that starts
@@ -160,6 +161,7 @@ class TrainingQueue(pulumi.ComponentResource):
     (resourceflavor_controller.go lines 107-117), which the ClusterQueue's dependency on its flavors orders.
     The Kubernetes provider comes from the caller (`opts.providers["kubernetes"]`); children inherit it."""
     flavors: Dict[str, kubernetes.apiextensions.CustomResource]
+    admission_check: Optional[kubernetes.apiextensions.CustomResource]
     cluster_queue: kubernetes.apiextensions.CustomResource
     local_queues: Dict[str, kubernetes.apiextensions.CustomResource]
     priority_classes: Dict[str, KubernetesObject]
@@ -184,9 +186,14 @@ class TrainingQueue(pulumi.ComponentResource):
             "apiVersion": kueue.API_VERSION, "kind": "WorkloadPriorityClass",
             "metadata": kubernetes.meta.v1.ObjectMetaArgs(name=priority.name), "value": priority.value,
             "description": priority.description}, after_kueue) for priority in args.priority_classes}
+        # The capacity blocks' check (decisions/nodes/capacity_blocks.py), before the ClusterQueue that names it.
+        self.admission_check = self._custom(
+            f"{name}-admission-check", "AdmissionCheck", kueue.ADMISSION_CHECK, kueue.admission_check_spec(),
+            after_kueue) if kueue.block_flavors(args.flavors) else None
         self.cluster_queue = self._custom(
             f"{name}-cluster-queue", "ClusterQueue", kueue.CLUSTER_QUEUE, queue_spec,
-            pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready, *self.flavors.values()]))
+            pulumi.ResourceOptions(parent=self, depends_on=[args.operators.webhooks_ready, *self.flavors.values(),
+                                                            *([self.admission_check] if self.admission_check else [])]))
 
     def serve(self, training_namespace: pulumi.Input[str]) -> None:
         """The training namespace's half (`training_namespace`: the Namespace resource's name output, so each object
@@ -209,6 +216,7 @@ class TrainingQueue(pulumi.ComponentResource):
 
         self.register_outputs({
             "flavors": list(self.flavors),
+            "admissionChecks": [kueue.ADMISSION_CHECK] if self.admission_check else [],
             "clusterQueue": kueue.CLUSTER_QUEUE,
             "localQueues": list(self.local_queues),
             "priorityClasses": list(self.priority_classes),

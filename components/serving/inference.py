@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -53,6 +53,8 @@ class InferenceArgs:
     settings: Triton
     repository: ModelRepository
     load_balancer_tags: Mapping[str, str]     # the stack's tags, for the NLB the controller creates
+    # who may connect to the NLB (decisions/serving/lb_controller.py load_balancer_source_ranges)
+    load_balancer_source_ranges: Sequence[str]
     monitoring: pulumi.Resource               # the monitoring stack: Prometheus and the ServiceMonitor CRD
     # the AWS Load Balancer Controller's release (components/serving/lb_controller.py)
     lb_controller: pulumi.Resource
@@ -68,13 +70,14 @@ class Inference(pulumi.ComponentResource):
         # Plain decisions first: a bad argument fails before anything is registered.
         settings, pool = args.settings, args.pool
         pod_resources = triton.pod_resources(pool.primary_type, offered_gpu_resources(pool, args.catalog))
+        shm_size = triton.shm_size(pool)
         adapter_pin = charts.chart(charts.PROMETHEUS_ADAPTER)
         annotations = {
             **lb_controller.nlb_service_annotations(
                 settings.scheme, health_path=failover.HEALTH_PATH, health_port=triton.HTTP_PORT,
                 interval_s=failover.TARGET_CHECK_INTERVAL_S, unhealthy_threshold=failover.TARGET_UNHEALTHY_THRESHOLD,
                 extra_tags=args.load_balancer_tags),
-            **lb_controller.deregistration_delay_annotation(triton.DEREGISTRATION_DELAY_S),
+            **lb_controller.deregistration_delay_annotation(triton.DEREGISTRATION_DELAY_S, terminate_connections=True),
             # Pulumi waits for the load balancer's name, which the DNS record needs, and not for ready pods: they are
             # ready only once a model is published (decisions/serving/triton.py), which `pulumi up` does not do. Its own
             # Service await would (pulumi-kubernetes v4.32.0 provider/pkg/await/service.go lines 411-418), and a custom
@@ -137,6 +140,15 @@ class Inference(pulumi.ComponentResource):
             readiness_probe=kubernetes.core.v1.ProbeArgs(
                 exec_=kubernetes.core.v1.ExecActionArgs(command=triton.SYNC_FRESH_COMMAND), period_seconds=30),
             volume_mounts=[models_mount(False), tmp_mount("sync-tmp")])
+        # Every model version's state for Prometheus (TritonModelNotReady): a native sidecar too, so it runs from
+        # before Triton starts until after it has stopped.
+        exporter = kubernetes.core.v1.ContainerArgs(
+            name=triton.EXPORTER_CONTAINER, image=triton.EXPORTER_IMAGE, command=triton.exporter_command(),
+            restart_policy="Always", security_context=run_as_sync,
+            ports=[kubernetes.core.v1.ContainerPortArgs(name=triton.EXPORTER_PORT_NAME,
+                                                        container_port=triton.EXPORTER_PORT)],
+            resources=kubernetes.core.v1.ResourceRequirementsArgs(
+                requests={"cpu": "50m", "memory": "64Mi"}, limits={"memory": "128Mi"}))
         container = kubernetes.core.v1.ContainerArgs(
             name=triton.NAME, image=triton.IMAGE,
             command=["tritonserver"], args=triton.server_args(),
@@ -150,15 +162,17 @@ class Inference(pulumi.ComponentResource):
             readiness_probe=kubernetes.core.v1.ProbeArgs(
                 exec_=kubernetes.core.v1.ExecActionArgs(command=triton.MODEL_READY_COMMAND), period_seconds=5,
                 timeout_seconds=5, failure_threshold=3),
-            liveness_probe=probe(triton.LIVE_PATH, period_seconds=10, failure_threshold=3),
-            # Serve on while the NLB stops sending new connections; SIGTERM comes after.
+            liveness_probe=probe(triton.LIVE_PATH, period_seconds=10, failure_threshold=3,
+                                 timeout_seconds=triton.LIVENESS_TIMEOUT_S),
+            # Serve on until every connection the NLB may still open has closed (the serving contract); SIGTERM
+            # comes after.
             lifecycle=kubernetes.core.v1.LifecycleArgs(pre_stop=kubernetes.core.v1.LifecycleHandlerArgs(
                 sleep=kubernetes.core.v1.SleepActionArgs(seconds=triton.PRESTOP_PAUSE_S))),
             resources=kubernetes.core.v1.ResourceRequirementsArgs(
                 requests=pod_resources, limits={k: v for k, v in pod_resources.items() if k != "cpu"}),
             security_context=run_as_triton,
-            volume_mounts=[kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm"), models_mount(True),
-                           tmp_mount("tmp")])
+            volume_mounts=[*([kubernetes.core.v1.VolumeMountArgs(name="shm", mount_path="/dev/shm")] if shm_size
+                             else []), models_mount(True), tmp_mount("tmp")])
 
         # Clients: HTTP and gRPC through the NLB. After the controller: its webhook and its cleanup of the NLB on
         # delete both need it running.
@@ -167,6 +181,7 @@ class Inference(pulumi.ComponentResource):
                 name=triton.NAME, namespace=args.namespace, labels=APP_LABELS, annotations=annotations),
             spec=kubernetes.core.v1.ServiceSpecArgs(
                 type="LoadBalancer", load_balancer_class=lb_controller.LOAD_BALANCER_CLASS, selector=APP_LABELS,
+                load_balancer_source_ranges=list(args.load_balancer_source_ranges),
                 ports=[kubernetes.core.v1.ServicePortArgs(name=port_name, port=triton.PORTS[port_name],
                                                           target_port=port_name, protocol="TCP")
                        for port_name in ("http", "grpc")]),
@@ -184,7 +199,7 @@ class Inference(pulumi.ComponentResource):
                     metadata=kubernetes.meta.v1.ObjectMetaArgs(labels=APP_LABELS,
                                                                annotations=dict([triton.POD_IDENTITY_SKIP])),
                     spec=kubernetes.core.v1.PodSpecArgs(
-                        service_account_name=triton.SERVICE_ACCOUNT, init_containers=[first_sync, sync],
+                        service_account_name=triton.SERVICE_ACCOUNT, init_containers=[first_sync, sync, exporter],
                         # Nothing here calls the Kubernetes API; the sync containers' AWS credentials come through
                         # Pod Identity's own token volume (decisions/platform/pod_security.py).
                         automount_service_account_token=False,
@@ -197,8 +212,9 @@ class Inference(pulumi.ComponentResource):
                             max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="ScheduleAnyway",
                             label_selector=selector)],
                         termination_grace_period_seconds=triton.TERMINATION_GRACE_S,
-                        volumes=[kubernetes.core.v1.VolumeArgs(name="shm", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs(
-                                     medium="Memory", size_limit=triton.SHM_SIZE)),
+                        # /dev/shm of its own, except on MPS pools, where the device plugin mounts the MPS server's.
+                        volumes=[*([kubernetes.core.v1.VolumeArgs(name="shm", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs(
+                                     medium="Memory", size_limit=shm_size))] if shm_size else []),
                                  kubernetes.core.v1.VolumeArgs(name="models", empty_dir=kubernetes.core.v1.EmptyDirVolumeSourceArgs()),
                                  empty_dir("tmp", triton.TRITON_TMP_SIZE),
                                  empty_dir("sync-tmp", triton.SYNC_TMP_SIZE)]))),
@@ -226,10 +242,12 @@ class Inference(pulumi.ComponentResource):
             f"{name}-metrics", metadata=in_namespace(f"{triton.NAME}-metrics", metrics_labels),
             spec=kubernetes.core.v1.ServiceSpecArgs(
                 selector=APP_LABELS, ports=[kubernetes.core.v1.ServicePortArgs(
-                    name="metrics", port=triton.PORTS["metrics"], target_port="metrics", protocol="TCP")]),
+                    name=port_name, port=port, target_port=port_name, protocol="TCP")
+                    for port_name, port in (("metrics", triton.PORTS["metrics"]),
+                                            (triton.EXPORTER_PORT_NAME, triton.EXPORTER_PORT))]),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.lb_controller]))
         service_monitor(f"{name}-service-monitor", triton.NAME, args.namespace,
-                        monitoring.service_monitor_spec(args.namespace_name, metrics_labels, "metrics"),
+                        triton.metrics_monitor_spec(args.namespace_name, metrics_labels),
                         opts=pulumi.ResourceOptions(parent=self, depends_on=[args.monitoring, metrics_service]))
 
         # Queue time per request as a custom metric, and the autoscaler on it.

@@ -47,7 +47,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             service_account=lb_controller.SERVICE_ACCOUNT,
             policy=pulumi.Output.from_input(args.vpc_id).apply(lambda vpc_id: lb_controller.iam_policy_json(
                 lb_controller.scoped_iam_policy(args.partition, args.region, args.account_id, vpc_id,
-                                                args.scheme)))), opts=child)
+                                                args.scheme, args.cluster_name_plain)))), opts=child)
         self.release = pinned_release(
             f"{name}-release", pin, release_name=lb_controller.RELEASE_NAME, namespace=lb_controller.NAMESPACE,
             # The Service webhook only where Services may need it: elsewhere no Service creation waits on it.

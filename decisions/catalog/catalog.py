@@ -5,7 +5,7 @@ answers the questions the rest of the program asks of it.
 """
 from __future__ import annotations
 
-import difflib
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Tuple
@@ -152,7 +152,8 @@ class NcclBusBandwidth(DataModel):
 
 
 class PriceSource(DataModel):
-    """Where an on-demand price was read, and when (a day, a month, or the half-year a snapshot is dated to)."""
+    """Where a figure (an on-demand price, the type list, the region offers) was read, and when (a day, a month, or
+    the half-year a snapshot is dated to)."""
     source: str = Field(min_length=1)
     as_of: str = Field(alias="asOf", min_length=4)
 
@@ -185,7 +186,7 @@ class InstanceType(DataModel):
     gpu: GpuSpec
     vcpu: int
     memory_gib: int = Field(alias="memoryGiB")
-    network_gbps: int = Field(alias="networkGbps")
+    network_gbps: float = Field(alias="networkGbps", gt=0)   # baseline: small sizes burst above it
     network_cards: int = Field(alias="networkCards", ge=1)
     efa: EfaSpec
     instance_store: InstanceStore = Field(alias="instanceStore")
@@ -212,6 +213,26 @@ class InstanceType(DataModel):
         return self
 
 
+# EC2 instance type names: family, a dot, then a size (AWS, Amazon EC2 Instance Types guide, "Amazon EC2 instance type
+# naming conventions", docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html: sizes nano to 48xlarge,
+# metal, and metal-<n>xl).
+EC2_TYPE_NAME = re.compile(r"^[a-z][a-z0-9-]*[0-9][a-z0-9-]*\.(nano|micro|small|medium|large|[0-9]*xlarge|metal(-[0-9]+xl)?)$")
+# A near spelling: at most 2 edits, and one per 5 characters ("p5.48xlarg", 10 characters, 1 edit: a typo).
+TYPO_EDITS = 2
+TYPO_CHARS_PER_EDIT = 5
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance: the fewest insertions, deletions and substitutions that turn `a` into `b`."""
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
 def across_nodes_ceiling_gbps(network_gbps: float, gpus_per_node: int) -> float:
     """The most all_reduce bus bandwidth (GB/s) two nodes with `network_gbps` each can show: every element's partial
     sum crosses between them once, so algbw <= the network's GB/s, and busbw = algbw x 2(n-1)/n with n ranks (15/8
@@ -221,6 +242,11 @@ def across_nodes_ceiling_gbps(network_gbps: float, gpus_per_node: int) -> float:
 
 
 class Catalog(DataModel):
+    # Where the list of types and their hardware was read, and when: a type not listed is unknown to that source's
+    # date, not nonexistent, and the refusal says so.
+    types_source: PriceSource = Field(alias="typesSource")
+    # Where which type is offered in which region was read, and when (a snapshot: AWS adds offers after it).
+    offers_source: PriceSource = Field(alias="offersSource")
     # region -> where its onDemandUsd figures were read and when; an offer with its own source and asOf overrides it.
     price_sources: Dict[str, PriceSource] = Field(alias="priceSources")
     default_spot_discount: float = Field(alias="defaultSpotDiscount", ge=0, lt=1)
@@ -273,7 +299,7 @@ class Catalog(DataModel):
         if other is None:
             raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes.measuredOn {figure.measured_on!r} is "
                              "not a catalog type")
-        shape = lambda t: (t.network_gbps, t.efa.cards, t.gpu.count)     # noqa: E731
+        shape = lambda t: f"({t.network_gbps:g}, {t.efa.cards}, {t.gpu.count})"     # noqa: E731
         if shape(other) != shape(itype):
             raise ValueError(f"{itype.name}: ncclBusBandwidthGBps.acrossNodes.measuredOn {other.name} has another "
                              f"network (Gbps, EFA cards, GPUs: {shape(other)} vs {shape(itype)})")
@@ -299,8 +325,14 @@ class Catalog(DataModel):
         return self.gpus[self.instance_types[instance_type].gpu.model]
 
     def suggest(self, name: str) -> Optional[str]:
-        close = difflib.get_close_matches(name, list(self.instance_types), n=1, cutoff=0.6)
-        return close[0] if close else None
+        """The catalog type `name` is a misspelling of, or None. A name shaped like an EC2 type (family.size) is
+        taken as meant, since EC2's own types sit one keystroke apart (g6e.2xlarge, g6e.12xlarge); otherwise the
+        nearest type within TYPO_EDITS edits, and not more than one edit per TYPO_CHARS_PER_EDIT characters."""
+        if EC2_TYPE_NAME.match(name):
+            return None
+        limit = min(TYPO_EDITS, len(name) // TYPO_CHARS_PER_EDIT)
+        distance, closest = min((edit_distance(name, known), known) for known in self.instance_types)
+        return closest if distance <= limit else None
 
     def types_in_region(self, region: str) -> List[str]:
         return sorted(n for n, t in self.instance_types.items() if region in t.regions)

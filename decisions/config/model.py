@@ -26,6 +26,8 @@ TRANSIT_GATEWAY_ID = re.compile(r"^tgw-([0-9a-f]{8}|[0-9a-f]{17})$")
 SECURITY_GROUP_ID = re.compile(r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$")
 RESERVATION_ID = re.compile(r"^cr-([0-9a-f]{8}|[0-9a-f]{17})$")
 HOSTED_ZONE_ID = re.compile(r"^Z[A-Z0-9]{1,32}$")
+# A model's directory in a Triton repository, which is its name there.
+TRITON_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 PEER_STACK = re.compile(r"^[A-Za-z0-9_.-]+/gpu-cloud/[A-Za-z0-9_.-]+$")
 DRIVER_BRANCH = re.compile(r"^\d{3}$")
@@ -301,6 +303,14 @@ class Storage(ConfigModel):
     nvme_scratch: bool = True
 
 
+class TritonModel(ConfigModel):
+    """A model the stack's repository serves, and the GPU memory it takes in one replica once loaded (all its instances
+    on the replica's GPU slot together), as measured where it runs. A declaration: nothing inspects the models."""
+    name: Annotated[str, _matches(TRITON_MODEL_NAME, "a Triton model name (its directory in the repository: letters, "
+                                                     "digits, '_', '.' and '-', at most 128)")]
+    gpu_memory_mib: int = Field(alias="gpuMemoryMiB", gt=0)
+
+
 class Triton(ConfigModel):
     enabled: bool = False
     pool: Optional[str] = None
@@ -319,6 +329,20 @@ class Triton(ConfigModel):
     # The roles (a CI or release job's) that may assume the stack's model publisher role, the one writer of Triton's
     # repository in the stack's models bucket (decisions/storage/data_access.py). Empty: no publisher role.
     publisher_role_arns: Tuple[Annotated[str, _matches(IAM_ROLE_ARN, "an IAM role ARN (arn:aws:iam::123456789012:role/name)")], ...] = ()
+    # The models the repository serves, each with the GPU memory a replica needs for it: every replica loads them all,
+    # so they must fit one GPU slot of the pool together (decisions/serving/dr_pair.py: here and in a DR secondary).
+    models: Tuple[TritonModel, ...] = ()
+
+    @field_validator("models")
+    @classmethod
+    def _models_once_each(cls, models: Tuple[TritonModel, ...], info: ValidationInfo) -> Tuple[TritonModel, ...]:
+        if models and not info.data.get("enabled"):
+            raise ValueError("declares what Triton serves: set enabled, or leave models out")
+        names = [model.name for model in models]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} declared twice; declare each model once")
+        return models
 
     @field_validator("publisher_role_arns")
     @classmethod
@@ -391,8 +415,9 @@ class Dr(ConfigModel):
     # A primary's target recovery point, in minutes, for what it replicates to the peer (decisions/serving/dr_pair.py
     # holds it to S3 Replication Time Control's 15). Left out: no target.
     rpo_minutes: Optional[int] = Field(default=None, ge=1)
-    # Where inference clients call from, with an internal load balancer: each must reach this VPC and the peer's
-    # (decisions/serving/dr_pair.py client_route_issues).
+    # Where inference clients call from, with an internal load balancer: the load balancer admits these and the VPC
+    # only (decisions/serving/lb_controller.py load_balancer_source_ranges), with or without a DR pair; each must
+    # reach this VPC and the peer's (decisions/serving/dr_pair.py client_route_issues).
     client_cidrs: Tuple[Cidr, ...] = ()
 
     @model_validator(mode="after")

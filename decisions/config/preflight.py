@@ -26,6 +26,7 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Un
 
 from decisions.config.errors import ConfigIssue, PathPart, key_path
 from decisions.config.model import NAMESPACE
+from decisions.nodes import autoscaling
 from decisions.nodes import pools as pool_rules
 from decisions.nodes.drain import NTH_MANAGED_TAG
 
@@ -163,20 +164,22 @@ def endpoint_issues(zones: Sequence[str], names_by_id: Mapping[str, str], region
     return issues, warnings
 
 
-def asg_tags(pool, cluster_name: str, resource_tags: Mapping[str, str]) -> Dict[str, str]:
+def asg_tags(pool, cluster_name: str, resource_tags: Mapping[str, str], nvme_scratch: bool) -> Dict[str, str]:
     """Every tag a GPU pool's Auto Scaling group carries (components/nodes/nodepool.py tags it with exactly these): the
     stack's tags, its Name, the drain handler's and the cluster's tags, and cluster-autoscaler's discovery and
-    node-template tags (one per label, taint and extended resource)."""
+    node-template tags (one per label, taint and resource; `nvme_scratch`: storage.nvmeScratch, which sets the
+    node's ephemeral storage)."""
     return {**resource_tags, "Name": pool_rules.asg_name(cluster_name, pool.name), NTH_MANAGED_TAG: "true",
-            **pool_rules.cluster_ownership_tag(cluster_name), **pool_rules.autoscaler_tags(pool, cluster_name)}
+            **pool_rules.cluster_ownership_tag(cluster_name),
+            **autoscaling.node_group_tags(pool, cluster_name, nvme_scratch)}
 
 
 def asg_tag_issues(pools: Sequence[Tuple[int, object]], cluster_name: str,
-                   resource_tags: Mapping[str, str]) -> List[Tuple[tuple, str]]:
+                   resource_tags: Mapping[str, str], nvme_scratch: bool) -> List[Tuple[tuple, str]]:
     """Pools whose group would carry more than ASG_TAGS_MAX tags (pools: (index, ResolvedPool))."""
     problems = []
     for i, pool in pools:
-        tags = asg_tags(pool, cluster_name, resource_tags)
+        tags = asg_tags(pool, cluster_name, resource_tags, nvme_scratch)
         if len(tags) > ASG_TAGS_MAX:
             own = len(pool.spec.labels) + len(pool.spec.taints)
             problems.append((("nodePools", i), f"its Auto Scaling group would carry {len(tags)} tags, over the "
@@ -369,7 +372,9 @@ def hosted_zone_issues(dr, scheme: str, zone: Union[FoundZone, str]) -> Tuple[Li
     elif zone.private:
         warnings.append(f"{at_zone}: hosted zone {dr.hosted_zone_id} ({name}) is private: {dr.domain} resolves only "
                         "in the VPCs associated with it (and through Route 53 Resolver endpoints in them); gpu-cloud "
-                        "associates none, so check that the inference clients (dr.clientCidrs) resolve through one")
+                        "associates none, so check that the inference clients (dr.clientCidrs) resolve through one, "
+                        "in both regions: transit gateway peering does not carry a private zone. gpu-cloud expects a "
+                        "public zone (docs/network.md, \"The hosted zone is public\")")
     return issues, warnings
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args, get_origin
@@ -28,8 +29,11 @@ from decisions.config.model import (NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cl
 from decisions.cost import cost
 from decisions.network import zones
 from decisions.network.zones import is_zone_id
+from decisions.network.public_access import private_access_problem, public_access_problem
 from decisions.nodes.amis import NodeImage, image_warnings, install_refusal, resolve_node_image
-from decisions.nodes.pools import ASG_TAG_KEY_MAX, MPS_ARCHITECTURES, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX
+from decisions.nodes import autoscaling
+from decisions.nodes.pools import ASG_TAG_KEY_MAX, MPS_ARCHITECTURES, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX, \
+    offered_gpu_resources, slot_memory_mib
 from decisions.observability import logs
 from decisions.platform import kueue
 from decisions.serving import dr_pair, lb_controller
@@ -179,13 +183,14 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     pools = [(i, pool, _resolve_pool(i, pool, catalog, region, branch, issues))
              for i, pool in enumerate(parsed.get("nodePools") or []) if pool is not None]
     all_pools_parsed = None not in (parsed.get("nodePools") or [None])
-    issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region))
+    issues.extend(_check_pool_set(pools, parsed, all_pools_parsed, region, catalog))
     if image is not None and image.source == "install":
         issues.extend(_issue(("nodePools", i, "instanceTypes", j), refusal) for i, pool, _ in pools
                       for j, name in enumerate(pool.instance_types) if (refusal := install_refusal(name)))
-    if parsed.get("tags") is not None and parsed.get("environment") is not None:   # Auto Scaling: <= 50 tags a group
+    if None not in (parsed.get("tags"), parsed.get("environment"), parsed.get("storage")):   # Auto Scaling: <= 50 tags
         issues.extend(_issue(parts, message) for parts, message in preflight.asg_tag_issues(
-            [(i, r) for i, _, r in pools if r is not None], name, resource_tags(parsed["tags"], parsed["environment"], stack)))
+            [(i, r) for i, _, r in pools if r is not None], name,
+            resource_tags(parsed["tags"], parsed["environment"], stack), parsed["storage"].nvme_scratch))
     issues.extend(_check_tenancy(parsed.get("tenancy"), parsed.get("cluster")))
     dr = parsed.get("dr")
     if dr is not None and dr.peer_stack and dr.peer_stack.split("/")[1:] == [project, stack]:
@@ -242,6 +247,9 @@ def _parse_pools(raw: Any, issues: List[ConfigIssue]) -> List[Optional[NodePool]
     return pools
 
 
+ADD_A_TYPE = 'docs/how-to.md "Add an instance type"'
+
+
 def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str],
                   driver_branch: Optional[str], issues: List[ConfigIssue]) -> Optional[ResolvedPool]:
     at = ("nodePools", i)
@@ -251,12 +259,15 @@ def _resolve_pool(i: int, pool: NodePool, catalog: Catalog, region: Optional[str
         itype = catalog.instance_types.get(name)
         if itype is None:
             hint = catalog.suggest(name)
-            issues.append(_issue(at + ("instanceTypes", j), f"{name!r} is not a known GPU instance type"
-                                 + (f"; did you mean {hint}?" if hint else f"; known: {', '.join(catalog.instance_types)}")))
+            issues.append(_issue(at + ("instanceTypes", j), f"{name!r} is not in the catalog "
+                                 f"({catalog.types_source.cited}): to add it, see {ADD_A_TYPE}"
+                                 + (f"; did you mean {hint}?" if hint else "")))
             continue
         if region and region in catalog.regions and region not in itype.regions:
-            issues.append(_issue(at + ("instanceTypes", j), f"{name} is not offered in {region}; types offered there: "
-                                 f"{', '.join(catalog.types_in_region(region))}"))
+            issues.append(_issue(at + ("instanceTypes", j), f"{name} is not offered in {region} as of the catalog's "
+                                 f"snapshot ({catalog.offers_source.cited}); types offered there: "
+                                 f"{', '.join(catalog.types_in_region(region))}. If AWS offers it there now, see "
+                                 f"{ADD_A_TYPE}"))
         gpu = catalog.gpus[itype.gpu.model]
         if driver_branch and int(driver_branch) < gpu.min_driver_branch:
             issues.append(_issue(at + ("instanceTypes", j), f"{name} ({itype.gpu.model}) needs NVIDIA driver branch "
@@ -413,7 +424,8 @@ PRICE_FIX = ("To price it, run `python scripts/refresh_prices.py --write` with A
 
 
 def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]],
-                    parsed: Mapping[str, Any], all_pools_parsed: bool, region: Optional[str]) -> List[ConfigIssue]:
+                    parsed: Mapping[str, Any], all_pools_parsed: bool, region: Optional[str],
+                    catalog: Catalog) -> List[ConfigIssue]:
     issues: List[ConfigIssue] = []
     seen: Dict[str, int] = {}
     for i, pool, _ in pools:
@@ -436,11 +448,47 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
         elif len(target.gpu_sharing.mig_profiles or {}) > 1:
             issues.append(_issue(("inference", "triton", "pool"), f"{triton.pool!r} cuts its GPUs into several MIG "
                                  "profiles, and each Triton pod asks for one GPU of one kind; give it one profile"))
+        else:
+            issues.extend(_triton_pool_size_issues(pools, triton, catalog))
+            issues.extend(_triton_model_issues(pools, triton, catalog))
         # The stack's tags go onto the NLB through an annotation of the Service: what it cannot carry is refused here.
         tags = parsed.get("tags") or {}
         issues += [_issue(("tags", key), f"cannot be tagged on Triton's load balancer: {problem}")
                    for key, problem in ((k, lb_controller.tag_problem(k, v)) for k, v in tags.items()) if problem]
     return issues
+
+
+def _triton_pool_size_issues(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]], triton,
+                             catalog: Catalog) -> List[ConfigIssue]:
+    """Triton's pool may be no larger than Triton can ever make it (decisions/nodes/autoscaling.reachable_nodes)."""
+    i, pool, resolved = next((i, p, r) for i, p, r in pools if p.name == triton.pool)
+    if resolved is None or triton.max_replicas < triton.min_replicas:
+        return []
+    (slots,) = offered_gpu_resources(resolved, catalog).values()
+    reachable = autoscaling.reachable_nodes(pool.min_nodes, triton.max_replicas, slots)
+    if pool.max_nodes <= reachable:
+        return []
+    pods = autoscaling.rollout_pods(triton.max_replicas)
+    serving = math.ceil(pods / slots)
+    floor = f", and minNodes is {pool.min_nodes}" if pool.min_nodes > serving + 1 else ""
+    return [_issue(("nodePools", i, "maxNodes"), f"{pool.max_nodes} is more than Triton's pool can ever grow to, "
+                   f"{reachable}: the stack grows it for Triton's pods alone, and inference.triton.maxReplicas "
+                   f"{triton.max_replicas} ({pods} pods during a rollout), one GPU slot each of the {slots} a node "
+                   f"has, fill {serving} node(s), one more while a node drains{floor}. Set maxNodes to {reachable}, or "
+                   "raise maxReplicas: the budget, the inference namespace's quota and the plan count every node up to "
+                   "maxNodes")]
+
+
+def _triton_model_issues(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]], triton,
+                         catalog: Catalog) -> List[ConfigIssue]:
+    """The models the stack declares must fit one replica's GPU slot of Triton's pool together."""
+    resolved = next(r for _, p, r in pools if p.name == triton.pool)
+    if resolved is None or not triton.models:
+        return []
+    (resource,) = offered_gpu_resources(resolved, catalog)
+    problem = dr_pair.models_fit_issue(dr_pair.declared_models(triton), slot_memory_mib(resolved, resource),
+                                       f"{triton.pool} ({resolved.primary_type.gpu.model})")
+    return [_issue(("inference", "triton", "models"), problem)] if problem else []
 
 
 def _check_tenancy(tenancy: Optional[Tenancy], cluster: Optional[Cluster]) -> List[ConfigIssue]:
@@ -486,19 +534,16 @@ def _check_cluster(cluster: Optional[Cluster]) -> List[ConfigIssue]:
                    f"allowed: {', '.join(supported)}")]
 
 
-# RFC 5737: ranges reserved for documentation; no deployer ever has one of these addresses.
-DOCUMENTATION_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
-
-
 def deployer_path_issues(network: Network, cluster: Cluster) -> List[Tuple[tuple, str]]:
     """Is there a way from the machine running Pulumi to the API server? Checked from config alone, so a
     stack without one fails now rather than when the first Helm release times out."""
     issues: List[Tuple[tuple, str]] = []
-    for key, cidrs in (("publicAccessCidrs", cluster.public_access_cidrs), ("privateAccessCidrs", cluster.private_access_cidrs)):
+    for key, cidrs, problem in (("publicAccessCidrs", cluster.public_access_cidrs, public_access_problem),
+                                ("privateAccessCidrs", cluster.private_access_cidrs, private_access_problem)):
         for i, cidr in enumerate(cidrs):
-            if any(ipaddress.IPv4Network(cidr).overlaps(doc) for doc in DOCUMENTATION_RANGES):
-                issues.append((("cluster", key, i), f"{cidr} is a documentation-only range (RFC 5737); no deployer "
-                                                    "has such an address: give your runners' real range"))
+            why = problem(cidr)
+            if why:
+                issues.append((("cluster", key, i), why))
     vpc = ipaddress.IPv4Network(network.cidr)
     routed = [ipaddress.IPv4Network(c) for c in (network.transit_gateway.routes if network.transit_gateway else ())]
     for i, cidr in enumerate(cluster.private_access_cidrs):

@@ -30,6 +30,7 @@ they are written.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
@@ -43,6 +44,7 @@ from decisions.catalog.data_files import DataModel, load_model
 from decisions.catalog.eks import standard_support_end
 from decisions.network.zones import Reservation
 from decisions.nodes import pods
+from decisions.nodes.scratch import ROOT_VOLUME_GIB
 
 PRICES_PATH = Path(__file__).with_name("prices.yaml")
 HOURS_PER_MONTH = 730            # the month of AWS's pricing pages
@@ -55,9 +57,10 @@ COMMITMENT_TERMS = (("1y", 12), ("3y", 36))
 
 # What the components build, restated here because decisions/ imports no Pulumi (tests/test_cost.py holds each to
 # its component): the system node group's desired size (components/cluster.py ClusterArgs), the GPU nodes' root
-# volume (components/nodes/nodepool.py launch template) and the interface endpoints (components/network.py).
+# volume's performance (components/nodes/nodepool.py launch template; its size is decisions/nodes/scratch.py's) and the
+# interface endpoints (components/network.py).
 SYSTEM_NODES_DESIRED = 2
-ROOT_VOLUME_GIB, ROOT_VOLUME_IOPS, ROOT_VOLUME_MBPS = 500, 6000, 500
+ROOT_VOLUME_IOPS, ROOT_VOLUME_MBPS = 6000, 500
 GP3_FREE_IOPS, GP3_FREE_MBPS = 3000, 125
 INTERFACE_ENDPOINT_SERVICES = 9
 
@@ -357,8 +360,15 @@ def cents(value: Optional[float]) -> Optional[float]:
 
 
 def per_hour(value: Optional[float]) -> Optional[float]:
-    """An hourly figure as written: to 1/100 of a cent. Only for showing: sums use the unrounded figures."""
-    return None if value is None else round(value, 4) + 0.0
+    """An hourly figure as written: to 1/100 of a cent. Only for showing: sums use the unrounded figures. Where
+    rounding to 1/100 of a cent lands on half a cent ($325.744958 -> $325.7450), the figure stays on the side of the
+    unrounded one ($325.7449), so that shown in cents it is the cent the budget check counts (`cents`), not the next."""
+    if value is None:
+        return None
+    shown = round(value, 4)
+    if cents(shown) != cents(value):
+        shown = (math.floor if shown > value else math.ceil)(value * 10_000) / 10_000
+    return shown + 0.0
 
 
 def control_plane_tier(kubernetes_version: str, today: date) -> Optional[str]:

@@ -37,7 +37,8 @@ The workload contract (for jobs on GPU pools)
    pod may be killed when the termination hook expires, 900 s after the termination began. Dead hardware is the
    exception: on a node the repair controller replaces, it completes the hook once no pod can still checkpoint, at
    the latest NODE_DRAIN_GRACE_S (120 s, the spot notice) after the termination began (decisions/nodes/repair.py
-   FAST_DRAIN_S), and at once where the kubelet is gone.
+   FAST_DRAIN_S), and at once where the kubelet is gone; its own drain before a reboot, or while a replacement
+   launches first, has the same cap.
 3. Spot interruption: the instance disappears 120 s after the warning and SIGTERM arrives only after the
    event has travelled EventBridge -> SQS -> NTH, so plan on SPOT_CHECKPOINT_BUDGET_S (90 s) from SIGTERM.
    Jobs that cannot checkpoint in 90 s must checkpoint periodically and treat SIGTERM as best effort.

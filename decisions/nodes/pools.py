@@ -20,6 +20,7 @@ INTERRUPTIBLE_TAINT = (f"{LABEL_PREFIX}interruptible", "true", "NoSchedule")
 CA_PREFIX = "k8s.io/cluster-autoscaler"
 TEMPLATE_LABEL_PREFIX = f"{CA_PREFIX}/node-template/label/"
 TEMPLATE_TAINT_PREFIX = f"{CA_PREFIX}/node-template/taint/"
+TEMPLATE_RESOURCE_PREFIX = f"{CA_PREFIX}/node-template/resources/"
 ASG_TAG_KEY_MAX = 128     # EC2 Auto Scaling tag keys: 1 to 128 characters
 
 # Names the node's pool; each Kueue flavor selects its pool's nodes by it (decisions/platform/kueue.py).
@@ -159,24 +160,22 @@ def offered_gpu_resources(pool, catalog) -> Dict[str, int]:
     return {GPU_RESOURCE: gpus}
 
 
+def slot_memory_mib(pool, resource: str) -> int:
+    """GPU memory one slot of `resource` on `pool` may count on: a MIG instance its profile's (the nominal GB in its
+    name, 1g.10gb); a shared GPU its share (MPS enforces it; time-slices share the memory unguarded, so a model sized
+    for one must fit its share); else the whole GPU's."""
+    gpu_mib, replicas = pool.primary_type.gpu.memory_mib, pool.spec.gpu_sharing.replicas
+    if resource.startswith(mig_resource("")):
+        return int(re.search(r"\.(\d+)gb$", resource)[1]) * 1024
+    return gpu_mib // replicas if replicas else gpu_mib
+
+
 def efa_devices(pool) -> int:
     return efa_device_count(pool.primary_type, efa=pool.efa)
 
 
 def autoscaler_priority(pool) -> int:
     return pool.spec.autoscaler_priority or DEFAULT_PRIORITY[pool.spec.capacity]
-
-
-def autoscaler_tags(pool, cluster_name: str) -> Dict[str, str]:
-    """ASG tags for cluster-autoscaler auto-discovery and scale-from-zero node templates."""
-    resources = f"{CA_PREFIX}/node-template/resources"
-    tags = {f"{CA_PREFIX}/enabled": "true", f"{CA_PREFIX}/{cluster_name}": "owned"}
-    tags.update({f"{TEMPLATE_LABEL_PREFIX}{k}": v for k, v in node_labels(pool).items()})
-    tags.update({f"{TEMPLATE_TAINT_PREFIX}{t.key}": f"{t.value}:{t.effect}" for t in node_taints(pool)})
-    tags.update({f"{resources}/{name}": str(count) for name, count in offered_gpu_resources(pool, load_catalog()).items()})
-    if pool.efa:
-        tags[f"{resources}/vpc.amazonaws.com/efa"] = str(efa_devices(pool))
-    return tags
 
 
 def cluster_ownership_tag(cluster_name: str) -> Dict[str, str]:
@@ -191,6 +190,27 @@ def refresh_preferences(pool) -> RefreshPreferences:
         nodes = max(pool.spec.desired_nodes, 1)
         return RefreshPreferences(min_healthy_percentage=(nodes - 1) * 100 // nodes, max_healthy_percentage=100)
     return RefreshPreferences(min_healthy_percentage=90, max_healthy_percentage=120)
+
+
+def launches_first(pool, reservations: Mapping[str, object]) -> bool:
+    """Whether the pool's replacements launch before the instance they replace terminates (issue #38 item 5): only a
+    reserved or capacity-block pool whose reservation, as the account reports it (`reservations`:
+    decisions.network.zones.AccountZones.reservations), holds more instances than the pool's maxNodes. Its nodes
+    launch only into the reservation (capacity-reservations-only), so without that spare slot a replacement can only
+    launch once the old instance is gone. Spot and on-demand pools keep the group's default, terminate and launch at
+    once (EC2 Auto Scaling User Guide, "Instance maintenance policy for Auto Scaling group"), which already starts
+    the replacement without waiting for the old instance."""
+    found = reservations.get(pool.spec.capacity_reservation_id or "")
+    count = getattr(found, "instance_count", None)
+    return bool(pool.spec.reserved_capacity and count is not None and count > pool.spec.max_nodes)
+
+
+def launch_first_policy(pool) -> Tuple[int, int]:
+    """The group's instance maintenance policy (min, max healthy percentage of the desired capacity) for a pool that
+    launches first: never fewer healthy instances than desired while one is replaced, and room for exactly one more
+    (Auto Scaling allows 100 to 200 for the maximum: API_InstanceMaintenancePolicy)."""
+    nodes = max(pool.spec.desired_nodes, 1)
+    return 100, min(200, 100 + -(-100 // nodes))
 
 
 def verify_expectations(pool, image, max_temp_c: int, catalog) -> Dict[str, Dict[str, object]]:

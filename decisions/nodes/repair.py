@@ -25,8 +25,9 @@ and changes nothing. Every decision is an Event on the node and a sample of gpu_
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Collection, Dict, List, Mapping, Sequence
 
 from decisions.nodes import boot, drain, faults
 from decisions.nodes import pools as pool_rules
@@ -37,7 +38,7 @@ NAME = "gpu-node-repair"
 NAMESPACE = "kube-system"
 IMAGE = JUDGE_IMAGE                      # standard-library Python: the controller signs its own AWS requests
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
-PROGRAM_FILES = ("node_repair.py", "aws_api.py")     # shipped in the ConfigMap, run from its mount
+PROGRAM_FILES = ("node_repair.py", "aws_api.py", "block_expiry.py")     # shipped in the ConfigMap, run from its mount
 CONFIG_KEY = "config.json"
 METRICS_PORT = 8080
 STATE_CONFIGMAP = f"{NAME}-state"        # repairs in flight and past, and each pool's last brake
@@ -46,19 +47,26 @@ GATE_REPORTS_PREFIX = "gate-reports/"
 GATE_REPORT_RETENTION_DAYS = 90         # the artifact bucket's lifecycle expires them (decisions/storage/buckets.py)
 
 INTERVAL_S = 30
-# A run-time check older than this (five missed runs of the minutely timer) is not believed: the node is cordoned,
-# nobody watches its GPUs.
-STALE_CHECK_S = 300
+# The run-time checker's period: userdata/units/gpu-cloud-health.timer OnUnitActiveSec (tests/test_repair.py holds them
+# equal). A check takes about 0.3 s on an 8-GPU node (docs/node-gate.md), 1 % of a core at this period. With the 30 s
+# scrape and this controller's 30 s pass, a fault is seen within 91 s and the node cordoned within 2 minutes.
+CHECK_PERIOD_S = 30
+# A run-time check older than this (five missed runs of the timer) is not believed: the node is cordoned, nobody
+# watches its GPUs. Four would already count two failed scrapes in a row of a healthy node (its check is up to a
+# period, a scrape and a missed scrape old: 91 s).
+STALE_CHECK_S = 5 * CHECK_PERIOD_S
 # A checker silent this long gets its node rebooted (the checker restarts, the gate proves the node): when
 # GpuNodeHealthCheckStale fires (STALE_CHECK_S, for 5 minutes).
-STALE_REPAIR_S = 600
+STALE_REPAIR_S = STALE_CHECK_S + 300
 # A GPU node NotReady this long is replaced, as EKS node auto repair replaces one (EKS User Guide, "Automatically
 # repair nodes in EKS clusters": condition Ready, repair after 30m, Replace). Until then the node lifecycle
-# controller's not-ready taint keeps new work off it.
+# controller's not-ready taint keeps new work off it. It must outlast a node's own reboot through its gate (a kernel
+# panic reboots it 10 s later, kernel.panic=10 on the AMI), or a node proving itself would be replaced mid-boot:
+# tests/test_repair.py holds it above every pool's worst boot to Ready.
 NOT_READY_S = 1800
-# A fault must be reported this long (two run-time checks a minute apart, and a scrape) before a reboot or a
+# A fault must be reported this long (two run-time checks and the scrapes between them) before a reboot or a
 # replacement; the node is cordoned on the first report.
-CONFIRM_S = 120
+CONFIRM_S = 2 * CHECK_PERIOD_S
 # A node still Ready on its old boot this long after RebootInstances was not rebooted: EC2 hard-reboots an instance
 # that has not shut down within a few minutes (four, in the RebootInstances reference's earlier wording), and a
 # stopped kubelet is NotReady 40 s later (node-monitor-grace-period). Reboot again.
@@ -75,7 +83,8 @@ BRAKE_WINDOW_S = 6 * 3600               # rejections older than this do not coun
 # More than this share of a pool asking for repair at once (and more than one node) halts that pool's repairs.
 FLEET_FAULT_SHARE = 0.5
 # A repair is overdue (a reboot escalates to a replacement, a replacement is reported stuck) after the drain handler's
-# own budget to evict, then the longest boot gate (the install path's hook timeout) and readiness: 75 minutes.
+# own budget to evict (the termination hook's heartbeat), then the longest boot gate (the install path's hook timeout)
+# and readiness: 75 minutes.
 DRAIN_TIMEOUT_S = drain.LIFECYCLE_DRAIN_TIMEOUT_S
 REPAIR_TIMEOUT_S = DRAIN_TIMEOUT_S + max(boot.VERIFY_HOOK_TIMEOUT_S.values()) + boot.node_ready_seconds()
 # The fast path for dead hardware (issue #38 item 5). Every replacement this controller starts is for a fault that
@@ -90,11 +99,25 @@ REPAIR_TIMEOUT_S = DRAIN_TIMEOUT_S + max(boot.VERIFY_HOOK_TIMEOUT_S.values()) + 
 # and at the latest FAST_DRAIN_S after it saw the termination begin: the same notice a spot node gets, which the
 # workload contract already holds every job to (decisions/nodes/drain.py, 90 s from SIGTERM). On a node whose kubelet
 # is not Ready it first deletes the pods still there with grace 0, so that their owners start them elsewhere now.
+# The controller's own drain, before a reboot or before a replacement that launches first, has the same cap: the fault
+# stays until the node's reset, and every pod on it is stopped by that reset anyway (a drain of 900 s held every
+# reboot 15 minutes, issue #38's bench).
 FAST_DRAIN_S = drain.NODE_DRAIN_GRACE_S
 DRAIN_HOOK = drain.DRAIN_HOOK_NAME
 # Fault-table remediation -> what is done (the table's none asks for nothing); `reset` while the table still has it.
 ACTIONS = {k: v for k, v in {"reset": "reboot", "reboot": "reboot", "replace": "replace"}.items()
            if k in faults.REMEDIATIONS}
+
+# Faults no run-time check sees, which DCGM judges on one GPU counter (the table's `runtime` is that one series): the
+# NVLink replay and recovery errors, which DCGM v4.6.0 fails a GPU on at a single error (faults.yaml). The controller
+# asks Prometheus whether the counter grew on a node in the last COUNTER_WINDOW_S, and treats the node as asking for
+# the fault's remediation, as a checker's fault: confirmed over CONFIRM_S, escalated on recurrence. The window holds
+# four of the DCGM exporter's collections (dcgm-exporter's default collect interval, 30 s; scraped every 15 s,
+# gpu-operator v26.7.0 values.yaml dcgmExporter.serviceMonitor.interval) and is shorter than any reboot, so a counter
+# that grew before a reboot is not read as the fault again after it (the driver reload resets the counters anyway).
+COUNTER_WINDOW_S = 120
+COUNTER_FAULTS = {f.id: {"series": f.runtime, "remediation": f.remediation} for f in faults.load_faults().faults
+                  if not f.checks and f.remediation in ACTIONS and re.fullmatch(r"DCGM_FI_[A-Z0-9_]+", f.runtime)}
 
 # What the controller keeps on a node it repairs: the action and when it began.
 REPAIR_ANNOTATION = "gpu-cloud.io/repair"
@@ -110,20 +133,22 @@ def dns_suffix(partition: str) -> str:
     return "amazonaws.com.cn" if partition == "aws-cn" else "amazonaws.com"
 
 
-def pool_policies(pools: Sequence[Any], cluster_name: str, max_per_hour: int) -> Dict[str, Dict[str, Any]]:
-    """Per pool: its group, whether its capacity is reserved, and its budget. One repair at a time in every pool: a
-    reservation has no spare capacity to replace into until the old instance is gone, and elsewhere one at a time
-    keeps a false alarm slow. No floor of serving nodes: a node is out of service before it is repaired, so a repair
-    takes nothing that serves, and a floor could only strand sick nodes (two faults in a 4-node reservation would
-    each wait for the other)."""
+def pool_policies(pools: Sequence[Any], cluster_name: str, max_per_hour: int,
+                  launch_first: Collection[str] = ()) -> Dict[str, Dict[str, Any]]:
+    """Per pool: its group, whether its capacity is reserved, whether its replacements launch first (`launch_first`,
+    the pools decisions.nodes.pools.launches_first holds), and its budget. One repair at a time in every pool: a
+    reservation has no spare capacity (or one slot) to replace into, and elsewhere one at a time keeps a false alarm
+    slow. No floor of serving nodes: a node is out of service before it is repaired, so a repair takes nothing that
+    serves, and a floor could only strand sick nodes (two faults in a 4-node reservation would each wait for the
+    other)."""
     return {pool.name: {"asg": pool_rules.asg_name(cluster_name, pool.name),
-                        "reserved": bool(pool.spec.reserved_capacity),
+                        "reserved": bool(pool.spec.reserved_capacity), "launchFirst": pool.name in launch_first,
                         "maxPerHour": max_per_hour, "maxInFlight": 1}
             for pool in pools}
 
 
 def controller_config(*, cluster_name: str, region: str, partition: str, pools: Sequence[Any], dry_run: bool,
-                      max_per_hour: int, reports_bucket: str) -> Dict[str, Any]:
+                      max_per_hour: int, reports_bucket: str, launch_first: Collection[str] = ()) -> Dict[str, Any]:
     """The controller's config.json (jobs/node_repair.py load_config reads exactly these keys)."""
     return {
         "region": region, "dnsSuffix": dns_suffix(partition), "dryRun": dry_run,
@@ -134,11 +159,11 @@ def controller_config(*, cluster_name: str, region: str, partition: str, pools: 
         "staleRepairSeconds": STALE_REPAIR_S, "notReadySeconds": NOT_READY_S, "rebootRetrySeconds": REBOOT_RETRY_S,
         "recurrenceSeconds": RECURRENCE_S, "fleetFaultShare": FLEET_FAULT_SHARE,
         "brakeAfter": BRAKE_AFTER, "brakeWindowSeconds": BRAKE_WINDOW_S,
-        "drainTimeoutSeconds": DRAIN_TIMEOUT_S, "repairTimeoutSeconds": REPAIR_TIMEOUT_S,
+        "repairTimeoutSeconds": REPAIR_TIMEOUT_S,
         "fastDrainSeconds": FAST_DRAIN_S, "drainHook": DRAIN_HOOK,
-        "metricsPort": METRICS_PORT,
+        "metricsPort": METRICS_PORT, "counterFaults": COUNTER_FAULTS, "counterWindowSeconds": COUNTER_WINDOW_S,
         "poolLabel": POOL_NODE_LABEL, "repairAnnotation": REPAIR_ANNOTATION, "actions": ACTIONS,
-        "pools": pool_policies(pools, cluster_name, max_per_hour),
+        "pools": pool_policies(pools, cluster_name, max_per_hour, launch_first),
     }
 
 
@@ -154,7 +179,8 @@ def program_files() -> Dict[str, str]:
 def iam_statements(*, partition: str, region: str, account_id: str, asg_names: Sequence[str],
                    reports_bucket_arn: str, reports_key_arn: str) -> List[Dict[str, Any]]:
     """Least privilege: replace, brake and describe only this cluster's pools' groups (Auto Scaling authorizes
-    TerminateInstanceInAutoScalingGroup and SuspendProcesses on the group: Service Authorization Reference, Amazon
+    TerminateInstanceInAutoScalingGroup, SetInstanceHealth and SuspendProcesses on the group: Service Authorization
+    Reference, Amazon
     EC2 Auto Scaling), reboot only instances those groups launched (the group tags its instances
     aws:autoscaling:groupName), complete only those groups' lifecycle actions (the fast path's CONTINUE), read only the
     gate's reports. Describe calls take no resource."""
@@ -162,7 +188,8 @@ def iam_statements(*, partition: str, region: str, account_id: str, asg_names: S
     return [
         {"Sid": "DescribeGroups", "Effect": "Allow", "Action": "autoscaling:DescribeAutoScalingGroups", "Resource": "*"},
         {"Sid": "ReplaceAndBrakeOwnPools", "Effect": "Allow",
-         "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SuspendProcesses"],
+         "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetInstanceHealth",
+                    "autoscaling:SuspendProcesses"],
          "Resource": groups},
         # The fast path: CONTINUE the termination hook of an instance with dead hardware once nothing on it can
         # still checkpoint (Auto Scaling authorizes CompleteLifecycleAction on the group, as the drain handler's).

@@ -40,7 +40,11 @@ would count the same bytes twice, and its node-bound PVs pin pods to nodes that 
 images share it (containerd is on the same array). nodeadm's kubelet defaults (nodeadm/internal/kubelet/config.go
 :110-114 `evictionHard` nodefs.available 10%, :283-287 kubeReserved ephemeral-storage 1Gi) make allocatable about
 capacity x 0.9 - 1 GiB (`allocatable_ephemeral_storage_gib`). Without RAID0 (nvmeScratch off, or no instance store)
-emptyDir is on the root EBS volume.
+emptyDir is on the root EBS volume (`ROOT_VOLUME_GIB`, the launch template's). On a type without instance store in a
+pool whose first type has some, the script finds no disks and the node keeps the root volume too
+(`pool_allocatable_ephemeral_storage_gib` takes the least over a pool's types). Both sizes are the volumes' and
+disks', not their filesystems': the XFS log and the array's superblocks take a fraction of a percent more, which no
+figure here subtracts.
 
 Everything on the array is lost when the instance stops or terminates (spot reclaim, scale-in, refresh): stage
 inputs from S3 and copy checkpoints to S3 before the grace period ends (README, the workload contract).
@@ -68,6 +72,9 @@ LUSTRE_LATENCY_NOTE = (f"FSx for Lustre latency is {LUSTRE_LATENCY} (AWS), not t
                        f"{HOT_TIER_LATENCY_TARGET_US} µs; "
                        "AWS publishes no instance-store latency, so 100 µs is unverified on any tier")
 
+# Every GPU node's root EBS volume (components/nodes/nodepool.py launch template): GPU container images (CUDA, NCCL,
+# a framework) run to tens of GB each, and without RAID0 the pods' emptyDirs are on it too.
+ROOT_VOLUME_GIB = 500
 RAID0_MOUNT_PATH = "/mnt/k8s-disks/0"     # setup-local-disks: ${MNT_DIR}/0, MNT_DIR=/mnt/k8s-disks
 RAID0_BIND_MOUNTS = ("/var/lib/kubelet", "/var/lib/containerd", "/var/lib/soci-snapshotter-grpc", "/var/log/pods")
 SCRATCH_VOLUME_NAME = "scratch"
@@ -96,6 +103,16 @@ def allocatable_ephemeral_storage_gib(capacity_gib: int) -> int:
     """Allocatable ephemeral-storage under nodeadm's kubelet defaults: capacity less the 10% hard-eviction
     threshold and the 1 GiB kube-reserved."""
     return capacity_gib * (100 - EVICTION_NODEFS_AVAILABLE_PCT) // 100 - KUBE_RESERVED_EPHEMERAL_GIB
+
+
+def pool_allocatable_ephemeral_storage_gib(pool, nvme_scratch: bool) -> int:
+    """What every node of `pool` (a decisions.config.validate.ResolvedPool) offers pods as allocatable
+    ephemeral-storage, in GiB: the RAID0 array on a type with instance store when its first type boots with RAID0
+    (the user-data's rule), else the root volume; the least over its types."""
+    raid0 = raid0_instance_store(pool.primary_type, nvme_scratch)
+    return min(allocatable_ephemeral_storage_gib(node_ephemeral_storage_gib(itype)
+                                                 if raid0 and itype.instance_store.disks else ROOT_VOLUME_GIB)
+               for itype in pool.types)
 
 
 def meets_hot_tier(read_iops: Optional[int]) -> Optional[bool]:

@@ -33,9 +33,10 @@ from decisions.nodes.efa import ip_bandwidth_gbps
 from decisions.nodes.faults import load_faults
 from decisions.nodes.pools import offered_gpu_resources
 from decisions.nodes.repair import CONFIRM_S, INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
-from decisions.observability.monitoring import INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, ksm_label, ksm_sanitized
+from decisions.observability.monitoring import CAPACITY_NODE_LABEL, INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, \
+    WORKLOAD_NODE_LABEL, ksm_label, ksm_sanitized
 from decisions.platform import acceptance, kueue
-from decisions.platform.tenancy import INFERENCE_NAMESPACE, TRAINING_NAMESPACE
+from decisions.platform.tenancy import INFERENCE_NAMESPACE, TRAINING_NAMESPACE, TRITON_HTTP_PORT
 
 # --- what the monitoring stack must configure ---------------------------------------------------------------------
 
@@ -60,6 +61,13 @@ TRITON_P99_QUANTILE = "0.99"
 # good sync within SYNC_STALE_S", read here through kube-state-metrics' kube_pod_container_status_ready (gauge, labels
 # namespace, pod, container: kubernetes/kube-state-metrics docs/pod-metrics.md).
 TRITON_SYNC_CONTAINER = "models-sync"
+# Every model version in a Triton pod's repository index, 1 while READY, from the pod's model-ready exporter
+# (jobs/triton_model_exporter.py; versions Triton unloaded on purpose are left out).
+TRITON_MODEL_READY_METRIC = "gpu_cloud_triton_model_ready"
+# How long a version may stay not READY before it pages: a model the sidecar has just synced waits for Triton's next
+# repository poll (60 s) and then loads, which a pod is given 15 minutes for (its startup probe): 16 minutes
+# (decisions/serving/triton.py REPOSITORY_POLL_S, STARTUP_PROBES; tests/test_alert_rules.py holds the sum).
+TRITON_MODEL_NOT_READY_MINUTES = 16
 
 # --- facts the rules encode ----------------------------------------------------------------------------------------
 # XIDs as the fault table (decisions/nodes/faults.yaml) classes them by NVIDIA's XID catalog: those it recovers with a
@@ -83,12 +91,12 @@ MIN_DISK_IOPS = 1
 POOL_SHORT_FOR = "15m"
 
 RATE_WINDOW = "5m"
-# A run-time check older than the repair controller trusts (decisions/nodes/repair.py): five missed runs of the minutely
-# timer.
+# A run-time check older than the repair controller trusts (decisions/nodes/repair.py): five missed runs of the
+# checker's 30 s timer.
 HEALTH_CHECK_STALE_S = STALE_CHECK_S
-# A failed run-time check pages once the repair controller would trust it: it waits CONFIRM_S (two readings of the
-# minutely checker) before it acts, so one reading alone is not a page either.
-HEALTH_CHECK_FAILED_FOR = f"{math.ceil(CONFIRM_S / 60)}m"
+# A failed run-time check pages after 2 minutes of failing: past the repair controller's confirmation (CONFIRM_S, two
+# readings), so one odd reading pages nobody, and by then the node is out of service and its repair has begun.
+HEALTH_CHECK_FAILED_FOR = "2m"
 # Twenty missed passes of the repair controller's loop.
 REPAIR_CONTROLLER_STALE_S = 20 * REPAIR_INTERVAL_S
 GROUP_PREFIX = "gpu-cloud"
@@ -117,6 +125,12 @@ PODS_READY_EVICTIONS = 3
 PODS_READY_LOOP_S = (max(kueue.pods_ready_timeout_s(source) for source in ("ami", "install"))
                      + kueue.REQUEUE_BACKOFF_MAX_S)
 PODS_READY_WINDOW = f"{math.ceil((PODS_READY_EVICTIONS + 1) * PODS_READY_LOOP_S / 60)}m"
+# A GPU of a reserved pool or a capacity block is billed whether it works or not: one that stays this idle this long
+# is money spent on nothing (issue #39 item 8). The reservation's own utilisation notice comes from AWS Health only
+# below 20 % over 24 hours (EC2 User Guide, "Utilization notifications"), too late for a block of days.
+IDLE_GPU_PCT = 5
+IDLE_FOR = "1h"
+PAID_FOR_CAPACITY = ("reserved", "capacity-block")
 
 
 def ksm_resource(resource: str) -> str:
@@ -127,6 +141,14 @@ def ksm_resource(resource: str) -> str:
 
 POOL = ksm_label(POOL_NODE_LABEL)
 INSTANCE_TYPE = ksm_label(INSTANCE_TYPE_NODE_LABEL)
+# Serving nodes: where a GPU busy or full for minutes means its replicas need room. On a training or general pool a
+# busy GPU with a full framebuffer is the job working (PyTorch's caching allocator keeps what it has used), so the
+# load alerts leave those pools alone.
+SERVING_NODES = f'{ksm_label(WORKLOAD_NODE_LABEL)}="inference"'
+PAID_FOR_NODES = f'{ksm_label(CAPACITY_NODE_LABEL)}=~"{"|".join(PAID_FOR_CAPACITY)}"'
+# A GPU's busy share in percent: the device's utilisation, or under MIG (where the exporter reports no
+# DCGM_FI_DEV_GPU_UTIL) each GPU instance's graphics engine activity.
+GPU_BUSY_PCT = 'DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""} * 100'
 
 
 def gpu_nodes(matchers: str = "") -> str:
@@ -174,14 +196,13 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
         f'DCGM_EXP_XID_ERRORS_COUNT{{xid=~"{"|".join(map(str, codes))}"}} > 0'])
     return [
         # Under MIG the exporter reports no DCGM_FI_DEV_GPU_UTIL; each GPU instance (label GPU_I_ID) has the
-        # profiling engine's share of time active instead.
-        _rule("GpuUtilizationHigh", on_gpu_nodes(
-            f'DCGM_FI_DEV_GPU_UTIL > {util} or DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}} * 100 > {util}'),
+        # profiling engine's share of time active instead. Serving nodes only (SERVING_NODES).
+        _rule("GpuUtilizationHigh", on_gpu_nodes(f"({GPU_BUSY_PCT}) > {util}", SERVING_NODES),
               "5m", "warning", f"GPU utilisation above {util} %",
-              f"{_gpu()} has been above {util} % utilisation for 5 minutes."),
+              f"{_gpu()} has been above {util} % utilisation for 5 minutes: its replicas need more room."),
         # Total as used + free: DCGM_FI_DEV_FB_TOTAL is not in the default CSV, and reserved memory is the driver's.
-        _rule("GpuMemoryHigh", on_gpu_nodes(f"{used} / ({used} + DCGM_FI_DEV_FB_FREE) * 100 > {mem}"), "5m",
-              "warning", f"GPU memory above {mem} % used",
+        _rule("GpuMemoryHigh", on_gpu_nodes(f"{used} / ({used} + DCGM_FI_DEV_FB_FREE) * 100 > {mem}", SERVING_NODES),
+              "5m", "warning", f"GPU memory above {mem} % used",
               f"{_gpu()} has used more than {mem} % of its memory for 5 minutes."),
         # Above, as the design requirements put it ("> 85 C") and as the boot gate refuses a GPU
         # (userdata/gpu_verify.py).
@@ -224,13 +245,13 @@ def gpu_rules(alerts) -> List[Dict[str, Any]]:
         _rule("GpuNvlinkReplayErrors", on_gpu_nodes(
             "increase(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "critical",
               "NVLink replay errors", f"{_gpu()} had to replay NVLink traffic in the last 10 minutes, which DCGM "
-              "counts as a failed GPU; drain the node and reboot it (NVIDIA's NVLink workflow: reset, replace if "
-              "it recurs)."),
+              "counts as a failed GPU; gpu-node-repair reboots the node (NVIDIA's NVLink workflow: reset, replace "
+              "if it recurs): check its Events if the alert stays."),
         _rule("GpuNvlinkRecoveryErrors", on_gpu_nodes(
             "increase(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL[10m]) > 0"), "0m", "critical",
               "NVLink link recovery", f"{_gpu()} had to recover an NVLink in the last 10 minutes, which DCGM counts "
-              "as a failed GPU; drain the node and reboot it (NVIDIA's NVLink workflow: reset, replace if it "
-              "recurs)."),
+              "as a failed GPU; gpu-node-repair reboots the node (NVIDIA's NVLink workflow: reset, replace if it "
+              "recurs): check its Events if the alert stays."),
         # DCGM v4.6.0 warns when a GPU's PCIe replays in a minute pass what a bit error rate of 1e-12 allows its link
         # (MonitorPcie, GetExpectedPcieReplayRate); limits.pcieReplaysPerMinute says which figure. Held for 5
         # minutes: a burst is the link retraining, a rate that stays is a bad link.
@@ -288,6 +309,14 @@ def node_rules(pools, catalog) -> List[Dict[str, Any]]:
         _rule("GpuNodeNotReady", on_gpu_nodes('kube_node_status_condition{condition="Ready",status="true"} == 0'),
               "5m", "critical", "GPU node not Ready", f"{_where()} has not been Ready for 5 minutes."),
     ]
+    if any(pool.spec.capacity in PAID_FOR_CAPACITY for pool in pools):
+        # The node's GPUs together: a node half busy is a job placed on part of it, not money idle.
+        rules.append(_rule(
+            "ReservedGpusIdle", on_gpu_nodes(f"avg by (node) ({GPU_BUSY_PCT}) < {IDLE_GPU_PCT}", PAID_FOR_NODES),
+            IDLE_FOR, "warning", f"Paid-for GPUs under {IDLE_GPU_PCT} % busy for an hour",
+            f"The GPUs of {_where()}, a reserved or capacity-block pool billed whether it works or not, have been "
+            f"under {IDLE_GPU_PCT} % busy on average for an hour: give the queue work for it (docs/training.md) or "
+            "shrink the reservation."))
     for pool in pools:
         if pool.spec.min_nodes == 0:
             continue
@@ -455,7 +484,6 @@ def triton_rules(alerts, target_queue_ms: float) -> List[Dict[str, Any]]:
               f"{rate(failure)} / ({rate(success)} + {rate(failure)}) * 100 > {_number(failure_pct)}",
               "5m", "critical", f"Triton failing more than {_number(failure_pct)} % of requests",
               f"{model} has failed more than {_number(failure_pct)} % of its requests for 5 minutes."),
-        # Summary quantiles cannot be averaged across replicas: the slowest replica's p99 decides.
         # The sidecar is unready once its last good sync is SYNC_STALE_S old; the pod then leaves the load balancer.
         _rule("TritonModelSyncStale",
               f'max by (namespace, pod) (kube_pod_container_status_ready{{namespace="{INFERENCE_NAMESPACE}", '
@@ -465,6 +493,16 @@ def triton_rules(alerts, target_queue_ms: float) -> List[Dict[str, Any]]:
               "than ten minutes and is out of the load balancer (a region whose every pod is out fails over). "
               f"`kubectl -n {INFERENCE_NAMESPACE} logs {{{{ $labels.pod }}}} -c {TRITON_SYNC_CONTAINER}` says why: "
               "S3, KMS or the pod's Pod Identity role."),
+        # Readiness asks for one model, so a model that does not load beside good ones (GPU memory, an engine built for
+        # another architecture) would serve errors unseen; on a DR secondary it would be found at failover.
+        _rule("TritonModelNotReady",
+              f"max by (namespace, pod, model, version) ({TRITON_MODEL_READY_METRIC}) == 0",
+              f"{TRITON_MODEL_NOT_READY_MINUTES}m", "critical", "A Triton model is not ready",
+              f"{model} has not been ready in pod {{{{ $labels.pod }}}} for {TRITON_MODEL_NOT_READY_MINUTES} minutes: "
+              "requests for it fail there. Triton's reason (the load's error: GPU memory, an engine built for another "
+              f"GPU architecture, a bad config.pbtxt): `kubectl -n {INFERENCE_NAMESPACE} exec {{{{ $labels.pod }}}} "
+              f"-c triton -- curl -s -X POST localhost:{TRITON_HTTP_PORT}/v2/repository/index`."),
+        # Summary quantiles cannot be averaged across replicas: the slowest replica's p99 decides.
         _rule("TritonP99LatencyHigh",
               f'max by (namespace, model, version) (nv_inference_request_summary_us{{quantile="{TRITON_P99_QUANTILE}"}})'
               f" / 1000 > {_number(p99)}",

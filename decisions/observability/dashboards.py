@@ -1,4 +1,4 @@
-"""gpu-cloud's Grafana dashboards as code: five dashboard JSON models, rendered from plain values.
+"""gpu-cloud's Grafana dashboards as code: six dashboard JSON models, rendered from plain values.
 
 Pure: no Pulumi. The monitoring component turns `configmap_data()` into ConfigMaps that the Grafana sidecar of
 kube-prometheus-stack loads (GRAFANA_SIDECAR_LABEL = GRAFANA_SIDECAR_LABEL_VALUE on the ConfigMap).
@@ -9,6 +9,8 @@ kube-prometheus-stack loads (GRAFANA_SIDECAR_LABEL = GRAFANA_SIDECAR_LABEL_VALUE
     node-verification.json  the boot-time verifier (userdata/gpu_verify.py): verdict, checks, duration, last run
     spot-drains.json        aws-node-termination-handler's actions and errors, GPU nodes by capacity type
     training-queue.json     Kueue: pending workloads and admission wait per ClusterQueue, quota used per flavor
+    gpu-hours.json          the GPU-hour ledger (decisions/observability/gpu_hours.py): each pool's paid GPU-hours
+                            by state, and each team namespace's busy and idle ones
 
 Every metric name an expression uses is in decisions/observability/dashboards/metrics.yaml with the source that
 documents it; tests/test_dashboards.py holds the table against the sources and every expression against the table and
@@ -37,6 +39,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, 
 
 import yaml
 
+from decisions.observability import gpu_hours as ledger
 from decisions.observability.alert_rules import KUEUE_REPLICAS, QUEUE_DEEP_MINUTES, QUEUE_DEEP_PENDING
 from decisions.observability.monitoring import CAPACITY_NODE_LABEL, POOL_NODE_LABEL, ksm_label
 from decisions.platform.tenancy import INFERENCE_NAMESPACE
@@ -72,7 +75,8 @@ NTH_DRAIN_ACTION = "cordon-and-drain"
 DATASOURCE_VAR = "datasource"
 DATASOURCE = {"type": "prometheus", "uid": "${%s}" % DATASOURCE_VAR}
 # What a PromQL check substitutes for Grafana's interval variables (Grafana fills them in before querying).
-GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+# `$__range_s` before `$__range`, which it begins with.
+GRAFANA_INTERVALS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range_s": "3600", "$__range": "1h"}
 
 
 # --- the metric table ------------------------------------------------------------------------------------------
@@ -564,6 +568,55 @@ def training_queue() -> Dict[str, Any]:
                       b, variables)
 
 
+# --- 6. Where GPU-hours go ------------------------------------------------------------------------------------
+
+def gpu_hours() -> Dict[str, Any]:
+    """The ledger's recorded GPU counts (decisions/observability/gpu_hours.py), as GPU-hours over the dashboard's
+    range: the count's average over the range times its hours."""
+    pools = 'pool=~"$pool"'
+    teams = f'{pools}, namespace=~"$namespace"'
+
+    def hours(selector: str, by: str) -> str:
+        return f"sum by ({by}) (avg_over_time({selector}[$__range])) * $__range_s / 3600"
+
+    b = _Board()
+    b.row("Paid GPU-hours by state")
+    for state, title, color in (("busy", "Busy", "green"), ("allocated_idle", "Allocated, idle", "orange"),
+                                ("unallocated", "Unallocated", "yellow"),
+                                ("booting_or_gated", "Booting or gated", "blue"),
+                                ("draining", "Draining", "purple"), ("repair", "In repair", "red")):
+        selector = f'{ledger.POOL_STATE}{{{pools}, state="{state}"}}'
+        b.panel("stat", title, [(f"sum({hours(selector, 'pool')}) or vector(0)", "")], w=4, h=4,
+                thresholds=((None, color),),
+                description=f"GPU-hours in the range the chosen pools spent {title.lower()}.")
+    b.panel("timeseries", "GPUs by state", [
+        (f"sum by (state) ({ledger.POOL_STATE}{{{pools}}})", "{{state}}"),
+        (f"sum({ledger.POOL_PAID}{{{pools}}})", "paid")], w=24,
+        options={"legend": {"displayMode": "table", "placement": "right"}},
+        description="Paid GPUs and where they are now: the states add up to the paid line. A reserved or "
+                    "capacity-block pool is paid at its reservation's whole size; an on-demand or spot pool for its "
+                    "registered nodes (instances still booting before they register are not seen).")
+    b.panel("table", "GPU-hours by pool and state", [(hours(f"{ledger.POOL_STATE}{{{pools}}}", "pool, state"), ""),
+                                                      (hours(f"{ledger.POOL_PAID}{{{pools}}}", "pool, capacity"), "")],
+            table=True, w=24, description="Each pool's GPU-hours in the range by state (A) and paid (B).")
+
+    b.row("Teams")
+    b.panel("table", "GPU-hours by team namespace", [
+        (hours(f"{ledger.NAMESPACE_STATE}{{{teams}}}", "namespace, pool, state"), "")], table=True,
+        description="GPU-hours the namespace's pods held, busy or idle (a GPU under "
+                    f"{ledger.BUSY_PCT} % busy is idle).")
+    b.panel("timeseries", "Team GPUs held, busy and idle", [
+        (f"sum by (namespace, state) ({ledger.NAMESPACE_STATE}{{{teams}}})", "{{namespace}} {{state}}")],
+        description="GPU-equivalents held by each namespace's pods (a time-sliced replica is a share of a GPU).")
+    variables = [
+        _query_variable("pool", "Pool", f"label_values({ledger.POOL_PAID}, pool)"),
+        _query_variable("namespace", "Namespace", f"label_values({ledger.NAMESPACE_ALLOCATED}, namespace)"),
+    ]
+    return _dashboard("gpu-cloud-gpu-hours", "gpu-cloud / Where GPU-hours go",
+                      "Each pool's paid GPU-hours split into busy, allocated but idle, unallocated, booting or gated, "
+                      "draining and in repair, and each team namespace's share.", b, variables)
+
+
 # --- the set ---------------------------------------------------------------------------------------------------
 
 def dashboards() -> Dict[str, Dict[str, Any]]:
@@ -574,6 +627,7 @@ def dashboards() -> Dict[str, Dict[str, Any]]:
         "node-verification.json": node_verification(),
         "spot-drains.json": spot_drains(),
         "training-queue.json": training_queue(),
+        "gpu-hours.json": gpu_hours(),
     }
 
 

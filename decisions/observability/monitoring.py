@@ -87,7 +87,8 @@ KUBE_PROMETHEUS_STACK_VALUE_PATHS: Mapping[str, int] = {
 SUBCHARTS: Mapping[str, str] = {"kube-state-metrics": "8.4.0", "prometheus-node-exporter": "4.56.1",
                                 "grafana": "12.11.1"}
 SUBCHART_VALUE_PATHS: Mapping[str, Mapping[str, int]] = {
-    "kube-state-metrics": {"metricLabelsAllowlist": 416, "nodeSelector": 360, "tolerations": 376},
+    "kube-state-metrics": {"metricLabelsAllowlist": 416, "metricAnnotationsAllowList": 425, "nodeSelector": 360,
+                           "tolerations": 376},
     "grafana": {"nodeSelector": 438, "tolerations": 443},
 }
 
@@ -114,8 +115,14 @@ NODE_LABEL_RELABELINGS: Tuple[Mapping[str, Any], ...] = (
     {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": NODE_LABEL, "action": "replace"},)
 POOL_NODE_LABEL = POOL_LABEL                     # the pool's name on its nodes (decisions/nodes/pools.py)
 CAPACITY_NODE_LABEL = f"{LABEL_PREFIX}capacity"
+WORKLOAD_NODE_LABEL = f"{LABEL_PREFIX}workload"  # training, general or inference (decisions/nodes/pools.node_labels)
 INSTANCE_TYPE_NODE_LABEL = "node.kubernetes.io/instance-type"    # the kubelet's well-known label
-KUBE_STATE_NODE_LABELS: Tuple[str, ...] = (POOL_NODE_LABEL, CAPACITY_NODE_LABEL, INSTANCE_TYPE_NODE_LABEL)
+KUBE_STATE_NODE_LABELS: Tuple[str, ...] = (POOL_NODE_LABEL, CAPACITY_NODE_LABEL, WORKLOAD_NODE_LABEL,
+                                           INSTANCE_TYPE_NODE_LABEL)
+# Node annotations kube-state-metrics keeps in kube_node_annotations (chart value metricAnnotationsAllowList): the
+# repair controller's mark on a node it cordoned (decisions/nodes/repair.py REPAIR_ANNOTATION, which imports this
+# module), read by the GPU-hour ledger (decisions/observability/gpu_hours.py).
+KUBE_STATE_NODE_ANNOTATIONS: Tuple[str, ...] = (f"{LABEL_PREFIX}repair",)
 
 
 def ksm_sanitized(name: str) -> str:
@@ -127,6 +134,12 @@ def ksm_sanitized(name: str) -> str:
 def ksm_label(node_label: str) -> str:
     """kube_node_labels' label for a Kubernetes node label key: gpu-cloud.io/pool -> label_gpu_cloud_io_pool."""
     return "label_" + ksm_sanitized(node_label)
+
+
+def ksm_annotation(annotation: str) -> str:
+    """kube_node_annotations' label for an annotation key: gpu-cloud.io/repair -> annotation_gpu_cloud_io_repair
+    (v2.20.0 internal/store/utils.go, the same sanitizing as labels)."""
+    return "annotation_" + ksm_sanitized(annotation)
 
 
 def webhook_receiver() -> Dict[str, Any]:
@@ -195,6 +208,7 @@ def stack_values(monitoring: Monitoring, *, webhook: bool, system_node_labels: M
         "prometheusOperator": {"nodeSelector": on_system, "tolerations": tolerate(),
                                "admissionWebhooks": {"patch": {"nodeSelector": on_system, "tolerations": tolerate()}}},
         "kube-state-metrics": {"metricLabelsAllowlist": [f"nodes=[{','.join(KUBE_STATE_NODE_LABELS)}]"],
+                               "metricAnnotationsAllowList": [f"nodes=[{','.join(KUBE_STATE_NODE_ANNOTATIONS)}]"],
                                "nodeSelector": on_system, "tolerations": tolerate()},
         "prometheus-node-exporter": {
             "extraArgs": node_exporter_flags(node_exporter_args),

@@ -319,6 +319,7 @@ def across_node_cronjob_manifest(pool, catalog, *, namespace: str, queue_name: s
                     "spec": {"restartPolicy": "Never", "nodeSelector": node_selector(pool),
                              "tolerations": tolerations(pool),      # as the MPIJob's workers: see the docstring
                              "serviceAccountName": scheduler_account, "containers": [start],
+                             "securityContext": pod_security.pod_security_context(),
                              "volumes": [{"name": "judge",
                                           "configMap": {"name": judge_configmap, "defaultMode": 0o444}}]}}}},
         },

@@ -175,6 +175,19 @@ def replicated_sharing(pools: Sequence["ResolvedPool"]) -> Tuple[Tuple[str, int]
                          if pool.spec.gpu_sharing.mode in pool_rules.REPLICATED_MODES}))
 
 
+def device_plugin_mounts_shm(pool: "ResolvedPool") -> bool:
+    """Whether the device plugin mounts /dev/shm in every container given a GPU of `pool`, so that no pod there may
+    mount its own: on MPS pools. The plugin hands each MPS client the MPS server's pipe folder and its shared memory
+    at /dev/shm (k8s-device-plugin v0.20.0, the version gpu-operator v26.7.0 deploys: its values.yaml line 245;
+    internal/plugin/mps.go lines 74-90, cmd/mps-control-daemon/mps/daemon.go lines 195-196). That shared memory is one
+    tmpfs per node, half the node's memory, that the MPS daemon's init container mounts at <MPS root>/shm
+    (cmd/mps-control-daemon/mount/mount-shm.go lines 43-69 and 74-105; gpu-operator
+    assets/state-mps-control-daemon/0400_daemonset.yaml lines 40-48 and 129-135), shared by every MPS client of the
+    node (mps/root.go lines 44-48: "the same for all resources"). A pod's own /dev/shm volume is mounted over it,
+    and its CUDA clients cannot reach the server (NVIDIA/k8s-device-plugin#805)."""
+    return pool.spec.gpu_sharing.mode == "mps"
+
+
 def mig_layouts(pools: Sequence["ResolvedPool"]) -> Dict[str, Dict[str, int]]:
     """The MIG pools' layouts by config name (decisions/nodes/pools.mig_config_name), each once; empty without MIG
     pools."""

@@ -4,11 +4,14 @@ user adds with `--env` and `--volume`. Pure: no Pulumi.
 Mounted by default, in the container that runs the program:
 - `/data`: the claim `lustre-data` (FSx for Lustre, the stack's datasets: docs/storage.md), where the stack has
   `storage.lustre` and the pool's nodes mount it (decisions.storage.lustre.mounts_lustre: every pool the training queue
-  uses);
+  uses); and beside it `/nccl-traces`, a directory of the same file system outside the link to the datasets bucket,
+  where pytorch-job's flight recorder writes (TRACES_PATH);
 - `/scratch`: an emptyDir on the node's NVMe RAID0 (the root volume where the pool has none), its size also the
   container's ephemeral-storage request and limit (decisions/nodes/scratch.py); checkpoints go first to CHECKPOINT_DIR
   under it;
-- `/dev/shm`: memory-backed, for NCCL's shared-memory transport and data-loader workers (decisions/platform/mpijob.py).
+- `/dev/shm`: memory-backed, for NCCL's shared-memory transport and data-loader workers (decisions/platform/mpijob.py);
+  on MPS pools none of the template's own: the device plugin mounts the MPS server's shared memory there
+  (decisions/platform/gpu_operator.device_plugin_mounts_shm), the node's one tmpfs that every MPS pod shares.
 
 Checkpoints, one story for every template and the docs (docs/training.md, docs/storage.md): write them to
 CHECKPOINT_DIR (`/scratch/checkpoints`: fast, lost with the pod), copy them to CHECKPOINT_URI (`--checkpoint-uri`,
@@ -18,7 +21,7 @@ CHECKPOINT_DIR (`/scratch/checkpoints`: fast, lost with the pod), copy them to C
 POSIX.1-2017 Base Definitions, 8.1 "Environment Variable Definition"), the only kind the MPI template can hand to its
 ranks: they start through sshd with none of the container's environment, and `mpirun -x KEY` forwards each by
 name. A KEY the template also sets replaces the template's value (NCCL_DEBUG=WARN quiets NCCL's log), except those
-the template derives from its own options (RESERVED_ENV; for pytorch-job also TORCHRUN_ENV_PREFIXES), which are
+the template derives from its own options (RESERVED_ENV; for pytorch-job also PYTORCH_JOB_ENV_PREFIXES), which are
 refused with the option to use instead.
 
 `--volume CLAIM:/path[:ro]`: a PersistentVolumeClaim of the training namespace (where the jobs run), mounted at
@@ -31,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from decisions.nodes.capacity_blocks import MAX_RUN_TIME_LABEL, MAX_RUN_TIME_S
 from decisions.nodes.scratch import SCRATCH_MOUNT_PATH, scratch_mount, scratch_volume
 from decisions.storage import lustre
 
@@ -42,9 +46,12 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Names every template sets from its own options: KEY -> what to use instead.
 RESERVED_ENV: Mapping[str, str] = {CHECKPOINT_URI_ENV: "--checkpoint-uri"}
 # Prefixes pytorch-job alone sets, refused only there (parse_env's reserved_prefixes): PET_* are torchrun's options,
-# which it derives from --nodes, the pool and the job's name (decisions/platform/jobset.torchrun_env). Nothing reads
-# them in `job` or `mpijob`, which run no torchrun of theirs.
-TORCHRUN_ENV_PREFIXES: Mapping[str, str] = {"PET_": "pytorch-job's own options (--nodes; torchrun's PET_ settings)"}
+# which it derives from --nodes, the pool and the job's name (decisions/platform/jobset.torchrun_env), and the JobSet's
+# restart attempt names the flight recorder's folder (decisions/platform/jobset.trace_file_prefix). Nothing reads them
+# in `job` or `mpijob`, which run no torchrun of theirs.
+PYTORCH_JOB_ENV_PREFIXES: Mapping[str, str] = {
+    "PET_": "pytorch-job's own options (--nodes; torchrun's PET_ settings)",
+    "JOBSET_RESTART_ATTEMPT": "pytorch-job from the JobSet's restart count (it names the flight recorder's folder)"}
 # A PersistentVolumeClaim's name: a DNS-1123 subdomain (Kubernetes, "Object Names and IDs").
 CLAIM_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 CLAIM_NAME_MAX = 253
@@ -130,21 +137,27 @@ def job_env(env: Mapping[str, str], checkpoint_uri: str, user_env: Mapping[str, 
 
 
 def job_storage(*, scratch: str, mounts_lustre: bool, lustre_configured: bool, user_volumes: Sequence[UserVolume],
-                shm_volume: Mapping[str, Any], shm_mount: Mapping[str, Any]) -> Tuple[List[dict], List[dict]]:
-    """(pod volumes, container volumeMounts): /dev/shm, /scratch (an emptyDir of `scratch`), /data where the pool
-    mounts Lustre, then each --volume. Refuses a --volume on a path already mounted, and the claim lustre-data on a
-    stack without Lustre (`lustre_configured`)."""
-    volumes: List[dict] = [dict(shm_volume), scratch_volume(scratch)]
-    mounts: List[dict] = [dict(shm_mount), scratch_mount()]
+                shm: Optional[Tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Tuple[List[dict], List[dict]]:
+    """(pod volumes, container volumeMounts): /dev/shm (`shm`: its volume and mount; None where the device plugin
+    mounts the MPS server's there: decisions/platform/gpu_operator.device_plugin_mounts_shm), /scratch (an emptyDir of
+    `scratch`), /data and TRACES_PATH where the pool mounts Lustre, then each --volume. Refuses a --volume on a path
+    already mounted (the MPS shared memory included), and the claim lustre-data on a stack without Lustre
+    (`lustre_configured`)."""
+    volumes: List[dict] = [*([dict(shm[0])] if shm else []), scratch_volume(scratch)]
+    mounts: List[dict] = [*([dict(shm[1])] if shm else []), scratch_mount()]
     if mounts_lustre:
         volumes.append({"name": DATA_VOLUME, "persistentVolumeClaim": {"claimName": lustre.PVC_NAME}})
         mounts.append({"name": DATA_VOLUME, "mountPath": lustre.FILE_SYSTEM_PATH, "subPath": lustre.MOUNT_SUBPATH})
+        mounts.append({"name": DATA_VOLUME, "mountPath": TRACES_PATH, "subPath": TRACES_SUBPATH})
     for i, volume in enumerate(user_volumes, start=1):
         taken = {mount["mountPath"]: mount["name"] for mount in mounts}
         flag = f"--volume {volume.claim}:{volume.path}"
         if volume.path in taken:
             already = describe_mount(volumes, mounts, volume.path)
             raise ValueError(f"{flag}: {volume.path} is already mounted ({already})")
+        if volume.path == SHM_PATH and not shm:
+            raise ValueError(f"{flag}: {SHM_PATH} is the MPS server's shared memory on this pool, which the device "
+                             "plugin mounts")
         if volume.claim == lustre.PVC_NAME and not lustre_configured:
             raise ValueError(f"{flag}: the stack has no storage.lustre, so there is no claim {lustre.PVC_NAME}")
         name = f"{USER_VOLUME_PREFIX}{i}"
@@ -169,22 +182,64 @@ def describe_mount(volumes: Sequence[Mapping[str, Any]], mounts: Sequence[Mappin
     return f"emptyDir {empty_dir.get('sizeLimit', 'unbounded')}{memory}{read_only}"
 
 
+# pytorch-job's flight-recorder dumps on a stack with Lustre: a directory of the file system beside the one linked to
+# the datasets bucket (lustre.MOUNT_SUBPATH), so kept but never exported (decisions/platform/jobset.py says why).
+# Every template mounts it, so a `job` can read them (docs/training.md).
+TRACES_PATH = "/nccl-traces"
+TRACES_SUBPATH = TRACES_PATH.lstrip("/")
+
 WHAT = {SHM_PATH: "shared memory", SCRATCH_MOUNT_PATH: "node-local, lost with the pod",
-        lustre.FILE_SYSTEM_PATH: "FSx for Lustre, the stack's datasets"}
+        lustre.FILE_SYSTEM_PATH: "FSx for Lustre, the stack's datasets",
+        TRACES_PATH: "FSx for Lustre outside the datasets link: kept, not exported"}
 
 
 def mounts_comment(what: str, pod: Mapping[str, Any], container: Mapping[str, Any],
                    env: Optional[Mapping[str, str]] = None) -> str:
     """YAML comment lines that open a rendered template: what it is and what its program finds mounted."""
     volumes, mounts = pod.get("volumes") or [], container.get("volumeMounts") or []
-    width = max(len(m["mountPath"]) for m in mounts)
+    width = max(len(path) for path in [SHM_PATH, *(m["mountPath"] for m in mounts)])
     lines = [f"# {what}", "# mounted in the container that runs the program:"]
     for mount in mounts:
         path = mount["mountPath"]
         note = f" ({WHAT[path]})" if path in WHAT and not mount["name"].startswith(USER_VOLUME_PREFIX) else ""
         lines.append(f"#   {path.ljust(width)}  {describe_mount(volumes, mounts, path)}{note}")
+    if SHM_PATH not in {mount["mountPath"] for mount in mounts}:     # job_storage leaves it to the device plugin
+        lines.append(f"#   {SHM_PATH.ljust(width)}  the MPS server's shared memory, mounted by the device plugin "
+                     "(one tmpfs for every MPS pod of the node)")
     values = dict(env or {})
     if CHECKPOINT_DIR_ENV in values:
         lines.append(f"# checkpoints: {CHECKPOINT_DIR_ENV}={values[CHECKPOINT_DIR_ENV]}, "
                      f"{CHECKPOINT_URI_ENV}={values.get(CHECKPOINT_URI_ENV) or '(none: --checkpoint-uri)'}")
     return "\n".join(lines) + "\n"
+
+
+# --max-run-time: the longest the job may run once admitted, declared on the job as Kueue's MAX_RUN_TIME_LABEL. Kueue
+# stops the job when its admitted time reaches it, and a capacity block admits it only if it ends before the block
+# closes (decisions/nodes/capacity_blocks.py). Days, hours, minutes and seconds in that order ("1d12h", "90m"), or
+# plain seconds.
+DURATION = re.compile(r"(?:(?P<d>[0-9]+)d)?(?:(?P<h>[0-9]+)h)?(?:(?P<m>[0-9]+)m)?(?:(?P<s>[0-9]+)s)?")
+DURATION_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def max_run_time_seconds(text: str) -> int:
+    """`--max-run-time` in seconds; a ValueError naming the option for anything else, or outside what Kueue takes."""
+    found = DURATION.fullmatch(text)
+    if text.isdigit():
+        seconds = int(text)
+    elif found and text:
+        seconds = sum(int(found[unit]) * factor for unit, factor in DURATION_SECONDS.items() if found[unit])
+    else:
+        seconds = 0
+    if not 0 < seconds <= MAX_RUN_TIME_S:
+        raise ValueError(f"--max-run-time {text!r}: give a duration from 1s to {MAX_RUN_TIME_S}s, such as 90m, 6h, "
+                         "1d12h or plain seconds")
+    return seconds
+
+
+def declare_max_run_time(manifest: Mapping[str, Any], text: Optional[str]) -> Dict[str, Any]:
+    """The rendered job with its maximum run time (`--max-run-time`, None: the job as it is) on its labels."""
+    if text is None:
+        return dict(manifest)
+    metadata = manifest["metadata"]
+    return {**manifest, "metadata": {**metadata, "labels": {**(metadata.get("labels") or {}),
+                                                            MAX_RUN_TIME_LABEL: str(max_run_time_seconds(text))}}}

@@ -46,19 +46,46 @@ guess that misses when the endpoint is not the pod's own host name and its DNS r
 arrive up to Kueue's pods-ready timeout apart (a node from zero through the boot gate, then the image), so the store
 waits that long (its `timeout`; torchrun's default is 900 s: blueprints 3.test_cases/pytorch/ddp/slurm/README.md
 line 49).
+
+Across nodes: EFA, or TCP
+-------------------------
+On an EFA pool each pod takes the node's EFA devices and NCCL runs over libfabric's efa provider
+(decisions/platform/mpijob.efa_env). On a pool without EFA (the spot A100 pools: several types, or no placement group)
+NCCL runs over its own TCP sockets: NCCL_NET=Socket picks the network NCCL names "Socket" (NVIDIA/nccl v2.29.7-1
+src/init.cc line 1857 reads NCCL_NET, src/plugin/net.cc line 307 keeps the network of that name,
+src/transport/net_socket.cc line 725 names it), so an aws-ofi-nccl plugin in the image is not tried, and nothing asks
+for EFA devices, libfabric or locked memory. Through the pod's one interface that is at most one network card's share
+of the node's bandwidth (socket_bandwidth_warning), which `python -m jobs pytorch-job` prints.
+
+Hang diagnosis: the flight recorder
+-----------------------------------
+Each rank keeps its last TORCH_NCCL_TRACE_BUFFER_SIZE collectives and, when one times out, writes them to the file
+TORCH_NCCL_DEBUG_INFO_TEMP_FILE + its rank (PyTorch torch/csrc/distributed/c10d: DebugInfoWriter's file name is
+prefix + rank; DebugInfoWriter::write opens it with std::ofstream and, when that fails, only logs "Error opening file
+for writing ... debug info"). PyTorch creates no folder for that prefix (later releases create their own default
+folder, $HOME/.cache/torch, and no other: DebugInfoWriter::getWriter in FlightRecorder.cpp), so the trainer's shell
+creates it before torchrun starts (TRAINER_SCRIPT). PyTorch's reader, fr_trace, takes one folder with one file per
+rank (torch/distributed/flight_recorder/components/config_manager.py, trace_dir), so the folder is one for the whole
+job, per attempt: on a stack with Lustre the file system every node mounts, at job_options.TRACES_PATH, a directory
+beside the one linked to the datasets bucket, so the dumps outlive the pods and are never exported (what is written
+under /data is: decisions/storage/lustre.py); without Lustre, /scratch, which goes with the pod. Each JobSet restart
+writes to its own folder, `attempt-<n>` (the restart count JobSet puts on every pod as the annotation
+jobset.sigs.k8s.io/restart-attempt: jobset pkg/controllers/jobset_controller.go lines 1023, 1041 and 949-950), so no
+rank's dump of an earlier attempt sits beside this attempt's, where fr_trace would match them.
 """
 from __future__ import annotations
 
 from typing import List, Mapping, Optional, Sequence
 
+from decisions.nodes.efa import ip_bandwidth_gbps
 from decisions.nodes.scratch import SCRATCH_MOUNT_PATH, allocatable_ephemeral_storage_gib, node_ephemeral_storage_gib, \
     raid0_instance_store
 from decisions.nodes.pools import POOL_LABEL, QUEUE_LABEL
 from decisions.platform import job_options, pod_security
 from decisions.platform.job_options import DNS_LABEL_MAX
-from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT, ROOT_VOLUME_SCRATCH, SHM_MOUNT, SHM_VOLUME, TRAINING_TTL_S, \
-    check_pool, efa_env, env_list, nearest_switch_preference, node_selector, tolerations, whole_node_resources
-from decisions.storage import lustre
+from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT, NCCL_NETWORK_ENV, ROOT_VOLUME_SCRATCH, SHM_MOUNT, \
+    SHM_VOLUME, TRAINING_TTL_S, check_whole_nodes, efa_env, env_list, nearest_switch_preference, node_selector, \
+    tolerations, whole_node_resources
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 NODE_JOB = "node"                     # the one replicated Job: one pod per node
@@ -80,13 +107,12 @@ DEFAULT_MAX_RESTARTS = 3
 
 # The PyTorch side of the environment, as AWS's FSDP blueprint for EKS sets it (blueprints
 # 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp-hpto.yaml lines 75-104; its FI_PROVIDER,
-# FI_EFA_USE_DEVICE_RDMA, NCCL_DEBUG and NCCL_SOCKET_IFNAME are mpijob.efa_env's, its trace file is set below). Left
-# out: TORCH_DISTRIBUTED_DEBUG (DETAIL checks every collective; a debugging setting), HF_TOKEN (the program's own) and
-# FI_EFA_ENABLE_SHM_TRANSFER=1 (libfabric's default already, "really a no-op": blueprints
-# 1.architectures/efa-cheatsheet.md line 15).
+# FI_EFA_USE_DEVICE_RDMA, NCCL_DEBUG and NCCL_SOCKET_IFNAME are mpijob.efa_env's, its FI_EFA_FORK_SAFE is
+# EFA_TORCH_ENV, its trace file is set below). Left out: TORCH_DISTRIBUTED_DEBUG (DETAIL checks every collective; a
+# debugging setting), HF_TOKEN (the program's own) and FI_EFA_ENABLE_SHM_TRANSFER=1 (libfabric's default already,
+# "really a no-op": blueprints 1.architectures/efa-cheatsheet.md line 15).
 TORCH_ENV = {
     "LOGLEVEL": "INFO",                                   # torchrun's own log
-    "FI_EFA_FORK_SAFE": "1",                              # data-loader workers fork after libfabric registered memory
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",               # a failed or timed-out collective ends the process, and so
                                                           # the pod, instead of hanging the job
     "TORCH_NCCL_ENABLE_MONITORING": "1",                  # a watchdog that ends a process whose NCCL thread hangs
@@ -94,6 +120,21 @@ TORCH_ENV = {
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",                    # ... written to a file when a collective times out
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
 }
+EFA_TORCH_ENV = {"FI_EFA_FORK_SAFE": "1"}                 # data-loader workers fork after libfabric registered memory
+# Over TCP (pools without EFA): NCCL's own socket network, named (module docstring).
+SOCKET_ENV = {"NCCL_NET": "Socket", **NCCL_NETWORK_ENV}
+
+# The flight recorder's dumps (module docstring, "Hang diagnosis").
+TRACE_FILE_ENV = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+RESTART_ATTEMPT_ENV = "JOBSET_RESTART_ATTEMPT"
+RESTART_ATTEMPT_ANNOTATION = "jobset.sigs.k8s.io/restart-attempt"
+# The trainer's command, in bash: `bash -c TRAINER_SCRIPT torchrun PROGRAM...` runs torchrun with the program as its
+# arguments, unquoted and unchanged. The folder comes from the variable itself, so a --env that moves the dumps moves
+# the folder too; one that cannot be made costs the dumps, not the job.
+TRAINER_SCRIPT = f"""traces=$(dirname -- "${TRACE_FILE_ENV}")
+mkdir -p -- "$traces" || echo "cannot create $traces: the NCCL flight recorder's dumps will be lost" >&2
+exec torchrun "$@"
+"""
 
 
 def max_job_name(nodes: int) -> int:
@@ -116,6 +157,27 @@ def default_scratch(pool, nvme_scratch: bool) -> str:
     return ROOT_VOLUME_SCRATCH
 
 
+def trace_file_prefix(name: str, mounts_lustre: bool) -> str:
+    """TORCH_NCCL_DEBUG_INFO_TEMP_FILE: <folder of the job>/attempt-<JobSet restart>/rank_ (module docstring, "Hang
+    diagnosis"). The kubelet puts the restart count in: it expands $(VAR) with the container's variables listed before
+    it (the EnvVar value field, Kubernetes API), and pytorch_jobset lists RESTART_ATTEMPT_ENV first."""
+    root = job_options.TRACES_PATH if mounts_lustre else f"{SCRATCH_MOUNT_PATH}/nccl-traces"
+    return f"{root}/{name}/attempt-$({RESTART_ATTEMPT_ENV})/rank_"
+
+
+def socket_bandwidth_warning(pool) -> Optional[str]:
+    """What a pytorch-job across nodes of `pool` gets over TCP, against EFA, in words; None on an EFA pool. A pod's one
+    interface (eth0, on network card 0) carries it: one card's share of the type's bandwidth (decisions/nodes/efa.py
+    ip_bandwidth_gbps), where EFA would use every card's."""
+    if pool.efa:
+        return None
+    itype = pool.primary_type
+    return (f"pool {pool.name} has no EFA: NCCL runs across nodes over TCP sockets, through each pod's one network "
+            f"interface, at most {ip_bandwidth_gbps(itype, efa=False):g} Gbps a node ({itype.name}: network card 0 of "
+            f"{itype.network_cards}), against {itype.network_gbps:g} Gbps over EFA on an EFA pool of {itype.name}, "
+            "which also bypasses the kernel")
+
+
 def torchrun_env(pool, name: str, nodes: int, rendezvous_timeout_s: int) -> List[dict]:
     """torchrun's options as PET_ variables (the module docstring says why each)."""
     env = env_list({
@@ -135,34 +197,36 @@ def pytorch_jobset(pool, *, name: str, namespace: str, queue_name: str, image: s
                    checkpoint_uri: str = "", max_restarts: int = DEFAULT_MAX_RESTARTS,
                    lustre_configured: Optional[bool] = None, env: Mapping[str, str] = (),
                    volumes: Sequence[job_options.UserVolume] = ()) -> dict:
-    """`torchrun PROGRAM` on `nodes` whole nodes of an EFA pool (a decisions.config.validate.ResolvedPool), as a JobSet
-    in the queue `queue_name`. `scratch`: the NVMe scratch emptyDir's size (a Kubernetes quantity), also the pod's
-    ephemeral-storage request and limit. `mounts_lustre`: mount the claim lustre-data at /data
+    """`torchrun PROGRAM` on `nodes` whole nodes of a pool of whole GPUs (a decisions.config.validate.ResolvedPool),
+    over EFA where the pool has it and over TCP where it has not, as a JobSet in the queue `queue_name`. `scratch`: the
+    NVMe scratch emptyDir's size (a Kubernetes quantity), also the pod's ephemeral-storage request and limit.
+    `mounts_lustre`: mount the claim lustre-data at /data and job_options.TRACES_PATH
     (decisions.storage.lustre.mounts_lustre). `max_restarts`: restarts after the program's own failures. `env`,
     `volumes`: the user's --env and --volume (decisions/platform/job_options.py); `lustre_configured`: the stack has
     storage.lustre (default: `mounts_lustre`)."""
-    check_pool(pool, nodes)
+    check_whole_nodes(pool, nodes)
     job_options.check_job(name, f"{max_job_name(nodes)} characters with {nodes} node(s)", max_job_name(nodes),
                           scratch, max_restarts, program, "the training script and its arguments")
     labels = {"app.kubernetes.io/name": name, POOL_LABEL: pool.name}
     pod_volumes, mounts = job_options.job_storage(
         scratch=scratch, mounts_lustre=mounts_lustre,
         lustre_configured=mounts_lustre if lustre_configured is None else lustre_configured,
-        user_volumes=volumes, shm_volume=SHM_VOLUME, shm_mount=SHM_MOUNT)
-    # The flight recorder's files must outlive the pod to be read: on Lustre they do, on scratch they go with it.
-    traces = (f"{lustre.FILE_SYSTEM_PATH}/nccl-traces/{name}" if mounts_lustre else f"{SCRATCH_MOUNT_PATH}/nccl-traces")
-    values = job_options.job_env({**efa_env(pool), **TORCH_ENV, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{traces}/rank_"},
+        user_volumes=volumes, shm=(SHM_VOLUME, SHM_MOUNT))
+    network_env = {**efa_env(pool), **EFA_TORCH_ENV} if pool.efa else SOCKET_ENV
+    values = job_options.job_env({**network_env, **TORCH_ENV, TRACE_FILE_ENV: trace_file_prefix(name, mounts_lustre)},
                                  checkpoint_uri, dict(env))
     resources = whole_node_resources(pool)
     resources["requests"]["ephemeral-storage"] = resources["limits"]["ephemeral-storage"] = scratch
+    restart_attempt = {"name": RESTART_ATTEMPT_ENV, "valueFrom": {
+        "fieldRef": {"fieldPath": f"metadata.annotations['{RESTART_ATTEMPT_ANNOTATION}']"}}}
     trainer = {
-        "name": "trainer", "image": image, "command": ["torchrun", *program],
-        "env": env_list(values) + torchrun_env(pool, name, nodes, rendezvous_timeout_s),
+        "name": "trainer", "image": image, "command": ["bash", "-c", TRAINER_SCRIPT, "torchrun", *program],
+        "env": [restart_attempt, *env_list(values), *torchrun_env(pool, name, nodes, rendezvous_timeout_s)],
         "resources": resources,
-        # The job's image as its user, writable (decisions/platform/pod_security.WAIVERS); IPC_LOCK: EFA pins its
+        # The job's image as its user, writable (decisions/platform/pod_security.WAIVERS); IPC_LOCK where EFA pins its
         # buffers.
-        "securityContext": pod_security.container_security_context(None, read_only_root=False,
-                                                                    add=pod_security.EFA_CAPABILITIES),
+        "securityContext": pod_security.container_security_context(
+            None, read_only_root=False, add=pod_security.EFA_CAPABILITIES if pool.efa else ()),
         "volumeMounts": mounts,
     }
     pod = {"restartPolicy": "Never", "serviceAccountName": JOB_SERVICE_ACCOUNT, "automountServiceAccountToken": False,

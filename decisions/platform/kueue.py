@@ -40,6 +40,10 @@ as
 - A replicated GPU (time-slicing, MPS) is one share of one GPU, and the device plugin refuses a pod more than one
   (decisions/platform/gpu_operator.py). Quota cannot say "at most 1 per pod", so those flavors list SHARED_GPU_TAINT,
   which their nodes do not carry: only a job that tolerates it, saying it takes a share, is admitted there.
+- A capacity block ends on a date: its flavor runs the admission check ADMISSION_CHECK (ClusterQueue
+  admissionChecksStrategy, onFlavors), which the repair controller answers when Kueue has reserved a job's quota
+  there: Ready if the job's declared maximum run time ends before the block closes, else Rejected and the job
+  deactivated; once the block has closed, Rejected for all. decisions/nodes/capacity_blocks.py says why and when.
 - Interrupted jobs come back: with waitForPodsReady, a running job whose pods stop being ready (a spot node
   reclaimed, a node drained) and are not all ready again within the recovery timeout is suspended and requeued
   with backoff, and admitted again wherever quota is free. Both timeouts cover a node booting from zero through
@@ -80,6 +84,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Tuple
 import yaml
 
 from decisions.nodes import boot
+from decisions.nodes.capacity_blocks import ADMISSION_CHECK, CONTROLLER_NAME
 from decisions.nodes.pods import system_placement
 from decisions.nodes.pools import EFA_RESOURCE, GPU_TAINT, INTERRUPTIBLE_TAINT, LABEL_PREFIX, POOL_LABEL, \
     QUEUE_WORKLOADS, REPLICATED_MODES, Taint, autoscaler_priority, efa_devices, node_labels, offered_gpu_resources, \
@@ -279,7 +284,10 @@ def cluster_queue_spec(queue_flavors: Sequence[Flavor]) -> Dict[str, Any]:
     if not queue_flavors:
         raise ValueError("the training queue has no flavors: no training or general pool")
     covered = covered_resources(queue_flavors)
+    blocks = block_flavors(queue_flavors)
     return {
+        **({"admissionChecksStrategy": {"admissionChecks": [{"name": ADMISSION_CHECK, "onFlavors": list(blocks)}]}}
+           if blocks else {}),
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINING_NAMESPACE}},
         # A large job waiting for its flavor does not hold back smaller ones that fit now.
         "queueingStrategy": "BestEffortFIFO",
@@ -291,6 +299,16 @@ def cluster_queue_spec(queue_flavors: Sequence[Flavor]) -> Dict[str, Any]:
                         for flavor in queue_flavors],
         }],
     }
+
+
+def block_flavors(queue_flavors: Sequence[Flavor]) -> Tuple[str, ...]:
+    """The flavors of capacity-block pools: those ADMISSION_CHECK runs on."""
+    return tuple(flavor.name for flavor in queue_flavors if flavor.capacity == "capacity-block")
+
+
+def admission_check_spec() -> Dict[str, Any]:
+    """The AdmissionCheck on the capacity blocks' flavors, answered by the repair controller (jobs/block_expiry.py)."""
+    return {"controllerName": CONTROLLER_NAME}
 
 
 def local_queue_spec() -> Dict[str, Any]:

@@ -103,19 +103,24 @@ def launcher_placement(pool) -> Dict[str, Any]:
     }
 
 
+# What NCCL needs across nodes on every pool, EFA or not.
+NCCL_NETWORK_ENV: Mapping[str, str] = {
+    "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",     # shows the network chosen ("Selected provider is efa")
+    # The VPC CNI gives a pod one interface, eth0: naming it fails loudly if it is missing, where an exclusion list
+    # (^lo,docker) would silently take whatever else is there. NCCL bootstraps over it, and on pools without EFA
+    # carries its traffic over it.
+    "NCCL_SOCKET_IFNAME": "eth0",
+}
+
+
 def efa_env(pool) -> Dict[str, str]:
     """What NCCL over EFA needs in every rank's environment."""
     env = {"FI_PROVIDER": "efa"}
     if pool.primary_type.family in DEVICE_RDMA_FAMILIES:
         env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    env.update({
-        # The pods request no hugepages-2Mi, so libfabric must not try huge-page buffers.
-        "FI_EFA_USE_HUGE_PAGE": "0",
-        "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET",     # shows "Selected provider is efa" and the NICs
-        # The VPC CNI gives a pod one interface, eth0: naming it fails loudly if it is missing, where an
-        # exclusion list (^lo,docker) would silently take whatever else is there.
-        "NCCL_SOCKET_IFNAME": "eth0",
-    })
+    # The pods request no hugepages-2Mi, so libfabric must not try huge-page buffers.
+    env["FI_EFA_USE_HUGE_PAGE"] = "0"
+    env.update(NCCL_NETWORK_ENV)
     return env
 
 
@@ -170,12 +175,11 @@ def whole_node_memory_limit_gib(pool) -> int:
 
 
 def whole_node_resources(pool) -> Dict[str, Dict[str, Any]]:
-    """Every GPU and EFA device of one node of the pool, requested and limited alike, and most of its memory
-    (whole_node_memory_limit_gib)."""
-    gpus, efa = pool.gpus_per_node, efa_devices(pool)
-    return {"requests": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "cpu": str(WHOLE_NODE_CPU_REQUEST),
-                         "memory": f"{WHOLE_NODE_MEMORY_REQUEST_GIB}Gi"},
-            "limits": {GPU_RESOURCE: gpus, EFA_RESOURCE: efa, "memory": f"{whole_node_memory_limit_gib(pool)}Gi"}}
+    """Every GPU and EFA device (none on a pool without EFA) of one node of the pool, requested and limited alike, and
+    most of its memory (whole_node_memory_limit_gib)."""
+    devices = {GPU_RESOURCE: pool.gpus_per_node, **({EFA_RESOURCE: efa_devices(pool)} if pool.efa else {})}
+    return {"requests": {**devices, "cpu": str(WHOLE_NODE_CPU_REQUEST), "memory": f"{WHOLE_NODE_MEMORY_REQUEST_GIB}Gi"},
+            "limits": {**devices, "memory": f"{whole_node_memory_limit_gib(pool)}Gi"}}
 
 
 def worker_container(pool, image: str, mounts: Sequence[Mapping[str, Any]] = (SHM_MOUNT,),
@@ -200,11 +204,16 @@ def check_pool(pool, workers: int) -> None:
     """A pool a multi-node EFA job can run on, or a ValueError naming the pool and why not."""
     if not pool.efa:
         raise ValueError(f"pool {pool.name}: EFA is off; a multi-node job over EFA needs an EFA pool")
-    if workers < 1 or pool.spec.max_nodes < workers:
-        raise ValueError(f"pool {pool.name}: {workers} worker(s) do not fit its maxNodes {pool.spec.max_nodes}")
+    check_whole_nodes(pool, workers)
+
+
+def check_whole_nodes(pool, nodes: int) -> None:
+    """A pool a job of `nodes` whole nodes can run on (EFA or not), or a ValueError naming the pool and why not."""
+    if nodes < 1 or pool.spec.max_nodes < nodes:
+        raise ValueError(f"pool {pool.name}: {nodes} worker(s) do not fit its maxNodes {pool.spec.max_nodes}")
     mode = pool.spec.gpu_sharing.mode
     if mode != "none":
-        raise ValueError(f"pool {pool.name}: GPU sharing mode {mode!r}; an MPI job over EFA needs whole GPUs")
+        raise ValueError(f"pool {pool.name}: GPU sharing mode {mode!r}; a multi-node job needs whole GPUs")
 
 
 def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: str, image: str, workers: int,
@@ -253,7 +262,10 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
     }
 
 
-# A training job retries mpirun this often (the launcher Job's backoffLimit) before it fails for good.
+# A training job retries mpirun this often by default (`--max-restarts`: the MPIJob's runPolicy.backoffLimit, which
+# mpi-operator v0.8.0 copies to the launcher Job's backoffLimit: pkg/controller/mpi_job_controller.go line 1543)
+# before it fails for good. Every retry counts, a lost worker's too (training_mpijob says why): more than
+# jobset.DEFAULT_MAX_RESTARTS, where node losses do not count.
 TRAINING_BACKOFF_LIMIT = 6
 TRAINING_TTL_S = 7 * 86400      # a finished job stays a week for its logs and status
 # Without the RAID0 array a pod's scratch is on the node's root volume (500 GiB, components/nodes/nodepool.py
@@ -291,15 +303,17 @@ def wait_for_workers_script(wait_s: int) -> str:
 def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: str, workers: int,
                     program: Sequence[str], worker_wait_s: int, checkpoint_uri: str = "", scratch: str = "",
                     mounts_lustre: bool = False, lustre_configured: bool = False, env: Mapping[str, str] = (),
-                    volumes: Sequence["job_options.UserVolume"] = ()) -> dict:
+                    volumes: Sequence["job_options.UserVolume"] = (),
+                    max_restarts: int = TRAINING_BACKOFF_LIMIT) -> dict:
     """The training-job template: `program` under mpirun on `workers` whole nodes of an EFA pool. Every worker
     mounts what decisions/platform/job_options.py says (/data where `mounts_lustre`, /scratch of `scratch`,
     ROOT_VOLUME_SCRATCH when empty, /dev/shm, each of `volumes`); `env` (the user's --env) reaches every rank with the
-    template's own settings and the checkpoint locations.
+    template's own settings and the checkpoint locations. `max_restarts`: the times mpirun runs again after a
+    failure, a lost worker's included.
 
     Interruptions, as kubeflow/mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go handles them:
     - a worker pod deleted (a drain's eviction, a node gone) is created again (lines 1010-1017); the launcher's
-      mpirun fails, the launcher restarts (restartPolicy OnFailure, up to TRAINING_BACKOFF_LIMIT times), waits for
+      mpirun fails, the launcher restarts (restartPolicy OnFailure, up to `max_restarts` times), waits for
       every worker and runs `program` again, which resumes from its last checkpoint under CHECKPOINT_URI;
     - a worker the kubelet evicts (phase Failed, reason Evicted) fails the whole MPIJob (lines 1139-1158);
     - nothing requeues it: Kueue's pods-ready for an MPIJob is its Running condition (kubernetes-sigs/kueue v0.19.2
@@ -310,15 +324,15 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
     """
     check_pool(pool, workers)
     scratch = scratch or ROOT_VOLUME_SCRATCH
-    # What the other templates refuse (job_options.check_job); restarts are the launcher's TRAINING_BACKOFF_LIMIT.
+    # What the other templates refuse (job_options.check_job).
     job_options.check_job(name, f"{max_job_name(workers)} characters with {workers} worker(s)", max_job_name(workers),
-                          scratch, TRAINING_BACKOFF_LIMIT, program, "the command mpirun runs and its arguments")
+                          scratch, max_restarts, program, "the command mpirun runs and its arguments")
     env = job_options.job_env(efa_env(pool), checkpoint_uri, dict(env))
     forward = (*POD_IDENTITY_ENV, *env)
     mpirun = mpirun_command(pool, workers, program, forward)
     worker_volumes, worker_mounts = job_options.job_storage(
         scratch=scratch, mounts_lustre=mounts_lustre, lustre_configured=lustre_configured, user_volumes=volumes,
-        shm_volume=SHM_VOLUME, shm_mount=SHM_MOUNT)
+        shm=(SHM_VOLUME, SHM_MOUNT))
     launcher = {
         "name": "launcher", "image": image,
         "command": ["bash", "-c", wait_for_workers_script(worker_wait_s) + f"exec {shlex.join(mpirun)}\n"],
@@ -337,5 +351,5 @@ def training_mpijob(pool, *, name: str, namespace: str, queue_name: str, image: 
         launcher_pod={"serviceAccountName": JOB_SERVICE_ACCOUNT, "automountServiceAccountToken": False},
         worker_service_account=JOB_SERVICE_ACCOUNT,
         # Running: when the launcher ends, stop the workers (and free their GPUs).
-        run_policy={"cleanPodPolicy": "Running", "backoffLimit": TRAINING_BACKOFF_LIMIT,
+        run_policy={"cleanPodPolicy": "Running", "backoffLimit": max_restarts,
                     "ttlSecondsAfterFinished": TRAINING_TTL_S})

@@ -53,6 +53,7 @@ class Image:
     repository: str
     tag: str
     digest: Optional[str]            # sha256:<64 hex>, or None: not yet pinned (reason)
+    refresh: str                     # the command that prints the digest to record
     reason: str = ""
 
     @property
@@ -73,7 +74,12 @@ def load_images() -> Dict[str, Image]:
             raise ValueError(f"decisions/platform/images.yaml {name}: no digest and no reason why not")
         if digest is not None and not entry.get("source"):
             raise ValueError(f"decisions/platform/images.yaml {name}: a digest needs the source it was copied from")
-        images[name] = Image(name, entry["repository"], str(entry["tag"]), digest, entry.get("reason", ""))
+        reference = f"{entry['repository']}:{entry['tag']}"
+        if not str(entry.get("refresh", "")).endswith(f" {reference}"):
+            raise ValueError(f"decisions/platform/images.yaml {name}: refresh must be the command that prints the "
+                             f"digest of {reference}, ending with it")
+        images[name] = Image(name, entry["repository"], str(entry["tag"]), digest, entry["refresh"],
+                             entry.get("reason", ""))
     return images
 
 
@@ -123,7 +129,6 @@ def tmp_volume(size: str = "1Gi") -> Dict[str, Any]:
 class Waiver:
     reason: str
     capabilities: Tuple[str, ...] = ()     # for the `capabilities` rule: what may be added back
-    uid: Optional[int] = None              # for `non-root`: the one low UID allowed (None: root allowed)
 
 
 _MPI_ROOT = ("mpi-operator v0.8.0 mounts the job's SSH keys at sshAuthMountPath, /root/.ssh by default "
@@ -144,10 +149,6 @@ _USER_IMAGE_PIN = "the job's own image, named on `python -m jobs` (--image): pin
 
 # workload -> container ("*" for every container) -> rule -> Waiver
 WAIVERS: Mapping[str, Mapping[str, Mapping[str, Waiver]]] = {
-    "triton": {"triton": {"non-root": Waiver(
-        "the image's own non-root user, triton-server, which Triton's build gives UID and GID 1000 and under which "
-        "NVIDIA builds and runs the image (triton-inference-server/server v2.71.0 build.py lines 1309-1320); "
-        "another UID has no passwd entry or home in the image", uid=1000)}},
     "nccl-efa-launcher": {"launcher": {"non-root": Waiver(_MPI_ROOT)}},
     "nccl-efa-worker": {"worker": {
         "non-root": Waiver(_MPI_ROOT),
@@ -215,12 +216,9 @@ def check_pod_spec(workload: str, pod: Mapping[str, Any], waivers: Optional[Waiv
         found.append(f"service-account-token: {workload}: the pod calls no API yet gets a token")
     for container in containers_of(pod):
         name, context = container["name"], container.get("securityContext") or {}
-        uid, root_waiver = _effective(pod, container, "runAsUser"), waiver(name, "non-root")
-        if root_waiver is not None and root_waiver.uid is not None:
-            if uid != root_waiver.uid or _effective(pod, container, "runAsNonRoot") is not True:
-                found.append(f"non-root: {workload}/{name}: runs as {uid}, its waiver allows {root_waiver.uid} only")
-        elif (_effective(pod, container, "runAsNonRoot") is not True or isinstance(uid, bool)
-              or not isinstance(uid, (int, float)) or uid < MIN_UID):
+        uid = _effective(pod, container, "runAsUser")
+        if (_effective(pod, container, "runAsNonRoot") is not True or isinstance(uid, bool)
+                or not isinstance(uid, (int, float)) or uid < MIN_UID):
             broken("non-root", name, f"runAsNonRoot {_effective(pod, container, 'runAsNonRoot')}, runAsUser {uid}")
         if (_effective(pod, container, "seccompProfile") or {}).get("type") != "RuntimeDefault":
             broken("seccomp", name, "no RuntimeDefault seccomp profile")

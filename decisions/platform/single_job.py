@@ -17,7 +17,8 @@ advertises):
   templates' pods ask (16 CPUs and 64 GiB, limited to 90 % of the node's memory:
   decisions/platform/mpijob.whole_node_resources), a share of it that share. /scratch and /dev/shm likewise
   (decisions/platform/job_options.py mounts them, with /data and every
-  --volume).
+  --volume); on MPS pools no /dev/shm of its own: the device plugin mounts the MPS server's there
+  (decisions/platform/gpu_operator.device_plugin_mounts_shm).
 - A disrupted pod (drain, spot reclaim, node lost: the DisruptionTarget condition) is replaced without spending
   backoffLimit: the podFailurePolicy every single-node Job here carries (decisions/platform/jobset.IGNORE_DISRUPTIONS;
   it needs restartPolicy Never). The program's own failures count, up to `max_restarts`.
@@ -36,6 +37,7 @@ from decisions.config.model import REPLICATED_MODES
 from decisions.nodes.pools import GPU_RESOURCE, POOL_LABEL, QUEUE_LABEL, mig_resource, offered_gpu_resources, \
     toleration
 from decisions.platform import pod_security
+from decisions.platform.gpu_operator import device_plugin_mounts_shm
 from decisions.platform.job_options import DNS_LABEL_MAX, SHM_PATH, UserVolume, check_job, job_env, job_storage
 from decisions.platform.jobset import DEFAULT_MAX_RESTARTS, IGNORE_DISRUPTIONS
 from decisions.platform.kueue import SHARED_GPU_TAINT
@@ -128,11 +130,11 @@ def single_node_job(pool, catalog, *, name: str, namespace: str, queue_name: str
     gpu, share = gpu_request(pool, catalog, gpus, mig_profile)
     container_resources = resources(pool, gpu, share, scratch)
     limit_gib = int(container_resources["limits"]["memory"].removesuffix("Gi"))
-    shm = f"{shm_size_gib(limit_gib)}Gi"
+    shm = ({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(limit_gib)}Gi"}},
+           {"name": "shm", "mountPath": SHM_PATH})
     pod_volumes, mounts = job_storage(
         scratch=scratch, mounts_lustre=mounts_lustre, lustre_configured=lustre_configured, user_volumes=volumes,
-        shm_volume={"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}},
-        shm_mount={"name": "shm", "mountPath": SHM_PATH})
+        shm=None if device_plugin_mounts_shm(pool) else shm)
     shared = pool.spec.gpu_sharing.mode in REPLICATED_MODES
     labels = {"app.kubernetes.io/name": name, POOL_LABEL: pool.name}
     container = {

@@ -24,10 +24,10 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from decisions.nodes import boot
-from decisions.nodes.pools import mig_resource, offered_gpu_resources
+from decisions.nodes.pools import offered_gpu_resources, slot_memory_mib
 from decisions.observability import monitoring
 from decisions.platform import kueue
 from decisions.serving import failover, triton as triton_rules
@@ -90,16 +90,6 @@ class Serving:
         return ("nodePools", self.pool_index, "maxNodes")
 
 
-def slot_memory_mib(pool, resource: str) -> int:
-    """GPU memory one slot may count on: a MIG instance its profile's (nominal GB in its name, 1g.10gb); a shared GPU
-    its share (MPS enforces it; time-slices share the memory unguarded, so a model sized for one must fit its share);
-    else the whole GPU's."""
-    gpu_mib, replicas = pool.primary_type.gpu.memory_mib, pool.spec.gpu_sharing.replicas
-    if resource.startswith(mig_resource("")):
-        return int(re.search(r"\.(\d+)gb$", resource)[1]) * 1024
-    return gpu_mib // replicas if replicas else gpu_mib
-
-
 def serving(spec: "StackSpec") -> Serving:
     """A stack's Triton in slots; the stack has Triton enabled."""
     settings = spec.inference.triton
@@ -116,6 +106,29 @@ def serving(spec: "StackSpec") -> Serving:
 
 
 # --- rules ----------------------------------------------------------------------------------------------------------
+def declared_models(*settings: "Triton") -> Dict[str, int]:
+    """The models the given stacks declare (inference.triton.models), by name, each with the most GPU memory any of
+    them declares for it."""
+    models: Dict[str, int] = {}
+    for each in settings:
+        for model in each.models:
+            models[model.name] = max(models.get(model.name, 0), model.gpu_memory_mib)
+    return models
+
+
+def models_fit_issue(models: Mapping[str, int], slot_mib: int, where: str) -> Optional[str]:
+    """Whether the models fit one replica's GPU slot of `slot_mib` together: Triton loads every model of its
+    repository (--model-control-mode=poll loads all it finds: server v2.71.0 docs/user_guide/model_management.md,
+    "Model Control Mode POLL"), so one replica needs all of them; None when they fit, else why not."""
+    total = sum(models.values())
+    if total <= slot_mib:
+        return None
+    largest = sorted(models.items(), key=lambda item: (-item[1], item[0]))
+    listed = ", ".join(f"{name} {mib:,} MiB" for name, mib in largest)
+    return (f"{where} gives a replica {slot_mib:,} MiB of GPU memory, and every replica loads every model: "
+            f"{total:,} MiB together ({listed}). A model that does not fit stays UNAVAILABLE (TritonModelNotReady)")
+
+
 def lustre_protection(spec: "StackSpec", peer: Optional[str]) -> Optional[str]:
     """What keeps a stack's /data (FSx for Lustre), or None where it has none: its export to S3, and whether that
     bucket reaches `peer` (the stack a primary replicates to). The pair's recovery point covers the replicated
@@ -155,19 +168,19 @@ def stack_issues(dr: "Dr", settings: "Triton", network: "Network",
     """What one stack's dr.rpoMinutes and dr.clientCidrs can be judged on alone (`peer_cidr`: the peer's VPC, when its
     stack file is at hand)."""
     issues: List[Tuple[Parts, str]] = []
-    if dr.role == "none":
-        issues += [(("dr", key), "belongs to a DR pair: set dr.role (primary or secondary), or leave it out")
-                   for key, set_ in (("rpoMinutes", dr.rpo_minutes is not None), ("clientCidrs", bool(dr.client_cidrs)))
-                   if set_]
-        return issues
-    if dr.rpo_minutes is not None and dr.role == "secondary":
+    # dr.clientCidrs also say who may reach an internal load balancer at all (its loadBalancerSourceRanges,
+    # decisions/serving/lb_controller.py): a stack without a pair names its clients there too.
+    if dr.role == "none" and dr.rpo_minutes is not None:
+        issues.append((("dr", "rpoMinutes"), "belongs to a DR pair: set dr.role (primary or secondary), or leave it "
+                       "out"))
+    elif dr.rpo_minutes is not None and dr.role == "secondary":
         issues.append((("dr", "rpoMinutes"), "is a primary's target: a secondary replicates nothing (what is written "
                        "there stays there); set it on the primary"))
     elif dr.rpo_minutes is not None and dr.rpo_minutes < replication.REPLICATION_TIME_MINUTES:
-        issues.append((("dr", "rpoMinutes"), f"{dr.rpo_minutes} cannot be met: S3 Replication Time Control replicates "
-                       f"99.99 % of objects within {replication.REPLICATION_TIME_MINUTES} minutes "
-                       "(decisions/storage/replication.py)"
-                       f", and that is its only setting; allowed: {replication.REPLICATION_TIME_MINUTES} or more"))
+        issues.append((("dr", "rpoMinutes"), f"{dr.rpo_minutes} cannot be met: S3 Replication Time Control is "
+                       f"{replication.RTC_FIGURES} (decisions/storage/replication.py), and "
+                       f"{replication.REPLICATION_TIME_MINUTES} minutes is its only setting; allowed: "
+                       f"{replication.REPLICATION_TIME_MINUTES} or more"))
     # An internet-facing load balancer is reached over the internet, from anywhere: nothing to route.
     if dr.client_cidrs and settings.scheme == "internal":
         routes = network.transit_gateway.routes if network.transit_gateway else ()
@@ -206,10 +219,19 @@ def pair_issues(primary: "StackSpec", secondary: "StackSpec") -> List[Tuple[str,
                     "plan built for one architecture does not load on the other. Serve on one architecture, or "
                     "keep such plans out of the replicated repository and declare portableModels: true in both")
                    for spec in (primary, secondary) if not spec.inference.triton.portable_models]
-    if s.slot_memory_mib < p.slot_memory_mib:
+    # The secondary serves the primary's replicated repository and what is published in it: every model either stack
+    # declares. Where the primary declares none, a secondary slot must be at least the size of the primary's.
+    if p_triton.models:
+        problem = models_fit_issue(declared_models(p_triton, s_triton), s.slot_memory_mib,
+                                   f"{s.pool} ({s.gpu_model})")
+        if problem:
+            issues.append((secondary.stack, ("inference", "triton", "pool"), f"cannot hold every model of "
+                           f"{p.stack} after failover: {problem}"))
+    elif s.slot_memory_mib < p.slot_memory_mib:
         issues.append((secondary.stack, ("inference", "triton", "pool"), f"{s.pool} gives a replica "
                        f"{s.slot_memory_mib:,} MiB of {s.gpu_model}, less than the {p.slot_memory_mib:,} MiB of "
-                       f"{p.gpu_model} a replica has in {p.stack}: a model that fits there may not load here"))
+                       f"{p.gpu_model} a replica has in {p.stack}: a model that fits there may not load here. "
+                       f"Declare {p.stack}'s models (inference.triton.models) to check what they need instead"))
     # The secondary must be able to grow to every slot the primary always runs (its minReplicas, sized for its
     # quietest load): below that, failover drops requests even then. Peak load is the recovery time's business, not a
     # refusal: `recovery` at the primary's maximum says how long the secondary takes to reach it, or that it cannot.
@@ -260,14 +282,29 @@ FIRST_COPY_NOT_COUNTED = ("each new replica's first copy of the model repository
                           "repository's size takes to download")
 
 
+# What detection's figure leaves out: it is the arithmetic of the checks and the alarm's window, not a bound. Route 53
+# follows an alarm by its data stream, not its state (Route 53 Developer Guide, "How Amazon Route 53 determines whether
+# a health check is healthy", health checks that monitor CloudWatch alarms), and neither the NLB's metrics reaching
+# CloudWatch, Route 53 reading the data stream, nor Route 53's name servers taking up a health check's new status has
+# a published bound.
+DETECTION_NOT_COUNTED = {
+    "internal": "in detection, the NLB's HealthyHostCount reaching CloudWatch, Route 53 reading the alarm's data stream "
+                "and its name servers taking up the new status: no published bound for any of them",
+    "internet-facing": "in detection, Route 53 gathering its checkers' results and its name servers taking up the new "
+                       "status: no published bound",
+}
+
+
 @dataclass(frozen=True)
 class Recovery:
-    """From the primary failing to the secondary serving `load` replicas: detection, the record's TTL, the
-    secondary's scale-up. `terms` is None when the secondary cannot reach `load`; `not_counted` names what takes
-    time and has no term (FIRST_COPY_NOT_COUNTED when new replicas start)."""
+    """From the primary failing to the secondary serving `load` replicas, an estimate: detection, the record's TTL,
+    the secondary's scale-up. `terms` is None when the secondary cannot reach `load`; `not_counted` names what takes
+    time and has no term (DETECTION_NOT_COUNTED always, FIRST_COPY_NOT_COUNTED when new replicas start); `assumes`
+    what the terms take for granted (capacity for new nodes)."""
     load: int
     terms: Optional[Tuple[Term, ...]]
     not_counted: Tuple[str, ...] = ()
+    assumes: Tuple[str, ...] = ()
 
     @property
     def seconds(self) -> Optional[int]:
@@ -291,10 +328,12 @@ def _reaction() -> Term:
 
 
 def recovery(primary: "StackSpec", secondary: "StackSpec", load: int) -> Recovery:
-    """Worst case, each term its sourced figure: the primary's health check turns unhealthy
+    """An estimate, each term its sourced figure: the primary's health check turns unhealthy
     (decisions/serving/failover.py), resolvers drop the old answer, then the secondary scales to `load` replicas. Both
-    stacks serve Triton. New replicas' first copy of the models has no figure and is not counted (`not_counted`)."""
-    scale_up = _scale_up(secondary, serving(secondary), load)
+    stacks serve Triton. What has no figure is named, not counted (`not_counted`); what the scale-up takes for granted
+    is named too (`assumes`)."""
+    s = serving(secondary)
+    scale_up = _scale_up(secondary, s, load)
     if scale_up is None:
         return Recovery(load, None)
     scheme = primary.inference.triton.scheme
@@ -305,7 +344,32 @@ def recovery(primary: "StackSpec", secondary: "StackSpec", load: int) -> Recover
         f"{failover.ALARM_DATAPOINTS_TO_ALARM} of {failover.ALARM_EVALUATION_PERIODS} alarm periods of "
         f"{failover.ALARM_PERIOD_S} s with no healthy target"))
     ttl = Term("DNS TTL", failover.RECORD_TTL_S, "resolvers keep the old answer this long")
-    return Recovery(load, (detection, ttl, scale_up), (FIRST_COPY_NOT_COUNTED,) if scale_up.parts else ())
+    not_counted = (DETECTION_NOT_COUNTED[scheme], *((FIRST_COPY_NOT_COUNTED,) if scale_up.parts else ()))
+    return Recovery(load, (detection, ttl, scale_up), not_counted, _capacity_assumed(secondary, s, load))
+
+
+def new_nodes(s: Serving, load: int) -> int:
+    """The nodes the secondary adds to serve `load` replicas, beyond those it keeps idle."""
+    return max(0, math.ceil((load - s.idle_slots) / s.slots_per_node))
+
+
+def _capacity_assumed(spec: "StackSpec", s: Serving, load: int) -> Tuple[str, ...]:
+    """What the new nodes' term takes for granted: EC2 has the instances when the autoscaler asks. Nothing holds
+    on-demand or spot capacity for a region that idles (an InsufficientInstanceCapacity leaves the scale-up without
+    an end); an On-Demand Capacity Reservation for them does, billed whether used or not."""
+    count = new_nodes(s, load)
+    if not count:
+        return ()
+    pool, itype = spec.pool(s.pool), spec.pool(s.pool).primary_type.name
+    if pool.spec.reserved_capacity:
+        return (f"the pool's {pool.spec.capacity} capacity has {count} x {itype} unused when the autoscaler asks",)
+    # A reserved pool launches into its reservation only (docs/gpu-pools.md), so the reservation holds the nodes the
+    # pool keeps idle as well as those it adds.
+    floor = s.idle_slots // s.slots_per_node + count
+    return (f"EC2 has {count} x {itype} {pool.spec.capacity} in {spec.region} when the autoscaler asks; nothing "
+            f"reserves {'them' if count > 1 else 'it'}. To hold this figure, run pool {s.pool} on an On-Demand Capacity Reservation of {floor} x "
+            f"{itype} (capacity: reserved, with capacityReservationId and availabilityZone), billed whether used or "
+            "not",)
 
 
 def _scale_up(spec: "StackSpec", s: Serving, load: int) -> Optional[Term]:
@@ -314,17 +378,17 @@ def _scale_up(spec: "StackSpec", s: Serving, load: int) -> Optional[Term]:
     if load > s.ceiling:
         return None
     parts = [_reaction()]
-    new_nodes = max(0, math.ceil((load - s.idle_slots) / s.slots_per_node))
-    if new_nodes:
+    added = new_nodes(s, load)
+    if added:
         pool = spec.pool(s.pool)
         steps = boot.worst_case(spec.node_image.source, nvswitch=spec.catalog.gpus[s.gpu_model].nvswitch,
                                 efa=pool.efa, lustre=mounts_lustre(pool, spec.storage.lustre is not None))
         booted, ready = sum(steps.values()), boot.node_ready_seconds()
-        parts.append(Term(f"{new_nodes} new node{'s' * (new_nodes > 1)}", AUTOSCALER_SCAN_S + booted + ready,
+        parts.append(Term(f"{added} new node{'s' * (added > 1)}", AUTOSCALER_SCAN_S + booted + ready,
                           f"autoscaler scan {AUTOSCALER_SCAN_S} s, boot and gate {booted} s, registered with GPUs "
                           f"{ready} s (decisions/nodes/boot.py)"))
     # A node that already runs a replica has Triton's image; a new node, or an idle one without a replica, pulls it.
-    if new_nodes or s.idle_slots // s.slots_per_node > s.floor:
+    if added or s.idle_slots // s.slots_per_node > s.floor:
         parts.append(Term("image pull", kueue.IMAGE_PULL_ALLOWANCE_S, "Triton's image on a node without it "
                           "(decisions/platform/kueue.py's allowance)"))
     # From Triton's start only: the first copy before it is FIRST_COPY_NOT_COUNTED.

