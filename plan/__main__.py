@@ -6,8 +6,8 @@
     python -m plan --dr-pair PRIMARY SECONDARY
 
 The stack is named positionally or with --stack, as `python -m jobs` takes it. The report goes to stdout; with
-`--json -` the document goes to stdout and the report to stderr; --quiet leaves the report out. Diagnostics (errors,
-what was written where, why the exit code is 1) go to stderr.
+`--json -` the document goes to stdout and the report to stderr; --quiet prints the report's summary alone.
+Diagnostics (errors, what was written where, why the exit code is 1) go to stderr.
 
 Exit codes: 0 clean, 1 a mandatory policy violation, 2 a config error or a plan document that cannot be read or
 is not valid (with --against, a stack over its budget exits 2 after its report and the difference), 3 anything else
@@ -77,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", type=_writable_file, dest="json_path", metavar="PATH|-",
                         help="write the plan document here; `-`: to stdout, with the report on stderr")
     parser.add_argument("--quiet", "-q", action="store_true",
-                        help="print no report: only the document (with --json -) and diagnostics on stderr")
+                        help="print the report's summary alone (its first lines), where the report would go")
     from plan.diagram import diagram_argument   # standard library only: checks the path before the plan runs
     parser.add_argument("--diagram", type=diagram_argument, metavar="PATH.svg|PATH.dot",
                         help="draw the architecture picture (Graphviz; SVG needs its `dot` program)")
@@ -193,10 +193,9 @@ def plan(args) -> int:
         except PolicyConfigError as error:
             print(f"config error in stack {args.stack}: {error}", file=sys.stderr)
             return EXIT_CONFIG
-    # The report goes to stdout, or to stderr when stdout carries the document; --quiet leaves it out.
-    report = None if args.quiet else sys.stderr if args.json_path == STDOUT else sys.stdout
-    if report:
-        print(render_text(document), file=report)
+    # The report goes to stdout, or to stderr when stdout carries the document; --quiet prints its summary alone.
+    report = sys.stderr if args.json_path == STDOUT else sys.stdout
+    print(render_text(document, summary_only=args.quiet), file=report)
     if args.diagram:
         from plan.diagram import write_diagram
 
@@ -208,7 +207,7 @@ def plan(args) -> int:
         sizes = initial_sizes(old_document, document)
         rows = capacity_and_cost(old_document, at_initial_sizes(document, spec, run, sizes), sizes)
         document["changes"] = changes_section(str(args.against), old_document, changes, rows)
-        if report:
+        if not args.quiet:
             print("\n".join([f"\nCapacity and cost against {args.against} (stack {old_document['stack']}; "
                              "old -> new where a figure changed):"] + render_capacity_and_cost(rows)
                             + [f"\nChanges against {args.against}:"] + render_changes(changes)), file=report)

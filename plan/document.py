@@ -24,7 +24,7 @@ from decisions.serving import triton
 from decisions.storage import lustre as lustre_rules
 from decisions.storage import buckets, replication
 from plan.engine import ACCOUNT_ID, ProgramRun
-from plan.views import VIEW_NAMES, ViewFacts, computed_outputs
+from plan.views import VIEW_NAMES, VIEWS, ViewFacts, computed_outputs
 
 DOCUMENT_VERSION = 1
 REQUIRED_FIELDS = {"version": int, "project": str, "stack": str, "region": str, "resources": list,
@@ -124,6 +124,8 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         # what the budget check sums (decisions/cost/cost.py budget_hourly, as decisions/config/validate.py and the
         # pack): every priced pool at max, a capacity block while it runs, no commitment's discount
         "budgetHourlyAtMax": cost.per_hour(cost.budget_hourly(budget_rows)),
+        # the budget rule's verdict on that figure (decisions/cost/cost.py over_budget); None without a budget
+        "withinBudget": (cost.over_budget(budget_rows, spec.budget.max_hourly_usd) is None) if spec.budget else None,
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
         "committed": {"hourly": cost.per_hour(committed), "monthly": cost.monthly(committed),
@@ -412,9 +414,12 @@ def document_problems(document: Any) -> List[str]:
     return problems
 
 
-def render_text(document: Mapping[str, Any]) -> str:
-    lines = [f"gpu-cloud plan: stack {document['stack']} (project {document['project']}, region {document['region']})", ""]
-    lines += _resource_tree(document) + [""]
+def render_text(document: Mapping[str, Any], summary_only: bool = False) -> str:
+    """The report: the summary (`summary_lines`), then each section; `summary_only` (--quiet): the summary alone."""
+    lines = summary_lines(document)
+    if summary_only:
+        return "\n".join(lines)
+    lines += [""] + _resource_tree(document) + [""]
     lines += _capacity_table(document["capacity"]) + [""]
     lines += _network_table(document["outputs"].get("zones") or []) + [""]
     if document.get("preflight"):
@@ -432,6 +437,36 @@ def render_text(document: Mapping[str, Any]) -> str:
     lines += _policy_lines(document["policy"])
     lines += ["", f"Design ledger: {requirements.summary(requirements.load_requirements())} (docs/requirements.md)"]
     return "\n".join(lines)
+
+
+def summary_lines(document: Mapping[str, Any]) -> List[str]:
+    """The verdict in at most ten lines, before any detail (issue 41): the stack, its GPUs, its bill against its
+    budget, what has no price, the pack's verdict in each engine view and how many warnings. Every figure is the
+    document's own; the details below say where each comes from."""
+    capacity, section, policy = document["capacity"], document["cost"], document["policy"]
+    gaps, warnings = section.get("gaps", []), document.get("warnings", [])
+    budget = section.get("budgetMaxHourlyUsd")
+    verdict = ("no budget (gpu-cloud:budget.maxHourlyUsd)" if budget is None else
+               f"{'within' if section['withinBudget'] else 'OVER'} budget {_usd(budget)}/h "
+               f"({section['budgetCovers']} {_usd(section['budgetHourlyAtMax'])}/h)")
+    if policy.get("skipped"):
+        views = f"not run ({policy['skipped']})"
+    else:
+        judged = {policy["view"]: (len(policy["violations"]),
+                                   sum(v["enforcementLevel"] == "mandatory" for v in policy["violations"]))}
+        judged.update({view: (counts["violations"], counts["mandatory"])
+                       for view, counts in (policy.get("otherViews") or {}).items()})
+        views = "; ".join(f"{view}: {_counted(*judged[view])}" for view in VIEWS if view in judged)
+    return [
+        f"gpu-cloud plan: stack {document['stack']} (project {document['project']}, region {document['region']})",
+        f"  GPUs      {sum(r['gpusAtDesired'] for r in capacity)} now (desired), "
+        f"{sum(r['gpusAtMax'] for r in capacity)} at max, in {len(capacity)} pool{'' if len(capacity) == 1 else 's'}",
+        f"  cost      {_usd(section['hourlyAtDesired'])}/h now, {_usd(section['hourlyAtMax'])}/h at max; {verdict}",
+        "  unpriced  " + (f"{len(gaps)} item{'' if len(gaps) == 1 else 's'}, left out of every total "
+                           "(listed under Hourly cost)" if gaps else "none"),
+        f"  policy    {views}",
+        "  warnings  " + (f"{len(warnings)} (listed under Warnings)" if warnings else "none"),
+    ]
 
 
 # The architecture's layers in the order a reader meets them (the tree and the picture both follow it);

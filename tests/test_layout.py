@@ -7,7 +7,7 @@ import ast
 import re
 import subprocess
 from pathlib import Path
-from typing import List, Set
+from typing import Dict, List, Mapping, Set
 
 from tests.conftest import ROOT
 
@@ -78,3 +78,78 @@ def test_the_decision_layer_imports_no_pulumi():
             importing += [f"{path.relative_to(ROOT)}: {name}" for name in names
                           if name.split(".")[0].startswith("pulumi") or name.split(".")[0] == "components"]
     assert importing == []
+
+
+def decision_imports(sources: Mapping[str, str]) -> Dict[str, Set[str]]:
+    """Module -> the decisions modules it imports, at module level, in functions or under TYPE_CHECKING alike: each is
+    a dependency a reader follows. `sources`: module name (decisions.x.y) -> its source (absolute imports only, as
+    decisions/ writes them)."""
+    graph: Dict[str, Set[str]] = {}
+    for module, source in sources.items():
+        imported: Set[str] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        graph[module] = {name for name in imported if name in sources and name != module}
+    return graph
+
+
+def import_cycle(graph: Mapping[str, Set[str]]) -> List[str]:
+    """One import cycle as [a, b, ..., a], or [] when the graph has none (depth-first search for a back edge)."""
+    done: Set[str] = set()
+    path: List[str] = []
+
+    def visit(module: str) -> List[str]:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return []
+        path.append(module)
+        for imported in sorted(graph[module]):
+            cycle = visit(imported)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(module)
+        return []
+
+    for module in sorted(graph):
+        cycle = visit(module)
+        if cycle:
+            return cycle
+    return []
+
+
+def _decision_sources() -> Dict[str, str]:
+    sources = {}
+    for path in (ROOT / "decisions").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        sources[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path.read_text()
+    return sources
+
+
+def test_the_decision_layer_has_no_import_cycle():
+    """Each layer's rules live in that layer and config/ composes them without being imported back
+    (../shared/design/architecture.md): no decisions module reaches itself through its imports."""
+    cycle = import_cycle(decision_imports(_decision_sources()))
+    assert cycle == [], "import cycle in decisions/: " + " -> ".join(cycle)
+
+
+def test_the_cycle_check_sees_every_kind_of_import():
+    planted = {
+        "decisions.config.validate": "from decisions.platform import kueue\n",
+        "decisions.platform.kueue": "if TYPE_CHECKING:\n    from decisions.config.validate import ResolvedPool\n",
+        "decisions.storage.lustre": "def f():\n    import decisions.storage.buckets\n",
+        "decisions.storage.buckets": "from decisions.storage.lustre import X\n",
+        "decisions.nodes.pools": "from decisions.storage import lustre\n",
+    }
+    graph = decision_imports(planted)
+    assert graph["decisions.platform.kueue"] == {"decisions.config.validate"}
+    assert import_cycle(graph) == ["decisions.config.validate", "decisions.platform.kueue", "decisions.config.validate"]
+    del planted["decisions.config.validate"]
+    assert import_cycle(decision_imports(planted)) == ["decisions.storage.lustre", "decisions.storage.buckets",
+                                                       "decisions.storage.lustre"]
+    del planted["decisions.storage.buckets"]
+    assert import_cycle(decision_imports(planted)) == []

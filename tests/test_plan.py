@@ -41,6 +41,63 @@ def test_make_plan_shows_capacity_and_cost_tables(documents):
     assert re.search(r"\n  train-h100 +p5\.48xlarge +H100 +8 +51 +reserved +4/4/4 +32 +32", text)
 
 
+def _summary_expected(document) -> List[str]:
+    """The summary block as each figure of the document must show it (plan/document.py summary_lines)."""
+    capacity, bill, policy = document["capacity"], document["cost"], document["policy"]
+    views = {policy["view"]: (len(policy["violations"]),
+                              sum(v["enforcementLevel"] == "mandatory" for v in policy["violations"])), **{
+        view: (counts["violations"], counts["mandatory"]) for view, counts in policy["otherViews"].items()}}
+    gaps, warnings = len(bill["gaps"]), len(document["warnings"])
+    return [
+        f"gpu-cloud plan: stack {document['stack']} (project gpu-cloud, region {document['region']})",
+        f"  GPUs      {sum(r['gpusAtDesired'] for r in capacity)} now (desired), "
+        f"{sum(r['gpusAtMax'] for r in capacity)} at max, in {len(capacity)} pool" + "s" * (len(capacity) > 1),
+        f"  cost      ${bill['hourlyAtDesired']:,.2f}/h now, ${bill['hourlyAtMax']:,.2f}/h at max; within budget "
+        f"${bill['budgetMaxHourlyUsd']:,.2f}/h (GPU pools at maxNodes ${bill['budgetHourlyAtMax']:,.2f}/h)",
+        "  unpriced  " + (f"{gaps} item{'s' * (gaps > 1)}, left out of every total (listed under Hourly cost)"
+                          if gaps else "none"),
+        "  policy    " + "; ".join(f"{view}: no violations" for view in ("update", "preview", "first-preview")
+                                   if views[view] == (0, 0)),
+        "  warnings  " + (f"{warnings} (listed under Warnings)" if warnings else "none"),
+        ""]
+
+
+def test_the_report_opens_with_a_summary_of_the_documents_own_figures(documents):
+    for stack, (text, document) in documents.items():
+        assert text.splitlines()[:7] == _summary_expected(document), stack
+        assert text.splitlines()[7].startswith("Resources: "), stack
+    # The figures stated, so that a summary and a document wrong together still fail (the README shows them).
+    text, document = documents["prod-us-east-1"]
+    assert text.splitlines()[1:4] == [
+        "  GPUs      40 now (desired), 92 at max, in 4 pools",
+        "  cost      $242.72/h now, $328.39/h at max; within budget $450.00/h (GPU pools at maxNodes $325.74/h)",
+        "  unpriced  1 item, left out of every total (listed under Hourly cost)"]
+    assert document["cost"]["withinBudget"] is True and documents["prod-eu-west-1"][1]["warnings"] != []
+
+
+def test_the_summary_says_over_budget_and_each_views_mandatory_violations(documents):
+    from plan.document import summary_lines
+
+    document = json.loads(json.dumps(documents["dev"][1]))
+    # cents, as the budget rule compares: $7.29 for $7.2903 is within, a cent less is over
+    document["cost"].update(budgetMaxHourlyUsd=7.28, withinBudget=False)
+    document["policy"]["violations"] = [{"policyName": "p", "enforcementLevel": "mandatory", "message": "m",
+                                         "urn": ""}]
+    document["policy"]["otherViews"]["first-preview"] = {"violations": 2, "mandatory": 1}
+    document["warnings"] = ["one"]
+    lines = summary_lines(document)
+    assert len(lines) <= 10
+    assert lines[2].endswith("; OVER budget $7.28/h (GPU pools at maxNodes $7.29/h)")
+    assert lines[4] == ("  policy    update: 1 violation(s), 1 mandatory; preview: no violations; "
+                        "first-preview: 2 violation(s), 1 mandatory")
+    assert lines[5] == "  warnings  1 (listed under Warnings)"
+    document["cost"]["budgetMaxHourlyUsd"] = None
+    document["policy"] = {"violations": [], "skipped": "--no-policy"}
+    lines = summary_lines(document)
+    assert lines[2].endswith("; no budget (gpu-cloud:budget.maxHourlyUsd)")
+    assert lines[4] == "  policy    not run (--no-policy)"
+
+
 def test_the_report_ends_with_the_design_ledgers_counts(documents):
     from decisions.requirements import load_requirements, summary
 
@@ -347,13 +404,16 @@ def test_json_dash_writes_the_document_to_stdout_and_the_report_to_stderr(cli_ru
     assert not (ROOT / "-").exists()
 
 
-def test_quiet_prints_no_report(cli_runs):
+def test_quiet_prints_the_summary_alone(cli_runs):
     runs, _ = cli_runs
-    quiet_json = runs["quiet json"]
-    assert quiet_json.returncode == 0 and quiet_json.stderr == "", quiet_json.stderr
-    assert json.loads(quiet_json.stdout)["stack"] == "dev"
+    quiet_json = runs["quiet json"]                # the document alone on stdout, the summary where the report goes
+    assert quiet_json.returncode == 0, quiet_json.stderr
+    document = json.loads(quiet_json.stdout)
+    assert quiet_json.stderr.splitlines() == _summary_expected(document)[:-1]
     quiet = runs["quiet"]
-    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+    assert quiet.stdout.splitlines()[:4] == quiet_json.stderr.splitlines()[:4]
+    assert quiet.stdout.splitlines()[4:] == ["  policy    not run (--no-policy)", "  warnings  none"]
 
 
 def test_diagnostics_go_to_stderr_and_the_report_to_stdout(cli_runs):
@@ -368,8 +428,9 @@ def test_diagnostics_go_to_stderr_and_the_report_to_stdout(cli_runs):
     assert violation.stderr.splitlines() == [
         "python -m plan: exit 1: 1 mandatory policy violation(s) as an update shows it (gpu-pool-instance-types); "
         "the report's Policy section lists them"]
-    quiet = runs["quiet violation"]                # no report: the violations themselves on stderr
-    assert quiet.returncode == 1 and quiet.stdout == ""
+    quiet = runs["quiet violation"]                # the summary alone: the violations themselves on stderr
+    assert quiet.returncode == 1 and "Policy (pack" not in quiet.stdout
+    assert quiet.stdout.splitlines()[4].startswith("  policy    update: 1 violation(s), 1 mandatory; "), quiet.stdout
     assert quiet.stderr.splitlines()[1].startswith("  [mandatory] gpu-pool-instance-types: pool dev-gpu-spot "), \
         quiet.stderr
 

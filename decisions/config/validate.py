@@ -11,7 +11,6 @@ import ipaddress
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -24,13 +23,14 @@ from decisions.catalog.catalog import (MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, Ca
 from decisions.catalog.eks import version_warnings
 from decisions.config import preflight
 from decisions.config.errors import YAML11_BOOLEANS, YAML11_SEXAGESIMAL, ConfigError, ConfigIssue, PathPart, key_path
-from decisions.config.model import (NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cluster, Dr, GpuSharing, Inference,
-                                    Monitoring, Network, NodePool, Repair, Storage, Tenancy, Training)
+from decisions.config.model import NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cluster, GpuSharing, Network, NodePool, \
+    Tenancy
+from decisions.config.spec import ResolvedPool, StackSpec, cluster_name, resource_tags
 from decisions.cost import cost
 from decisions.network import zones
 from decisions.network.zones import is_zone_id
 from decisions.network.public_access import private_access_problem, public_access_problem
-from decisions.nodes.amis import NodeImage, image_warnings, install_refusal, resolve_node_image
+from decisions.nodes.amis import image_warnings, install_refusal, resolve_node_image
 from decisions.nodes import autoscaling
 from decisions.nodes.pools import ASG_TAG_KEY_MAX, MPS_ARCHITECTURES, TEMPLATE_LABEL_PREFIX, TEMPLATE_TAINT_PREFIX, \
     offered_gpu_resources, slot_memory_mib
@@ -43,67 +43,6 @@ REQUIRED_TAGS = ("team", "costCenter")
 DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 
 
-@dataclass(frozen=True)
-class ResolvedPool:
-    """A node pool with its catalog facts resolved: what the components build from."""
-
-    spec: NodePool
-    types: Tuple[InstanceType, ...]
-    efa: bool
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def primary_type(self) -> InstanceType:
-        return self.types[0]
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.primary_type.gpu.count
-
-
-@dataclass(frozen=True)
-class StackSpec:
-    project: str
-    stack: str
-    region: str
-    environment: str
-    tags: Mapping[str, str]
-    network: Network
-    cluster: Cluster
-    node_image: NodeImage
-    pools: Tuple[ResolvedPool, ...]
-    storage: Storage
-    inference: Inference
-    monitoring: Monitoring
-    dr: Dr
-    budget: Budget
-    tenancy: Tenancy
-    training: Training
-    repair: Repair
-    catalog: Catalog = field(repr=False, compare=False)
-
-    @property
-    def cluster_name(self) -> str:
-        return cluster_name(self.project, self.stack)
-
-    @property
-    def resource_tags(self) -> Dict[str, str]:
-        """The merged tag map for every taggable AWS resource."""
-        return resource_tags(self.tags, self.environment, self.stack)
-
-    def pool(self, name: str) -> ResolvedPool:
-        return next(p for p in self.pools if p.name == name)
-
-    @property
-    def log_retention_days(self) -> int:
-        """How long every log the stack writes is kept, a value CloudWatch Logs accepts
-        (decisions/observability/logs.py)."""
-        return logs.log_retention_days(self.environment, self.monitoring.log_retention_days)
-
-
 # EKS CreateCluster: 1-100 characters. Everything named after the cluster (ASGs, tags such as
 # k8s.io/cluster-autoscaler/<name>, at most 128 characters) fits when the cluster name does.
 EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
@@ -113,16 +52,6 @@ EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 ADD_A_REGION = ('To add one, follow docs/how-to.md "Add a region": list the region under `regions` of each type it '
                 'offers in decisions/catalog/catalog.yaml, its zone IDs in decisions/network/zones.yaml '
                 'and its fixed costs in decisions/cost/prices.yaml')
-
-
-def resource_tags(tags: Mapping[str, str], environment: str, stack: str) -> Dict[str, str]:
-    """The stack's tags with the three gpu-cloud sets itself."""
-    return {**tags, "environment": environment, "stack": stack, "managed-by": "gpu-cloud"}
-
-
-def cluster_name(project: str, stack: str) -> str:
-    """The EKS cluster's fixed physical name (subnet, autoscaler and ASG names derive from it)."""
-    return f"{project}-{stack}"
 
 
 def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[str],

@@ -32,11 +32,11 @@ from typing import Any, Collection, Dict, List, Mapping, Sequence
 from decisions.nodes import boot, drain, faults
 from decisions.nodes import pools as pool_rules
 from decisions.observability.monitoring import POOL_NODE_LABEL, PROMETHEUS_PORT, PROMETHEUS_URL
-from decisions.platform.acceptance import JUDGE_IMAGE
+from decisions.platform import pod_security
 
 NAME = "gpu-node-repair"
 NAMESPACE = "kube-system"
-IMAGE = JUDGE_IMAGE                      # standard-library Python: the controller signs its own AWS requests
+IMAGE = pod_security.image("python")     # standard-library Python: the controller signs its own AWS requests
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 PROGRAM_FILES = ("node_repair.py", "aws_api.py", "block_expiry.py")     # shipped in the ConfigMap, run from its mount
 CONFIG_KEY = "config.json"

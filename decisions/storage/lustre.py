@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from decisions.nodes.pools import QUEUE_WORKLOADS
+from decisions.storage import buckets
 
 DEPLOYMENT_TYPE = "PERSISTENT_2"
 STORAGE_TYPE = "SSD"
@@ -134,7 +135,7 @@ def size_issues(capacity_gib: int, per_tib: int) -> List[Issue]:
 
 def lustre_issues(lustre, pools: Sequence) -> List[Issue]:
     """Every reason FSx would refuse `lustre` (a decisions.config.model.Lustre) for this stack, as (key path under
-    `gpu-cloud:`, message). `pools`: the stack's decisions.config.validate.ResolvedPool values (only `spec`, `types` and
+    `gpu-cloud:`, message). `pools`: the stack's decisions.config.spec.ResolvedPool values (only `spec`, `types` and
     `efa` are read)."""
     issues = size_issues(lustre.capacity_gib, lustre.throughput_per_tib)
     if lustre.efa:
@@ -242,8 +243,6 @@ PROTECTION = "export to S3"
 def protection_summary(import_path: Optional[str], peer_stack: Optional[str] = None) -> str:
     """What protects the file system's data, in a line (the plan and `--dr-pair` print it). `import_path`: the
     stack's storage.lustre.importPath (None: its datasets bucket); `peer_stack`: the DR peer a primary replicates to."""
-    from decisions.storage import buckets   # here: buckets imports (through repair and the job templates) this module
-
     events = ", ".join(EXPORT_EVENTS)
     if import_path is not None:
         where = (f"exported to {s3_prefix(import_path)} ({events}; importPath): its versioning and replication are "
