@@ -125,7 +125,8 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         # pack): every priced pool at max, a capacity block while it runs, no commitment's discount
         "budgetHourlyAtMax": cost.per_hour(cost.budget_hourly(budget_rows)),
         # the budget rule's verdict on that figure (decisions/cost/cost.py over_budget); None without a budget
-        "withinBudget": (cost.over_budget(budget_rows, spec.budget.max_hourly_usd) is None) if spec.budget else None,
+        "withinBudget": (cost.over_budget(budget_rows, spec.budget.max_hourly_usd) is None
+                         if spec.budget.max_hourly_usd is not None else None),
         "gpuPools": both(estimate.pools_hourly_at_desired, estimate.pools_hourly_at_max),
         "fixedCosts": both(estimate.fixed_hourly_at_desired, estimate.fixed_hourly_at_max),
         "committed": {"hourly": cost.per_hour(committed), "monthly": cost.monthly(committed),

@@ -132,7 +132,7 @@ def _decision_sources() -> Dict[str, str]:
 
 def test_the_decision_layer_has_no_import_cycle():
     """Each layer's rules live in that layer and config/ composes them without being imported back
-    (../shared/design/architecture.md): no decisions module reaches itself through its imports."""
+    (docs/architecture.md): no decisions module reaches itself through its imports."""
     cycle = import_cycle(decision_imports(_decision_sources()))
     assert cycle == [], "import cycle in decisions/: " + " -> ".join(cycle)
 

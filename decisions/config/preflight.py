@@ -95,7 +95,7 @@ class QuotaDemand:
 
 
 def quota_demand(pools: Sequence) -> Dict[str, QuotaDemand]:
-    """Per quota code, the vCPUs the stack's pools need (pools: decisions.config.spec.ResolvedPool, in config
+    """Per quota code, the vCPUs the stack's pools need (pools: decisions.config.stack.ResolvedPool, in config
     order). A pool's types share one shape (decisions/config/validate.py), so its vCPUs per node are its primary
     type's."""
     found: Dict[str, QuotaDemand] = {}
@@ -232,7 +232,7 @@ class NamedRole:
 
 
 def named_roles(spec) -> List[NamedRole]:
-    """Every role ARN the stack names, with its key path, in config order (spec: decisions.config.spec.StackSpec)."""
+    """Every role ARN the stack names, with its key path, in config order (spec: decisions.config.stack.StackSpec)."""
     roles = [NamedRole(("cluster", "adminRoleArns", i), arn, ACCESS_ENTRY)
              for i, arn in enumerate(spec.cluster.admin_role_arns)]
     roles += [NamedRole(("tenancy", "teams", team, "roleArns", i), arn, ACCESS_ENTRY)
@@ -380,7 +380,7 @@ def hosted_zone_issues(dr, scheme: str, zone: Union[FoundZone, str]) -> Tuple[Li
 
 def check_account(spec, account) -> List[str]:
     """The stack's quotas and endpoint zones against what the account reported (spec:
-    decisions.config.spec.StackSpec, account: decisions.network.zones.AccountZones). Raises ConfigError with every
+    decisions.config.stack.StackSpec, account: decisions.network.zones.AccountZones). Raises ConfigError with every
     refusal; returns the warnings."""
     from decisions.config.errors import ConfigError
 

@@ -25,7 +25,7 @@ from decisions.config import preflight
 from decisions.config.errors import YAML11_BOOLEANS, YAML11_SEXAGESIMAL, ConfigError, ConfigIssue, PathPart, key_path
 from decisions.config.model import NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cluster, GpuSharing, Network, NodePool, \
     Tenancy
-from decisions.config.spec import ResolvedPool, StackSpec, cluster_name, resource_tags
+from decisions.config.stack import ResolvedPool, StackSpec, cluster_name, resource_tags
 from decisions.cost import cost
 from decisions.network import zones
 from decisions.network.zones import is_zone_id

@@ -385,7 +385,7 @@ Reservations = Mapping[str, Union[Reservation, str]]   # reservation id -> as re
 def pool_costs(pools: Sequence, catalog: Catalog, region: str, prices: Optional[Prices] = None,
                reservations: Optional[Reservations] = None, today: Optional[date] = None,
                commitments: bool = True) -> Tuple[PoolCost, ...]:
-    """Cost rows of ResolvedPools (decisions.config.spec), the same numbers for the plan and the budget check.
+    """Cost rows of ResolvedPools (decisions.config.stack), the same numbers for the plan and the budget check.
     `reservations`: what the account says of each pool's reservation
     (decisions.network.zones.AccountZones.reservations); without it a reservation's size is taken to be maxNodes, and
     the row says so. `commitments=False` prices every pool as if it had none (what the budget is checked on)."""
@@ -677,7 +677,7 @@ def commitment_options(pools: Sequence[PoolCost], catalog: Catalog, region: str,
 
 def estimate(spec, today: Optional[date] = None, prices: Optional[Prices] = None,
              reservations: Optional[Reservations] = None, kms_keys: Optional[int] = None) -> CostEstimate:
-    """The whole bill of a StackSpec (decisions.config.spec) on `today` (the control plane's support tier depends on
+    """The whole bill of a StackSpec (decisions.config.stack) on `today` (the control plane's support tier depends on
     it; the plan prices the stack as of the day it runs). `reservations`: the account's answers for the pools'
     reservations (the plan passes what the program read)."""
     prices = prices or load_prices()

@@ -125,7 +125,7 @@ class ZoneLayout:
 
 def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
     """Check the stack's zones and pools against the account; return where everything goes, or raise
-    ConfigError with every mistake (spec: a decisions.config.spec.StackSpec)."""
+    ConfigError with every mistake (spec: a decisions.config.stack.StackSpec)."""
     zones = spec.network.zones
     issues: List[ConfigIssue] = []
     warnings: List[str] = []

@@ -81,7 +81,7 @@ def discovery_tags(cluster_name: str) -> List[str]:
 
 
 def node_template_resources(pool, nvme_scratch: bool) -> Dict[str, str]:
-    """What a node of `pool` (a decisions.config.spec.ResolvedPool) offers pods, by resource, as Kubernetes
+    """What a node of `pool` (a decisions.config.stack.ResolvedPool) offers pods, by resource, as Kubernetes
     quantities: the values of its `.../node-template/resources/<name>` tags (module docstring)."""
     resources = {GPU_RESOURCE: 0, **offered_gpu_resources(pool, load_catalog())}
     if pool.efa:

@@ -72,7 +72,7 @@ def accelerator_label(model: str) -> str:
 
 
 def node_labels(pool) -> Dict[str, str]:
-    """Labels every node of the pool registers with (pool: a decisions.config.spec.ResolvedPool). The pool's types
+    """Labels every node of the pool registers with (pool: a decisions.config.stack.ResolvedPool). The pool's types
     share one GPU shape (decisions/config/validate.py), so one set of labels describes every node."""
     s, itype = pool.spec, pool.primary_type
     labels = {

@@ -106,7 +106,7 @@ def allocatable_ephemeral_storage_gib(capacity_gib: int) -> int:
 
 
 def pool_allocatable_ephemeral_storage_gib(pool, nvme_scratch: bool) -> int:
-    """What every node of `pool` (a decisions.config.spec.ResolvedPool) offers pods as allocatable
+    """What every node of `pool` (a decisions.config.stack.ResolvedPool) offers pods as allocatable
     ephemeral-storage, in GiB: the RAID0 array on a type with instance store when its first type boots with RAID0
     (the user-data's rule), else the root volume; the least over its types."""
     raid0 = raid0_instance_store(pool.primary_type, nvme_scratch)
@@ -138,7 +138,7 @@ def _lowest(values: Iterable[Optional[int]]) -> Optional[int]:
 
 
 def scratch_rows(pools: Iterable[Any], catalog: Catalog, nvme_scratch: bool) -> List[Dict[str, Any]]:
-    """One row per pool (pool: decisions.config.spec.ResolvedPool, or anything with .spec.name and
+    """One row per pool (pool: decisions.config.stack.ResolvedPool, or anything with .spec.name and
     .spec.instance_types).
 
     A pool of several types shows what every node is sure to get: the type with the least instance store for

@@ -150,7 +150,7 @@ def _judge_volumes(judge_configmap: str) -> List[dict]:
 
 def mpijob_manifest(pool, catalog, *, namespace: str, queue_name: str, image: str = NCCL_TESTS_IMAGE,
                     judge_configmap: str, service_account: str) -> dict:
-    """all_reduce_perf over two nodes of an EFA pool (pool: a decisions.config.spec.ResolvedPool), as an MPIJob."""
+    """all_reduce_perf over two nodes of an EFA pool (pool: a decisions.config.stack.ResolvedPool), as an MPIJob."""
     check_pool(pool, workers=2)
     minimum = minimum_gbps(pool, catalog, "acrossNodes")
     # An EFA pool has one instance type (decisions/config/validate.py), so one published figure and its message size.

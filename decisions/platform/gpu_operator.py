@@ -63,7 +63,7 @@ from decisions.nodes.pools import GPU_TAINT, LABEL_PREFIX, Taint, toleration
 from decisions.observability import dcgm, monitoring
 
 if TYPE_CHECKING:
-    from decisions.config.spec import ResolvedPool
+    from decisions.config.stack import ResolvedPool
 
 NAMESPACE = "gpu-operator"
 RELEASE_NAME = "gpu-operator"

@@ -197,7 +197,7 @@ def pytorch_jobset(pool, *, name: str, namespace: str, queue_name: str, image: s
                    checkpoint_uri: str = "", max_restarts: int = DEFAULT_MAX_RESTARTS,
                    lustre_configured: Optional[bool] = None, env: Mapping[str, str] = (),
                    volumes: Sequence[job_options.UserVolume] = ()) -> dict:
-    """`torchrun PROGRAM` on `nodes` whole nodes of a pool of whole GPUs (a decisions.config.spec.ResolvedPool),
+    """`torchrun PROGRAM` on `nodes` whole nodes of a pool of whole GPUs (a decisions.config.stack.ResolvedPool),
     over EFA where the pool has it and over TCP where it has not, as a JobSet in the queue `queue_name`. `scratch`: the
     NVMe scratch emptyDir's size (a Kubernetes quantity), also the pod's ephemeral-storage request and limit.
     `mounts_lustre`: mount the claim lustre-data at /data and job_options.TRACES_PATH

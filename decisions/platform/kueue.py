@@ -96,7 +96,7 @@ from decisions.platform.tenancy import TRAINING_NAMESPACE
 if TYPE_CHECKING:
     from decisions.catalog.catalog import Catalog
     from decisions.config.model import NodePool
-    from decisions.config.spec import ResolvedPool
+    from decisions.config.stack import ResolvedPool
 
 NAMESPACE = "kueue-system"                      # where the chart's README installs it
 RELEASE_NAME = "kueue"

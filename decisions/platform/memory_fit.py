@@ -370,7 +370,7 @@ class Placement:
 
 def pool_slots(pool, catalog, node_hourly: Optional[float], *, single_node: bool = True,
                whole_nodes: bool = True) -> List[Slot]:
-    """The slots of `pool` (a decisions.config.spec.ResolvedPool): its MPS share, one instance of each MIG profile
+    """The slots of `pool` (a decisions.config.stack.ResolvedPool): its MPS share, one instance of each MIG profile
     of its layout, 1 to all GPUs of one node (`single_node`), 1 to maxNodes whole nodes (`whole_nodes`; a whole node
     is counted once); none on a time-sliced pool."""
     mode, per_node = pool.spec.gpu_sharing.mode, pool.gpus_per_node

@@ -221,7 +221,7 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
                labels: Mapping[str, str], launcher_pod: Mapping[str, Any] = (),
                worker_service_account: Optional[str] = None,
                worker_storage: Optional[Tuple[Sequence[dict], Sequence[dict], str]] = None) -> dict:
-    """An MPIJob on `pool` (a decisions.config.spec.ResolvedPool) named `name` (a generateName prefix when
+    """An MPIJob on `pool` (a decisions.config.stack.ResolvedPool) named `name` (a generateName prefix when
     `generated`): `workers` whole nodes running sshd, and a launcher
     pod whose first container is `launcher` (the operator adds the hostfile, ssh keys and MPI environment to the
     first container only), placed on the pool beside a worker (launcher_placement). `launcher_pod`: more launcher

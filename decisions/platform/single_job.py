@@ -122,7 +122,7 @@ def single_node_job(pool, catalog, *, name: str, namespace: str, queue_name: str
                     gpus: Optional[int] = None, mig_profile: Optional[str] = None, checkpoint_uri: str = "",
                     env: Mapping[str, str] = (), volumes: Sequence[UserVolume] = (),
                     max_restarts: int = DEFAULT_MAX_RESTARTS) -> dict:
-    """`program` on one node of `pool` (a decisions.config.spec.ResolvedPool) as a Job in `queue_name`. `scratch`:
+    """`program` on one node of `pool` (a decisions.config.stack.ResolvedPool) as a Job in `queue_name`. `scratch`:
     the /scratch emptyDir's size (a Kubernetes quantity; single_job.default_scratch scales a whole node's);
     `mounts_lustre`: mount the claim lustre-data at /data; `env`, `volumes`: the user's --env and --volume."""
     check_job(name, f"{NAME_MAX} characters", NAME_MAX, scratch, max_restarts, program,

@@ -36,7 +36,7 @@ from decisions.storage.lustre import mounts_lustre, protection_summary
 
 if TYPE_CHECKING:
     from decisions.config.model import Dr, Network, Triton
-    from decisions.config.spec import StackSpec
+    from decisions.config.stack import StackSpec
 
 Parts = Tuple  # a key path below `gpu-cloud:`, as decisions.config.errors.key_path takes it
 

@@ -135,7 +135,7 @@ def size_issues(capacity_gib: int, per_tib: int) -> List[Issue]:
 
 def lustre_issues(lustre, pools: Sequence) -> List[Issue]:
     """Every reason FSx would refuse `lustre` (a decisions.config.model.Lustre) for this stack, as (key path under
-    `gpu-cloud:`, message). `pools`: the stack's decisions.config.spec.ResolvedPool values (only `spec`, `types` and
+    `gpu-cloud:`, message). `pools`: the stack's decisions.config.stack.ResolvedPool values (only `spec`, `types` and
     `efa` are read)."""
     issues = size_issues(lustre.capacity_gib, lustre.throughput_per_tib)
     if lustre.efa:
