@@ -32,7 +32,7 @@ import yaml
 from decisions.nodes.efa import ip_bandwidth_gbps
 from decisions.nodes.faults import load_faults
 from decisions.nodes.pools import offered_gpu_resources
-from decisions.nodes.repair import CONFIRM_S, INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
+from decisions.nodes.repair import INTERVAL_S as REPAIR_INTERVAL_S, REPAIR_TIMEOUT_S, STALE_CHECK_S
 from decisions.observability.monitoring import CAPACITY_NODE_LABEL, INSTANCE_TYPE_NODE_LABEL, POOL_NODE_LABEL, \
     WORKLOAD_NODE_LABEL, ksm_label, ksm_sanitized
 from decisions.platform import acceptance, kueue
