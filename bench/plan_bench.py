@@ -41,7 +41,7 @@ def large_stack(pools: int):
     config[f"{NAMESPACE}:nodePools"] = [
         {**copy.deepcopy(base[i % len(base)]), "name": f"pool-{i:03d}", "minNodes": min(base[i % len(base)]["minNodes"], 1),
          "desiredNodes": min(base[i % len(base)]["desiredNodes"], 1), "maxNodes": 1} for i in range(pools)]
-    config[f"{NAMESPACE}:budget"] = {"maxHourlyUsd": 10_000_000}
+    config[f"{NAMESPACE}:budget"] = {**config[f"{NAMESPACE}:budget"], "maxHourlyUsd": 10_000_000}
     config[f"{NAMESPACE}:inference"] = {}
     return config
 

@@ -14,7 +14,8 @@ internal/service/route53/zone_data_source.go).
 from __future__ import annotations
 
 import json
-from typing import Dict, FrozenSet, List, Union
+from contextvars import ContextVar
+from typing import Dict, FrozenSet, List, Optional, Union
 
 import pulumi
 import pulumi_aws as aws
@@ -27,6 +28,9 @@ from decisions.config.preflight import QUOTA_SERVICE, quota_demand
 from decisions.network.zones import AccountZones, Reservation
 
 ODCR_TYPE = "AWS::EC2::CapacityReservation"
+# What answers the reads when no AWS account does: the offline plan (plan/engine.py run_program) sets it to the data
+# its mock account is built from, which AccountZones.source carries into the messages. None: an account answers.
+ANSWERED_FROM: ContextVar[Optional[str]] = ContextVar("answered_from", default=None)
 
 
 def read_account(spec, opts: pulumi.InvokeOptions) -> AccountZones:
@@ -58,7 +62,8 @@ def read_account(spec, opts: pulumi.InvokeOptions) -> AccountZones:
                       for service in INTERFACE_ENDPOINTS.values()}
     return AccountZones(names_by_id=dict(zip(available.zone_ids, available.names)),
                         offerings={zone: frozenset(found) for zone, found in offerings.items()},
-                        reservations=reservations, quotas=quotas, endpoint_zones=endpoint_zones)
+                        reservations=reservations, quotas=quotas, endpoint_zones=endpoint_zones,
+                        source=ANSWERED_FROM.get())
 
 
 def read_deployer(opts: pulumi.InvokeOptions) -> str:

@@ -133,6 +133,36 @@ def stack_setting(stack: str, key: str) -> Any:
     return load_stack_config(stack)[key]
 
 
+def gpus_at_max(stack: str) -> Dict[str, int]:
+    """Each pool of a shipped stack file and the GPUs it reaches at maxNodes, counted as the plan's capacity table
+    counts them (decisions.config.stack.ResolvedPool.gpus_per_node, the first instance type's GPUs, x maxNodes)."""
+    from decisions.catalog.catalog import load_catalog
+    from decisions.config.model import NodePool
+    from decisions.config.stack import ResolvedPool
+    types = load_catalog().instance_types
+    gpus = {}
+    for raw in stack_setting(stack, "gpu-cloud:nodePools"):
+        spec = NodePool.model_validate(raw)
+        pool = ResolvedPool(spec=spec, types=tuple(types[t] for t in spec.instance_types), efa=spec.efa)
+        gpus[spec.name] = pool.gpus_per_node * spec.max_nodes
+    return gpus
+
+
+def rank_env(instance_type: str) -> Dict[str, str]:
+    """What every rank of a multi-node job on an EFA pool of `instance_type` gets in its environment
+    (decisions.platform.mpijob.efa_env, which reads only the pool's first type)."""
+    from decisions.catalog.catalog import load_catalog
+    from decisions.platform.mpijob import efa_env
+    return efa_env(SimpleNamespace(primary_type=load_catalog().instance_types[instance_type]))
+
+
+def device_rdma_types() -> List[str]:
+    """The catalog types with EFA whose ranks get GPUDirect RDMA over it (FI_EFA_USE_DEVICE_RDMA in rank_env)."""
+    from decisions.catalog.catalog import load_catalog
+    return sorted(name for name, itype in load_catalog().instance_types.items()
+                  if itype.efa and itype.efa.cards and "FI_EFA_USE_DEVICE_RDMA" in rank_env(name))
+
+
 def choices(model: str, field: str) -> Tuple[Any, ...]:
     """The values a Literal field of a config model accepts (`model`: "module:Class"), read from its annotation:
     what validation lets through, not a list kept beside it."""
@@ -158,6 +188,14 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+# What the ledger leaves out, stated on the page so that a missing row is either a gap or this rule, never silent.
+LEAVES_OUT = (
+    "What it leaves out: advice to the training or serving program that no platform setting carries and that the",
+    "design gives as practice, not as a figure, such as mixed precision or gradient accumulation. Where the design",
+    "gives such a rule a figure (checkpoint every 1,000 steps), the row stays and says the platform cannot hold it.",
+)
+
+
 def render(rows: Sequence[Requirement]) -> str:
     lines = [
         "# Requirements ledger",
@@ -168,6 +206,8 @@ def render(rows: Sequence[Requirement]) -> str:
         f"by `{WRITE_COMMAND}`; do not edit by hand. `tests/test_requirements.py`",
         "compares this page with the data and each row's figures (`holds` in the data) with the code, so a figure",
         "that moves without its row fails.",
+        "",
+        *LEAVES_OUT,
         "",
         f"{summary(rows)}.",
         "",

@@ -13,7 +13,7 @@ from decisions import requirements
 from decisions.catalog import charts
 from decisions.config import preflight
 from decisions.config.validate import StackSpec
-from decisions.cost import cost
+from decisions.cost import cost, transfer
 from decisions.network.zones import reservations_from_table
 from decisions.nodes import capacity_blocks, pods, scratch
 from decisions.nodes import pools as pool_rules
@@ -24,6 +24,7 @@ from decisions.serving import triton
 from decisions.storage import lustre as lustre_rules
 from decisions.storage import buckets, replication
 from plan.engine import ACCOUNT_ID, ProgramRun
+from plan.stackfile import peer_region
 from plan.views import VIEW_NAMES, VIEWS, ViewFacts, computed_outputs
 
 DOCUMENT_VERSION = 1
@@ -66,7 +67,8 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
     read = run.outputs.get("reservations") if run is not None else None
     reservations = reservations_from_table(read) if read is not None else None
     kms_keys = len(run.of_type(KMS_KEY_TYPE)) if run is not None else None
-    estimate = cost.estimate(spec, reservations=reservations, kms_keys=kms_keys)
+    transfer_rows = transfer.transfer_costs(spec, cost.load_prices().region(spec.region), peer_region(spec.dr.peer_stack))
+    estimate = cost.estimate(spec, reservations=reservations, kms_keys=kms_keys, transfer=transfer_rows)
     committed = estimate.committed_hourly
     # What the budget is checked on, by the rule the config check and the pack use (decisions/cost/cost.py over_budget).
     budget_rows = cost.budget_pool_costs(spec.pools, spec.catalog, spec.region, reservations=reservations)
@@ -83,6 +85,11 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         "hoursPerMonth": cost.HOURS_PER_MONTH,
         "complete": estimate.complete,
         "gaps": estimate.gaps,
+        # the same gaps by the names gpu-cloud:budget.unpriced acknowledges them by (decisions/cost/cost.py
+        # unacknowledged: with a budget, a valid stack has acknowledged every one)
+        "unpriced": [{"name": u.name, "item": u.item, "why": u.why,
+                      "acknowledged": u.name in (spec.budget.unpriced if spec.budget else ())}
+                     for u in estimate.unpriced],
         # The dates of the GPU on-demand prices the pools are priced at (each pool's basis cites its own).
         "pricesAsOf": ", ".join(dict.fromkeys(s.as_of for s in gpu_sources)) or "no GPU price recorded",
         "source": f"GPU on-demand prices: {'; '.join(s.cited for s in gpu_sources) or 'none recorded'} "
@@ -121,6 +128,7 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
                        for u in estimate.usage],
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
         "budgetCovers": "GPU pools at maxNodes",
+        "budgetUnpriced": list(spec.budget.unpriced) if spec.budget else [],
         # what the budget check sums (decisions/cost/cost.py budget_hourly, as decisions/config/validate.py and the
         # pack): every priced pool at max, a capacity block while it runs, no commitment's discount
         "budgetHourlyAtMax": cost.per_hour(cost.budget_hourly(budget_rows)),
@@ -463,11 +471,22 @@ def summary_lines(document: Mapping[str, Any]) -> List[str]:
         f"  GPUs      {sum(r['gpusAtDesired'] for r in capacity)} now (desired), "
         f"{sum(r['gpusAtMax'] for r in capacity)} at max, in {len(capacity)} pool{'' if len(capacity) == 1 else 's'}",
         f"  cost      {_usd(section['hourlyAtDesired'])}/h now, {_usd(section['hourlyAtMax'])}/h at max; {verdict}",
-        "  unpriced  " + (f"{len(gaps)} item{'' if len(gaps) == 1 else 's'}, left out of every total "
-                           "(listed under Hourly cost)" if gaps else "none"),
+        "  unpriced  " + _unpriced_summary(section.get("unpriced", []), len(gaps)),
         f"  policy    {views}",
         "  warnings  " + (f"{len(warnings)} (listed under Warnings)" if warnings else "none"),
     ]
+
+
+def _unpriced_summary(unpriced: Sequence[Mapping[str, Any]], gaps: int) -> str:
+    """"none", or how many items the totals leave out and which of them the stack acknowledged by name."""
+    if not gaps:
+        return "none"
+    acknowledged = [u["name"] for u in unpriced if u["acknowledged"]]
+    told = (f"{len(acknowledged)} acknowledged unpriced ({', '.join(acknowledged)})" if acknowledged else
+            f"{gaps} item{'' if gaps == 1 else 's'}")
+    if acknowledged and len(acknowledged) < gaps:      # only a stack without a budget gets here unacknowledged
+        told += f" and {gaps - len(acknowledged)} more"
+    return f"{told}, left out of every total (listed under Hourly cost)"
 
 
 # The architecture's layers in the order a reader meets them (the tree and the picture both follow it);

@@ -74,6 +74,9 @@ class MockAccount:
     roles: Dict[str, str] = field(default_factory=dict)
     # Route 53 hosted zones: zone ID -> (its name, without the trailing dot; whether it is private)
     hosted_zones: Dict[str, Tuple[str, bool]] = field(default_factory=dict)
+    # What the account was built from, which the program's refusals name (decisions.network.zones.AccountZones.source);
+    # None: it stands for a real account (tests that change the offline account to play one set it so).
+    source: Optional[str] = None
 
     @property
     def account_id(self) -> str:
@@ -102,7 +105,8 @@ class MockAccount:
 
 
 def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount:
-    """The account the offline plan assumes: every zone of the region available, named a, b, c... in zone-ID
+    """The account the offline plan assumes, built from data files (its `source` says which, and the program's
+    refusals name it): the region's gpuZoneIds of decisions/network/zones.yaml available, named a, b, c... in that
     order; every catalog type of the region offered in every zone; and every reservation the stack names
     existing exactly as its pool describes it (maxNodes instances; a capacity block for OFFLINE_BLOCK_START to
     OFFLINE_BLOCK_END), and the stack's transit gateway too (there is no account to read
@@ -112,14 +116,16 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
     Each EC2 vCPU quota the pools draw on is exactly what they need at maxNodes (AWS's default is 0: the plan's
     preflight section says what to request), and every interface endpoint service is offered in every zone."""
     from decisions.catalog.catalog import load_catalog
-    from decisions.network.zones import load_zone_facts
+    from decisions.network.zones import ZONES_FILE, load_zone_facts, recorded_gpu_zones
 
     facts = load_zone_facts().regions.get(region)
     prefix = facts.zone_id_prefix if facts else region.replace("-", "")[:5]
     # The region's GPU zone IDs where decisions/network/zones.yaml records them (ap-northeast-1 has no apne1-az3 among
-    # them).
-    ids = facts.gpu_zone_ids if facts and facts.gpu_zone_ids else tuple(
+    # them); a region it records none for is refused before the account is read (aws:region), so a guess serves.
+    recorded = bool(facts and facts.gpu_zone_ids)
+    ids = facts.gpu_zone_ids if recorded else tuple(
         f"{prefix}-az{i + 1}" for i in range(len(REGION_ZONES.get(region, "abc"))))
+    source = recorded_gpu_zones() if recorded else f"a guess ({ZONES_FILE} records no gpuZoneIds for {region})"
     zones = {zone_id: f"{region}{letter}" for zone_id, letter in zip(ids, "abcdef")}
     offered = frozenset(name for name, itype in load_catalog().instance_types.items() if region in itype.regions)
     reservations = {}
@@ -153,7 +159,7 @@ def offline_account(region: str, stack_config: Mapping[str, Any]) -> MockAccount
     hosted_zones = {zone_id: (domain.split(".", 1)[-1], False)} if zone_id and domain else {}
     return MockAccount(zones=zones, offerings={zone: offered for zone in zones}, reservations=reservations,
                        caller_arn=caller, role_paths=paths, transit_gateways=(tgw,) if tgw else (),
-                       quotas=_quotas_needed(stack_config), roles=roles, hosted_zones=hosted_zones)
+                       quotas=_quotas_needed(stack_config), roles=roles, hosted_zones=hosted_zones, source=source)
 
 
 _ROLE_ARN = re.compile(r"arn:aws:iam::(\d{12}):role(/(?:.*/)?)([^/]+)$")     # account, path, name
@@ -640,6 +646,8 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
     `preview=True` runs it as `pulumi preview` does (unknown values stay unknown, applies on them do not run), with
     `monitor` answering registrations as the engine would in that preview (plan/views.py).
     """
+    from components.account import ANSWERED_FROM
+
     region = str(stack_config.get("aws:region", ""))
     mocks = GpuCloudMocks(region, peer_outputs or peer_stack_outputs, account or offline_account(region, stack_config))
     monitor = (monitor or RecordingMonitor)(mocks)
@@ -654,8 +662,13 @@ def run_program(stack_config: Mapping[str, Any], *, stack: str, project: str = "
         if str(program.parent) not in sys.path:
             sys.path.insert(0, str(program.parent))
         body = lambda: runpy.run_path(str(program), run_name="__main__")  # noqa: E731
-    with _collector_paused():
-        _sync_await(run_pulumi_func(body))
+    # The program's account reads say what answered them (components/account.py ANSWERED_FROM).
+    answered_from = ANSWERED_FROM.set(mocks.account.source)
+    try:
+        with _collector_paused():
+            _sync_await(run_pulumi_func(body))
+    finally:
+        ANSWERED_FROM.reset(answered_from)
     root = pulumi_settings.get_root_resource()
     outputs = {key: _resolve_redacted(value) for key, value in root.outputs.items()}
     run = ProgramRun(project=project, stack=stack, region=region, resources=list(monitor.registrations),

@@ -183,8 +183,9 @@ def run_pack(document: Mapping[str, Any], user_config: Optional[Mapping[str, Any
     """The pack's verdict on a plan document in one view: {"pack", "version", "view", "violations",
     "notApplicable"}."""
     policies = POLICIES if policies is None else policies
-    budget = (document.get("cost") or {}).get("budgetMaxHourlyUsd")
-    settings = resolve_config(policies, user_config, initial_config(budget))
+    section = document.get("cost") or {}
+    settings = resolve_config(policies, user_config, initial_config(section.get("budgetMaxHourlyUsd"),
+                                                                    section.get("budgetUnpriced") or ()))
     version = pack_version()
     resources, resource_args, stack = engine_arguments(document, view)
     violations: List[Dict[str, Any]] = []

@@ -259,6 +259,18 @@ def read_peer_cidr(keys: Dict[str, Any]) -> Tuple[Optional[str], Optional[str]]:
     return cidr, None
 
 
+def peer_region(peer_stack: Optional[str]) -> Optional[str]:
+    """The aws:region of the DR peer stack (`org/gpu-cloud/<stack>`), from its stack file beside this one; None
+    without a peer or when its file cannot be read (the bill then lists the replication's transfer as a gap)."""
+    if not peer_stack:
+        return None
+    try:
+        region = load_stack_config(peer_stack.rsplit("/", 1)[-1]).get("aws:region")
+    except StackFileError:
+        return None
+    return region if isinstance(region, str) else None
+
+
 def load_stack(stack: str, path: Optional[Path] = None):
     """A stack's config and its validated spec, with no cloud account (what the plan and `python -m jobs` read).
     Raises StackFileError or decisions.config.errors.ConfigError."""
@@ -286,7 +298,7 @@ def _validated(stack: str, config: Dict[str, Any], path: Optional[Path]):
 
 def load_stack_past_budget(stack: str, path: Optional[Path], refusal) -> Optional[Tuple[Dict[str, Any], Any]]:
     """For `--against`, which shows what a change would do even where the stack refuses it: a stack that `refusal`
-    (load_stack's ConfigError) refuses for its budget alone, as (its config without gpu-cloud:budget.maxHourlyUsd,
+    (load_stack's ConfigError) refuses for its budget alone, as (its config without gpu-cloud:budget,
     so that the program, which refuses it too (layers.prepare), runs; its spec with the budget, so that the document
     records it and the pack judges it). None when the refusal is anything else: the stack cannot be planned.
 
@@ -302,7 +314,8 @@ def load_stack_past_budget(stack: str, path: Optional[Path], refusal) -> Optiona
     budget = config.get("gpu-cloud:budget")
     if not isinstance(budget, dict) or "maxHourlyUsd" not in budget:
         return None
-    config["gpu-cloud:budget"] = {k: v for k, v in budget.items() if k != "maxHourlyUsd"}
+    # unpriced goes with it: it acknowledges gaps in a budget and is refused without one
+    config["gpu-cloud:budget"] = {k: v for k, v in budget.items() if k not in ("maxHourlyUsd", "unpriced")}
     try:
         spec = replace(_validated(stack, config, path), budget=Budget.model_validate(budget))
     except (ConfigError, ValidationError):

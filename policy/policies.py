@@ -1078,12 +1078,21 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
                                  desired_nodes=int(number(get(pool.asg.props, "desiredCapacity")) or 0)),
             types=[listed[t] for t in types]))
     rows = cost.budget_pool_costs(priced, catalog(), region)
-    # A pool without a price (a type with no on-demand price in the region, such as p5e.48xlarge) is a gap, as the
-    # stack's own budget check has it (decisions/config/validate.py _check_budget): the budget covers the priced pools,
-    # and the plan and `pulumi up` warn about the gap with how to price it (decisions/config/validate.py
-    # unpriced_pool_warnings). Not a violation: CrossGuard gives a policy's every violation the policy's one enforcement
-    # level (pulumi_policy 1.21.0 policy.py: ReportViolation takes a message and a URN only), so a gap reported here
-    # would refuse the stack.
+    # A gap the budget cannot cover refuses the stack unless the stack acknowledged it by name
+    # (gpu-cloud:budget.unpriced): the rule the config check applies (decisions/cost/cost.py unacknowledged). The pack
+    # judges what it sees: the pools, and the file system, whose rate depends on its tier and region.
+    acknowledged = args.get_config().get("unpriced") or []
+    unpriced = [cost.Unpriced(r.pool, f"pool {r.pool}", r.gap) for r in rows if r.gap]
+    for file_system in _by_type(args.resources, LUSTRE):
+        tier = get(file_system.props, "perUnitStorageThroughput")
+        if known(tier) and number(tier) is not None and \
+                cost.load_prices().region(region).lustre_persistent2_gb_month.get(int(number(tier))) is None:
+            unpriced.append(cost.Unpriced(cost.LUSTRE, f"FSx for Lustre {file_system.name} ({int(number(tier))} "
+                                                       "MB/s/TiB)", "no sourced rate in decisions/cost/prices.yaml"))
+    urns = {p.name: p.asg.urn for p in group_pools}
+    for item in cost.unacknowledged(unpriced, acknowledged):
+        report(f"{item.item}: {item.why}, so the budget cannot cover it: price it, or acknowledge it in "
+               f"gpu-cloud:budget.unpriced ({item.name})", urns.get(item.name))
     total = cost.over_budget(rows, float(budget))     # the one rule: in whole cents, as the program checks it
     if total is not None:
         detail = ", ".join(f"{r.pool} ${r.hourly_at_max:,.2f}" for r in rows if not r.gap)
@@ -1234,12 +1243,18 @@ POLICIES = [
            hourly_cost_within_budget,
            _schema(maxHourlyUsd={"type": "number", "minimum": 0,
                                  "description": "USD per hour the GPU pools may cost at maxSize (the plan fills "
-                                                "it from gpu-cloud:budget.maxHourlyUsd)"}),
+                                                "it from gpu-cloud:budget.maxHourlyUsd)"},
+                   unpriced={"type": "array", "items": {"type": "string"},
+                             "description": "unpriced items the stack acknowledges, by name (the plan fills it "
+                                            "from gpu-cloud:budget.unpriced)"}),
            in_preview="with any pool's size or type, or the region, unknown the total is not judged"),
 ]
 
 
-def initial_config(max_hourly_usd: Optional[float]) -> Dict[str, Dict[str, Any]]:
-    """The pack's initial config for a stack: its budget (gpu-cloud:budget.maxHourlyUsd) where it has one. The user's
-    --policy-pack-config goes on top."""
-    return {} if max_hourly_usd is None else {"hourly-cost-within-budget": {"maxHourlyUsd": float(max_hourly_usd)}}
+def initial_config(max_hourly_usd: Optional[float], unpriced: Sequence[str] = ()) -> Dict[str, Dict[str, Any]]:
+    """The pack's initial config for a stack: its budget (gpu-cloud:budget.maxHourlyUsd) where it has one, with the
+    unpriced items it acknowledges (gpu-cloud:budget.unpriced). The user's --policy-pack-config goes on top."""
+    if max_hourly_usd is None:
+        return {}
+    return {"hourly-cost-within-budget": {"maxHourlyUsd": float(max_hourly_usd),
+                                          **({"unpriced": list(unpriced)} if unpriced else {})}}

@@ -3,11 +3,12 @@ Savings Plans discounts decisions/cost/prices.yaml's commitmentDiscount lacks fr
 
 For users with AWS credentials (pricing:GetProducts; savingsplans:DescribeSavingsPlansOfferingRates); never run by
 the tests, which check the parsing on saved responses. Usage: python scripts/refresh_prices.py [--write]
-[--savings-plans]. Without --write it prints what would change. --write writes every price the API answered with its
-own source and date on its line (REFRESH_SOURCE, today); an offer the API did not answer keeps the price, source and
+[--savings-plans] [--spot-days DAYS] [--fsx]. Without --write it prints what would change. --write writes every price
+the API answered with its own source and date on its line (REFRESH_SOURCE, today); an offer the API did not answer keeps the price, source and
 date it had (its region's priceSources entry, or its own). --savings-plans prints the commitmentDiscount entries
 (fraction below on-demand per family, 1 and 3 years, no upfront) to paste into decisions/cost/prices.yaml, with their
-source and date; it writes nothing.
+source and date; it writes nothing. --fsx prints, the same way, the lustrePersistent2GbMonth entries (FSx for Lustre
+PERSISTENT_2 SSD storage per GB-month, per throughput tier) of every catalog region.
 
 The API (AWS Price List Query API, GetProducts; endpoint in us-east-1) answers {"FormatVersion": "aws_v1",
 "PriceList": [<one JSON string per product>], "NextToken": ...}. Each product string holds "product" (with
@@ -230,17 +231,97 @@ def spot_yaml(discounts: Mapping[str, float], region: str, days: int, as_of: str
     return lines
 
 
-def fetch(client, instance_type: str, region: str) -> Optional[float]:
+# FSx for Lustre PERSISTENT_2 SSD storage (GetProducts, ServiceCode "AmazonFSx"). The attribute names are the ones
+# pricing tools filter AmazonFSx products on: productFamily "Storage" with deploymentOption, fileSystemType and
+# storageType (infracost/infracost internal/resources/aws/fsx_openzfs_file_system.go), fileSystemType "Lustre" for FSx
+# for Lustre (internal/resources/aws/backup_vault.go), and the offer's "Throughput capacity" column
+# (Bjorn248/graphql_aws_pricing_api SCHEMATA.md, AmazonFSx: Deployment_option, File_system_type, Storage_type,
+# Throughput_capacity), which the Query API names throughputCapacity as it names "Storage type" storageType. No source
+# gives the deploymentOption value of a PERSISTENT_2 product, so it is not filtered on: the tier singles PERSISTENT_2
+# out (PERSISTENT_1 SSD's tiers are 50, 100 and 200 MB/s/TiB, PERSISTENT_2's 125, 250, 500 and 1000: the FSx API's
+# PerUnitStorageThroughput), and an answer with two prices for one tier is refused, not guessed between. A wrong
+# attribute name matches no product: every tier then prints as a gap, never as another product's price.
+LUSTRE_TIERS = (125, 250, 500, 1000)
+LUSTRE_FILTERS = {"productFamily": "Storage", "fileSystemType": "Lustre", "storageType": "SSD"}
+LUSTRE_SOURCE = "AWS Price List Query API GetProducts (AmazonFSx, Lustre, SSD storage, throughputCapacity {tier})"
+
+
+def lustre_filters(tier: int, region: str):
+    """GetProducts Filters for the storage of one PERSISTENT_2 SSD throughput tier in one region."""
+    fields = {"regionCode": region, "throughputCapacity": str(tier), **LUSTRE_FILTERS}
+    return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in fields.items()]
+
+
+def lustre_gb_month_usd(price_list: Iterable[str], tier: int, region: str) -> Optional[float]:
+    """The on-demand USD per GB-month of FSx for Lustre SSD storage at `tier` MB/s/TiB in a GetProducts PriceList, or
+    None when no product matches. Backups (usagetype ...BackupUsage) are another product; two storage prices for one
+    tier are refused: the filters must single out one product."""
+    prices = set()
+    for item in price_list:
+        product = json.loads(item)
+        attributes = product["product"]["attributes"]
+        family = product["product"].get("productFamily", attributes.get("productFamily"))
+        if (family != LUSTRE_FILTERS["productFamily"] or attributes.get("regionCode") != region
+                or attributes.get("fileSystemType") != LUSTRE_FILTERS["fileSystemType"]
+                or attributes.get("storageType") != LUSTRE_FILTERS["storageType"]
+                or attributes.get("throughputCapacity") != str(tier)
+                or "Backup" in attributes.get("usagetype", "")):
+            continue
+        for term in product.get("terms", {}).get("OnDemand", {}).values():
+            for dimension in term["priceDimensions"].values():
+                if dimension["unit"] == "GB-Mo" and float(dimension["pricePerUnit"]["USD"]) > 0:
+                    prices.add(float(dimension["pricePerUnit"]["USD"]))
+    if len(prices) > 1:
+        raise ValueError(f"FSx for Lustre SSD at {tier} MB/s/TiB in {region}: several GB-month prices {sorted(prices)}; "
+                         "narrow the filters")
+    return prices.pop() if prices else None
+
+
+def lustre_yaml(rates: Mapping[int, Optional[float]], region: str, as_of: str) -> List[str]:
+    """The lustrePersistent2GbMonth lines of one region, for decisions/cost/prices.yaml, each with its source and date;
+    a tier the API did not price is a comment (a gap), never a line; with none priced the mapping is empty, so the
+    lines still load."""
+    priced = any(usd is not None for usd in rates.values())
+    lines = ["    lustrePersistent2GbMonth:" + ("" if priced else " {}")]
+    for tier in sorted(rates):
+        if rates[tier] is None:
+            lines.append(f"      # {tier}: no price in the Price List API for {region} (left a gap)")
+            continue
+        lines += [f"      {tier}:", f"        usd: {rates[tier]!r}",
+                  f'        source: "{LUSTRE_SOURCE.format(tier=tier)}, {region}"', f'        asOf: "{as_of}"']
+    return lines
+
+
+def get_products(client, service_code: str, filters_: List[dict]) -> List[str]:
+    """Every PriceList entry GetProducts answers for `filters_`, page by page (NextToken)."""
     price_list, token = [], None
     while True:
-        kwargs = {"ServiceCode": "AmazonEC2", "Filters": filters(instance_type, region), "MaxResults": 100}
+        kwargs = {"ServiceCode": service_code, "Filters": filters_, "MaxResults": 100}
         if token:
             kwargs["NextToken"] = token
         answer = client.get_products(**kwargs)
         price_list += answer["PriceList"]
         token = answer.get("NextToken")
         if not token:
-            return on_demand_usd(price_list, instance_type, region)
+            return price_list
+
+
+def fetch_lustre(client, tier: int, region: str) -> Optional[float]:
+    return lustre_gb_month_usd(get_products(client, "AmazonFSx", lustre_filters(tier, region)), tier, region)
+
+
+def print_lustre_rates(client) -> int:
+    """Every catalog region's PERSISTENT_2 SSD storage rates, per tier, as prices.yaml lines."""
+    regions = sorted({region for _, region in catalog_offers(CATALOG_PATH.read_text(encoding="utf-8"))})
+    for region in regions:
+        rates = {tier: fetch_lustre(client, tier, region) for tier in LUSTRE_TIERS}
+        print(f"  {region}:")
+        print("\n".join(lustre_yaml(rates, region, date.today().isoformat())))
+    return 0
+
+
+def fetch(client, instance_type: str, region: str) -> Optional[float]:
+    return on_demand_usd(get_products(client, "AmazonEC2", filters(instance_type, region)), instance_type, region)
 
 
 def main(argv=None) -> int:
@@ -251,12 +332,17 @@ def main(argv=None) -> int:
     parser.add_argument("--spot-days", type=int, metavar="DAYS",
                         help="print decisions/cost/prices.yaml spotDiscount entries from the last DAYS "
                              "of spot price history")
+    parser.add_argument("--fsx", action="store_true",
+                        help="print decisions/cost/prices.yaml lustrePersistent2GbMonth entries (FSx for Lustre "
+                             "PERSISTENT_2 SSD, per throughput tier) from the Price List API")
     args = parser.parse_args(argv)
     import boto3
     if args.savings_plans:
         return print_savings_plans(boto3.client("savingsplans", region_name="us-east-1"))
     if args.spot_days:
         return print_spot_discounts(boto3, args.spot_days)
+    if args.fsx:
+        return print_lustre_rates(boto3.client("pricing", region_name="us-east-1"))
     client = boto3.client("pricing", region_name="us-east-1")   # the Price List API's endpoint region
     text = CATALOG_PATH.read_text(encoding="utf-8")
     answered = {}

@@ -21,7 +21,7 @@ PRICES = cost.load_prices()
 US = PRICES.regions["us-east-1"]
 # g6e's us-east-1 spot discount (prices.yaml): 1 - 5.1126 / 10.49264, g6e.12xlarge's dearest zone (use1-az4) in
 # tests/upstream/skypilot-catalog-aws-vms.csv; g6e.48xlarge's dearest, 10.8782 / 30.13118, saves more.
-G6E_SPOT = 1 - 0.5127
+G6E_SPOT = 1 - 0.191
 # The same prices without that discount, for the tests of the catalog's default (what an unsourced family gets).
 NO_G6E_SPOT = PRICES.model_copy(update={"regions": {**PRICES.regions, "us-east-1": US.model_copy(
     update={"spot_discount": {f: d for f, d in US.spot_discount.items() if f != "g6e"}})}})
@@ -135,9 +135,18 @@ def test_prod_eu_west_1_prices_its_pools_and_lists_every_unsourced_fixed_cost():
     items = fixed(e)
     assert items["EKS control plane"].hourly_at_max == approx(0.10)   # one rate in every commercial region
     assert items["system nodes"].hourly_at_max == approx(4 * 0.2247)   # m7i.xlarge in eu-west-1, the dearer type
+    # NAT gateways ($0.048), their public IPv4 addresses ($0.005) and the NLB ($0.0252) have eu-west-1 rates
+    assert items["NAT gateways"].hourly_at_max == approx(3 * 0.048)
+    assert items["NAT gateways' public IPv4 addresses"].hourly_at_max == approx(3 * 0.005)
+    assert items["Triton Network Load Balancer"].hourly_at_max == approx(0.0252)
     gaps = {name for name, item in items.items() if item.gap}
-    assert gaps == set(items) - {"EKS control plane", "system nodes"}
-    assert e.hourly_at_max == approx(4 * 6.33167 + 8 * 6.33167 * (1 - 0.5318) + 0.10 + 4 * 0.2247, abs=1e-3)
+    assert gaps == set(items) - {"EKS control plane", "system nodes", "NAT gateways",
+                                 "NAT gateways' public IPv4 addresses", "Triton Network Load Balancer"}
+    # the stack acknowledges exactly these gaps by name (gpu-cloud:budget.unpriced), its pool's first
+    assert [u.name for u in e.unpriced] == ["train-a100", "root-volumes", "interface-endpoints", "transit-gateway",
+                                            "fsx-lustre"]
+    assert e.hourly_at_max == approx(4 * 6.33167 + 8 * 6.33167 * (1 - 0.5318) + 0.10 + 4 * 0.2247
+                                     + 3 * (0.048 + 0.005) + 0.0252, abs=1e-3)
     # each pool cites where its price was read, and when: eu-west-1's from the 2025-H1 snapshot, not the date and
     # source of us-east-1's prices
     assert pools["infer-a10g"].basis == (
@@ -314,25 +323,30 @@ def test_usage_based_items_carry_unit_prices_and_stay_out_of_the_totals():
     assert "FSx for Lustre backups" not in usage
     exports = usage["S3 storage of what /data exports"]
     assert exports.item.endswith("(FSx for Lustre's protection, not FSx backups)") and exports.unit == "GB-month"
-    assert exports.gap and exports.unit_usd is None                    # no sourced S3 storage rate: a gap
+    assert exports.unit_usd == US.s3_standard_gb_month.usd == 0.023     # S3 Standard, first 50 TB
     volume = spec.monitoring.prometheus_volume_gib
     assert usage["Prometheus volume"].monthly == approx(volume * 0.08) and f"{volume} GiB" in usage["Prometheus volume"].item
     assert usage["KMS customer managed keys"].monthly == 7 * 1.00
     assert usage["KMS requests"].unit == "10,000 requests" and usage["KMS requests"].unit_usd == 0.03
-    # dev has no Lustre; eu-west-1 has no sourced usage rate but the region-free KMS ones
+    # dev has no Lustre; eu-west-1 has a sourced NAT rate, not yet an interface endpoint one
     assert not any("Lustre" in u.item for u in cost.estimate(stack_spec("dev"), TODAY).usage)
     eu = {u.item.split(" (")[0]: u for u in cost.estimate(stack_spec("prod-eu-west-1"), TODAY).usage}
-    assert eu["NAT gateway data processed"].gap and eu["KMS requests"].unit_usd == 0.03
+    assert eu["NAT gateway data processed"].unit_usd == 0.048 and eu["KMS requests"].unit_usd == 0.03
+    assert eu["interface endpoint data processed"].gap
 
 
-def test_a_type_without_a_price_is_a_gap_not_a_budget_failure():
+def test_a_type_without_a_price_is_a_gap_the_budget_refuses_until_acknowledged():
     config = valid_config()
     config["nodePools"][0].update(instanceTypes=["p5e.48xlarge"], capacity="capacity-block")
-    config["budget"] = {"maxHourlyUsd": 1}   # only the spot pool is priced: 4 x 5.11 = 20.45 > 1
+    config["budget"] = {"maxHourlyUsd": 1, "unpriced": ["train"]}   # only the spot pool is priced: 4 x 8.49 > 1
     with pytest.raises(ConfigError) as raised:
         load(config)
     assert f"cost ${4 * 10.49264 * G6E_SPOT:,.2f}/hour" in raised.value.issues[0].message   # on what has a price
-    config["budget"] = {"maxHourlyUsd": 25}
+    config["budget"] = {"maxHourlyUsd": 40}
+    with pytest.raises(ConfigError) as raised:          # a hole the stack did not acknowledge
+        load(config)
+    assert [i.path for i in raised.value.issues] == ["gpu-cloud:nodePools[0]"]
+    config["budget"]["unpriced"] = ["train"]
     spec = load(config)
     e = cost.estimate(spec, TODAY)
     assert e.pools[0].hourly_at_max is None and not e.complete
@@ -527,6 +541,55 @@ def test_every_rate_names_its_source_and_date():
                               region.transit_gateway_data_gb) if r]
     assert rates and all(r.source and re.match(r"^\d{4}", r.as_of) for r in rates)
     assert set(US.instance_hourly) >= set(pods.SYSTEM_NODE_TYPES)
+
+
+# prices.yaml's fixed-cost and transfer rates sourced for #41 (items 1 and 2), entry by entry: (region, field, destination
+# region or None) -> (USD, asOf, weak, a fragment of the source that names where it was read).
+SOURCED_RATES = {
+    ("us-east-1", "inter_zone_transfer_gb", None): (0.01, "2024-09-25", False, "data_transfer_test.golden"),
+    ("us-east-1", "inter_region_transfer_gb", "eu-west-1"): (0.02, "2026-05", True, "Cross-Region Transfer Minimization"),
+    ("us-east-1", "s3_replication_time_control_gb", None): (0.015, "2026-12-06", True, "same in all AWS Regions"),
+    ("us-east-1", "s3_standard_gb_month", None): (0.023, "2026-03-13", False, "s3_bucket_test.golden"),
+    ("eu-west-1", "nat_gateway_hourly", None): (0.048, "2026-09-25", True, "EU-NatGateway-Hours"),
+    ("eu-west-1", "nat_gateway_data_gb", None): (0.048, "2026-09-25", True, "EU-NatGateway-Bytes"),
+    ("eu-west-1", "public_ipv4_hourly", None): (0.005, "2024-02-01", True, "in all AWS regions"),
+    ("eu-west-1", "network_load_balancer_hourly", None): (0.0252, "2024-07-01", True, "$18.40"),
+    ("eu-west-1", "inter_zone_transfer_gb", None): (0.01, "2024-09-25", False, "for eu-west-1"),
+    ("eu-west-1", "inter_region_transfer_gb", "us-east-1"): (0.02, "2026-12-06", True, "EU-USE1-AWS-Out-Bytes"),
+    ("eu-west-1", "s3_replication_time_control_gb", None): (0.015, "2026-12-06", True, "same in all AWS Regions"),
+    ("eu-west-1", "s3_standard_gb_month", None): (0.023, "2017-04-24", True, "EU-TimedStorage-ByteHrs"),
+    **{(region, field, None): rate for region in ("us-east-2", "us-west-2", "eu-central-1", "ap-northeast-1")
+       for field, rate in {"public_ipv4_hourly": (0.005, "2024-02-01", True, "in all AWS regions"),
+                           "inter_zone_transfer_gb": (0.01, "2024-09-25", False, f"for {region}"),
+                           "s3_replication_time_control_gb": (0.015, "2026-12-06", True, "same in all AWS Regions")
+                           }.items()},
+}
+
+
+@pytest.mark.parametrize("region, field, destination", sorted(SOURCED_RATES))
+def test_each_newly_sourced_rate_holds_its_value_source_and_date(region, field, destination):
+    usd, as_of, weak, cited = SOURCED_RATES[(region, field, destination)]
+    rate = getattr(PRICES.regions[region], field)
+    rate = rate[destination] if destination else rate
+    assert (rate.usd, rate.as_of, rate.weak) == (usd, as_of, weak)
+    assert cited in rate.source
+
+
+def test_the_transfer_rates_name_only_the_regions_they_were_sourced_for_and_the_rest_stay_gaps():
+    regions = PRICES.regions
+    # one destination each way, never the region itself; no other region has an inter-region rate or S3 storage rate
+    assert {r: set(p.inter_region_transfer_gb) for r, p in regions.items() if p.inter_region_transfer_gb} == {
+        "us-east-1": {"eu-west-1"}, "eu-west-1": {"us-east-1"}}
+    assert {r for r, p in regions.items() if p.s3_standard_gb_month} == {"us-east-1", "eu-west-1"}
+    # every catalog region prices the zone-to-zone GB and S3 RTC; both sides of a zone crossing are the caller's to add
+    assert all(p.inter_zone_transfer_gb and p.s3_replication_time_control_gb for p in regions.values())
+    # what no citable source gave stays a gap, never another region's figure
+    eu = regions["eu-west-1"]
+    assert (eu.interface_endpoint_hourly, eu.interface_endpoint_data_gb, eu.transit_gateway_attachment_hourly,
+            eu.transit_gateway_data_gb, eu.gp3) == (None,) * 5
+    assert eu.lustre_persistent2_gb_month == {} and set(US.lustre_persistent2_gb_month) == {125}
+    for name in ("us-east-2", "us-west-2", "eu-central-1", "ap-northeast-1"):
+        assert regions[name].nat_gateway_hourly is None and regions[name].network_load_balancer_hourly is None
 
 
 def test_what_cost_restates_matches_the_components_that_build_it():

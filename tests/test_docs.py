@@ -173,10 +173,11 @@ def test_the_readme_pool_example_is_a_valid_pool(tmp_path):
     from decisions.config.validate import load_stack_spec
     from tests.conftest import stack_config
 
-    (example,) = [b for b in blocks(ROOT / "README.md") if b.language == "yaml"]
+    example, budget = [b for b in blocks(ROOT / "README.md") if b.language == "yaml"]
     pool = yaml.safe_load(example.text)[0]
     config = stack_config("dev")
     config["gpu-cloud:nodePools"] = config["gpu-cloud:nodePools"] + [pool]
+    config.update(yaml.safe_load(budget.text))        # its budget acknowledges the pool's missing price
     keys = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("gpu-cloud:")}
     spec = load_stack_spec(keys, stack="dev", region=config["aws:region"])
     assert [p.spec.name for p in spec.pools] == ["dev-gpu-spot", pool["name"]]

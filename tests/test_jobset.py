@@ -241,12 +241,14 @@ def test_jobs_the_template_cannot_run_are_refused(overrides, message):
         job(**overrides)
 
 
-def test_the_nodes_of_one_job_prefer_one_switch():
+def test_the_nodes_of_one_job_prefer_one_zone_then_one_switch():
     manifest = job()
     affinity = pod(manifest)["affinity"]["podAffinity"]
-    [term] = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"]["topologyKey"] == "topology.k8s.aws/network-node-layer-3"
-    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llama-70b"
+    terms = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [(t["weight"], t["podAffinityTerm"]["topologyKey"]) for t in terms] == [
+        (100, "topology.kubernetes.io/zone"), (50, "topology.k8s.aws/network-node-layer-3")]
+    assert all(t["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "llama-70b"
+               for t in terms)
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity
 
 

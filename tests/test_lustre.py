@@ -498,3 +498,31 @@ def test_what_a_job_writes_under_data_is_inside_the_link_that_exports_it(stack_r
     # directory of the file system, not one under the link).
     [traces] = [m for m in mounts if m["mountPath"] == job_options.TRACES_PATH]
     assert not ("/" + traces["subPath"] + "/").startswith(dra.inputs["fileSystemPath"] + "/")
+
+
+# --- pools that mount it launch in its zone (decisions/storage/lustre.py in_file_system_zone) ------------------
+def test_pools_that_mount_it_without_efa_launch_in_its_zone_unless_they_spread():
+    """Reads from another zone are billed on both sides (decisions/cost/transfer.py): prod-us-east-1's spot A100
+    pools, which mount /data over TCP, launch where the file system is (the EFA training pool's zone), while the
+    inference pool, which does not mount it, keeps every zone."""
+    from dataclasses import replace
+
+    from plan.stackfile import load_stack
+
+    spec = load_stack("prod-us-east-1")[1]
+    everywhere = {p.name: ZONES for p in spec.pools}
+    everywhere["train-h100"] = ("use1-az1",)                  # pinned (availabilityZone), EFA
+    moved = lustre.in_file_system_zone(spec, everywhere)
+    assert moved == {"train-h100": ("use1-az1",), "finetune-a100-80gb-spot": ("use1-az1",),
+                     "finetune-a100-40gb-spot": ("use1-az1",), "infer-l40s": ZONES}
+    # spreadAcrossZones keeps a pool's zones (and the plan warns what its reads cost)
+    spread = replace(spec, pools=tuple(
+        replace(p, spec=p.spec.model_copy(update={"spread_across_zones": True}))
+        if p.name == "finetune-a100-40gb-spot" else p for p in spec.pools))
+    assert lustre.in_file_system_zone(spread, everywhere)["finetune-a100-40gb-spot"] == ZONES
+    # a pool whose types the file system's zone does not offer keeps the zones that do
+    elsewhere = {**everywhere, "finetune-a100-80gb-spot": ("use1-az2", "use1-az4")}
+    assert lustre.in_file_system_zone(spec, elsewhere)["finetune-a100-80gb-spot"] == ("use1-az2", "use1-az4")
+    # no file system: nothing moves
+    assert lustre.in_file_system_zone(replace(spec, storage=spec.storage.model_copy(update={"lustre": None})),
+                                      everywhere) == everywhere

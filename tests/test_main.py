@@ -84,12 +84,17 @@ def test_components_follow_the_naming_contract(stack_runs, stack):
             assert resource.name.startswith(f"{parent.name}{separator}"), (resource.name, parent.name)
 
 
-def test_spot_pools_span_every_zone_and_efa_pools_one(stack_runs):
+def test_efa_pools_and_pools_that_read_lustre_run_in_one_zone_and_the_rest_span_every_zone(stack_runs):
+    """EFA needs one zone; a pool that mounts Lustre without EFA launches in the file system's zone, since reads from
+    another zone are billed on both sides (decisions/storage/lustre.py in_file_system_zone); the inference pool,
+    which mounts nothing, spans every declared zone."""
     run = stack_runs["prod-us-east-1"]
     (_,), (train,), _ = pool_parts(run, "train-h100")
     (_,), (spot,), _ = pool_parts(run, "finetune-a100-80gb-spot")
+    (_,), (infer,), _ = pool_parts(run, "infer-l40s")
     assert len(train.inputs["vpcZoneIdentifiers"]) == 1
-    assert len(spot.inputs["vpcZoneIdentifiers"]) == 3
+    assert spot.inputs["vpcZoneIdentifiers"] == train.inputs["vpcZoneIdentifiers"]
+    assert len(infer.inputs["vpcZoneIdentifiers"]) == 3
     assert spot.inputs["mixedInstancesPolicy"]["instancesDistribution"]["spotAllocationStrategy"] == "price-capacity-optimized"
 
 

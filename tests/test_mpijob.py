@@ -232,18 +232,21 @@ def test_the_launcher_runs_on_the_jobs_pool_beside_a_worker(capacity):
         validate_against_crd(manifest, crd_schema("kubeflow.org/mpijobs"))
 
 
-def test_workers_prefer_the_nearest_switch_of_their_own_job():
+def test_workers_prefer_one_zone_then_the_nearest_switch_of_their_own_job():
     """EKS labels p-family nodes with EC2's network layers (kubernetes/cloud-provider-aws v1.35.2
     pkg/providers/v1/topology.go line 43: types matching ^(hpc|trn|p)[0-9]...); a preferred affinity draws one job's
-    workers under one bottom-layer switch and never keeps a pod from starting."""
+    workers into one zone (traffic between zones is billed), then under one bottom-layer switch, and never keeps a
+    pod from starting."""
     from decisions.platform.mpijob import NEAREST_SWITCH_LABEL
     import re as _re
 
     workers = worker_spec(job())
-    [term] = workers["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"] == {
-        "labelSelector": {"matchLabels": {"training.kubeflow.org/job-role": "worker"}},
-        "matchLabelKeys": ["training.kubeflow.org/job-name"], "topologyKey": "topology.k8s.aws/network-node-layer-3"}
+    zone, switch = workers["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    same_job = {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-role": "worker"}},
+                "matchLabelKeys": ["training.kubeflow.org/job-name"]}
+    assert zone == {"weight": 100, "podAffinityTerm": {**same_job, "topologyKey": "topology.kubernetes.io/zone"}}
+    assert switch == {"weight": 50, "podAffinityTerm": {**same_job,
+                                                        "topologyKey": "topology.k8s.aws/network-node-layer-3"}}
     assert NEAREST_SWITCH_LABEL == "topology.k8s.aws/network-node-layer-3"
     assert "requiredDuringSchedulingIgnoredDuringExecution" not in workers["affinity"]["podAffinity"]
     # every EFA training type gets the labels; no g type does (their NCCL stays within a node)

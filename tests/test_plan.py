@@ -54,8 +54,9 @@ def _summary_expected(document) -> List[str]:
         f"{sum(r['gpusAtMax'] for r in capacity)} at max, in {len(capacity)} pool" + "s" * (len(capacity) > 1),
         f"  cost      ${bill['hourlyAtDesired']:,.2f}/h now, ${bill['hourlyAtMax']:,.2f}/h at max; within budget "
         f"${bill['budgetMaxHourlyUsd']:,.2f}/h (GPU pools at maxNodes ${bill['budgetHourlyAtMax']:,.2f}/h)",
-        "  unpriced  " + (f"{gaps} item{'s' * (gaps > 1)}, left out of every total (listed under Hourly cost)"
-                          if gaps else "none"),
+        # every shipped stack has a budget, so every gap it has is one it acknowledged by name
+        "  unpriced  " + (f"{gaps} acknowledged unpriced ({', '.join(bill['budgetUnpriced'])}), left out of every "
+                          "total (listed under Hourly cost)" if gaps else "none"),
         "  policy    " + "; ".join(f"{view}: no violations" for view in ("update", "preview", "first-preview")
                                    if views[view] == (0, 0)),
         "  warnings  " + (f"{warnings} (listed under Warnings)" if warnings else "none"),
@@ -71,8 +72,34 @@ def test_the_report_opens_with_a_summary_of_the_documents_own_figures(documents)
     assert text.splitlines()[1:4] == [
         "  GPUs      40 now (desired), 92 at max, in 4 pools",
         "  cost      $242.72/h now, $328.39/h at max; within budget $450.00/h (GPU pools at maxNodes $325.74/h)",
-        "  unpriced  1 item, left out of every total (listed under Hourly cost)"]
-    assert document["cost"]["withinBudget"] is True and documents["prod-eu-west-1"][1]["warnings"] != []
+        "  unpriced  1 acknowledged unpriced (fsx-lustre), left out of every total (listed under Hourly cost)"]
+    assert document["cost"]["withinBudget"] is True
+
+
+def test_a_budget_with_an_unacknowledged_hole_is_refused_and_an_acknowledged_one_is_counted(tmp_path):
+    """Issue 41's new user: dev in us-west-2 with four p5.48xlarge spot nodes and a $20 budget. us-west-2 has no
+    P-family price, so the budget could not see the pool: refused, naming it; acknowledged, planned, and the summary
+    says so."""
+    from tests.test_validate import p5_in_us_west_2
+
+    def stack_file(unpriced):
+        config = {"aws:region": "us-west-2",
+                  **{f"gpu-cloud:{k}": v for k, v in p5_in_us_west_2(unpriced).items()}}
+        path = tmp_path / f"dev-{len(unpriced)}.yaml"
+        path.write_text(yaml.safe_dump({"config": config}))
+        return path
+
+    refused = plan("dev", "--stack-file", stack_file([]), "--quiet")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert ("gpu-cloud:nodePools[0] (pool dev-gpu-spot): no on-demand price for p5.48xlarge in us-west-2"
+            in refused.stdout + refused.stderr)
+    fixed = [name for names in re.findall(r"add ([a-z0-9, -]+) to gpu-cloud:budget.unpriced",
+                                          refused.stdout + refused.stderr) for name in names.split(", ")]
+    assert fixed[0] == "dev-gpu-spot"
+    planned = plan("dev", "--stack-file", stack_file(fixed), "--quiet", "--no-policy")
+    assert planned.returncode == 0, planned.stderr
+    assert (f"  unpriced  {len(fixed)} acknowledged unpriced ({', '.join(fixed)}), left out of every total "
+            "(listed under Hourly cost)") in planned.stdout.splitlines()
 
 
 def test_the_summary_says_over_budget_and_each_views_mandatory_violations(documents):
@@ -103,10 +130,10 @@ def test_the_report_ends_with_the_design_ledgers_counts(documents):
 
     rows = load_requirements()
     # Stated, not built with summary(): the counts of decisions/requirements.yaml, as docs/requirements.md says them.
-    line = "Design ledger: 32 requirements: 16 met, 14 departed, 2 not applicable (docs/requirements.md)"
+    line = "Design ledger: 48 requirements: 21 met, 24 departed, 3 not applicable (docs/requirements.md)"
     assert summary(rows).startswith(f"{len(rows)} requirements: ")
     assert (len(rows), sum(r.status == "met" for r in rows), sum(r.status == "departed" for r in rows),
-            sum(r.status == "not-applicable" for r in rows)) == (32, 16, 14, 2)
+            sum(r.status == "not-applicable" for r in rows)) == (48, 21, 24, 3)
     for stack, (text, _) in documents.items():
         assert text.rstrip("\n").splitlines()[-1] == line, stack
 
@@ -119,10 +146,11 @@ def test_plan_shows_each_zones_subnets_pools_and_address_demand(documents):
     assert [(z["privateSubnet"], z["publicSubnet"]) for z in zones.values()] == [
         ("10.64.0.0/19", "10.64.224.0/24"), ("10.64.32.0/19", "10.64.225.0/24"), ("10.64.64.0/19", "10.64.226.0/24")]
     assert zones["use1-az1"]["pools"] == ["train-h100", "finetune-a100-80gb-spot", "finetune-a100-40gb-spot", "infer-l40s"]
-    assert "train-h100" not in zones["use1-az2"]["pools"]
+    # the spot A100 pools mount Lustre without EFA: they launch in its zone, the EFA pool's (lustre.in_file_system_zone)
+    assert zones["use1-az2"]["pools"] == zones["use1-az4"]["pools"] == ["infer-l40s"]
     # at maxNodes: p5 4 x 50, p4de 3 x 116, p4d 3 x 116, g6e.12xlarge 3 x 117, system nodes 4 x 60
     assert zones["use1-az1"]["addressesAtMax"] == 200 + 348 + 348 + 351 + 240 == 1487
-    assert zones["use1-az2"]["addressesAtMax"] == 1487 - 200
+    assert zones["use1-az2"]["addressesAtMax"] == 351 + 240
     assert zones["use1-az1"]["usableAddresses"] == 8192 - 5
     assert re.search(r"\n  use1-az1 +us-east-1a +10\.64\.0\.0/19 +10\.64\.224\.0/24 +1487 of 8187 +train-h100, ", text)
     assert {r["pool"]: r["maxPodsPerNode"] for r in document["capacity"]} == {
@@ -181,15 +209,8 @@ def test_plan_names_the_node_image_and_shipped_stacks_have_nothing_to_warn_about
                         "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714/image_id",
         "driverSource": "ami", "driverBranch": "580", "driverVersion": "580.159.03"}
     assert "GPU node image: amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714" in text
-    if stack == "prod-eu-west-1":
-        # The one thing it should still change: p4d.24xlarge has no sourced on-demand price in eu-west-1
-        # (decisions/catalog/catalog.yaml), so its budget leaves the A100 pool out, and the plan says how to price it.
-        (warning,) = document["warnings"]
-        assert warning.startswith("gpu-cloud:nodePools[0] (pool train-a100): no on-demand price for p4d.24xlarge in "
-                                  "eu-west-1 (decisions/catalog/catalog.yaml), so gpu-cloud:budget.maxHourlyUsd does "
-                                  "not cover this pool.")
-        assert "Warnings:\n  - " + warning in text
-        return
+    # prod-eu-west-1's unpriced A100 pool is no warning: its budget acknowledges it by name (budget.unpriced), and
+    # the summary and the gaps list say so
     assert document["warnings"] == [] and "Warnings:" not in text
 
 
@@ -470,14 +491,18 @@ def test_an_aws_key_the_provider_would_not_get_is_a_config_error(tmp_path):
 
 
 def test_a_config_error_found_at_run_time_is_exit_2_without_traceback(tmp_path):
-    # use1-az7 passes the static checks, but the account (the offline plan's: use1-az1..az6) does not have it
+    # use1-az7 passes the static checks, but the offline plan's account (us-east-1's gpuZoneIds: use1-az1..az6)
+    # does not have it; no account was read, so the one mistake names the data, never "this account"
     stack = yaml.safe_load((ROOT / "stacks/Pulumi.dev.yaml").read_text())
     stack["config"]["gpu-cloud:network"]["zones"] = ["use1-az1", "use1-az7"]
     path = tmp_path / "Pulumi.dev.yaml"
     path.write_text(yaml.safe_dump(stack))
     result = plan("dev", "--stack-file", path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "gpu-cloud:network.zones[1]: use1-az7 is not an available zone of us-east-1" in result.stderr
+    assert "invalid stack config (1 mistake):" in result.stderr
+    assert ("gpu-cloud:network.zones[1]: use1-az7 is not among the zones of us-east-1 that offer a catalog GPU type, as "
+            "decisions/network/zones.yaml gpuZoneIds (EC2 offerings as of 2025-H1) records them") in result.stderr
+    assert "this account" not in result.stderr
 
 
 def test_make_plan_exits_1_on_a_mandatory_violation_and_shows_it(documents, tmp_path):

@@ -378,13 +378,38 @@ def test_budget_is_the_stacks_and_its_edge_passes(documents):
     assert {"policyName": "hourly-cost-within-budget", "reason": "no maxHourlyUsd configured"} in verdict["notApplicable"]
 
 
+def test_an_unpriced_item_is_a_violation_unless_the_stack_acknowledges_it(documents):
+    """The budget's rule on holes, as the engine feeds the pack: a pool whose type has no price in the region (here
+    train-h100 moved to p5e.48xlarge, which has no on-demand price in us-east-1) or a file system in a tier without a
+    rate is reported unless gpu-cloud:budget.unpriced names it (decisions/cost/cost.py unacknowledged)."""
+    document = mutated(documents[US], "train-h100-lt", _set(["inputs", "instanceType"], "p5e.48xlarge"))
+    document["cost"]["budgetUnpriced"] = [n for n in document["cost"]["budgetUnpriced"] if n != "train-h100"]
+    messages = _budget_verdict(document, 450, document["cost"]["budgetUnpriced"])
+    assert [m for m in messages if "train-h100" in m] == [
+        "GPU pools at maxSize cost no more than the hourly budget.\npool train-h100: no on-demand price for "
+        "p5e.48xlarge in us-east-1 (decisions/catalog/catalog.yaml), so the budget cannot cover it: price it, or "
+        "acknowledge it in gpu-cloud:budget.unpriced (train-h100)"]
+    assert not [m for m in _budget_verdict(document, 450, document["cost"]["budgetUnpriced"] + ["train-h100"])
+                if "train-h100" in m]
+    # a file system in a tier prices.yaml has no rate for
+    from decisions.cost.cost import load_prices
+    tiers = load_prices().region("us-east-1").lustre_persistent2_gb_month
+    unpriced_tier = next(t for t in (125, 250, 500, 1000) if t not in tiers)
+    lustre = mutated(documents[US], "lustre-fs", _set(["inputs", "perUnitStorageThroughput"], float(unpriced_tier)))
+    acknowledged = [n for n in lustre["cost"]["budgetUnpriced"] if n != "fsx-lustre"]
+    (message,) = _budget_verdict(lustre, 450, acknowledged)
+    assert f"FSx for Lustre lustre-fs ({unpriced_tier} MB/s/TiB): no sourced rate" in message
+    assert _budget_verdict(lustre, 450, acknowledged + ["fsx-lustre"]) == []
+
+
 # dev's GPU pool at maxNodes, as the plan and docs/configuration.md show it: 3 x g6.12xlarge spot = $7.2903... an hour.
 # tests/test_validate.py holds the config check to the same figure.
 DEV_AT_MAX = 7.29
 
 
-def _budget_verdict(document, budget):
-    return [v["message"] for v in run_pack(document, {"hourly-cost-within-budget": {"maxHourlyUsd": budget}})[
+def _budget_verdict(document, budget, unpriced=None):
+    config = {"maxHourlyUsd": budget, **({} if unpriced is None else {"unpriced": unpriced})}
+    return [v["message"] for v in run_pack(document, {"hourly-cost-within-budget": config})[
         "violations"] if v["policyName"] == "hourly-cost-within-budget"]
 
 
@@ -550,7 +575,7 @@ def test_runner_and_direct_validate_calls_agree_on_a_document_with_many_violatio
         resource.dependencies.extend(by_urn[d] for d in raw["dependencies"] if d in by_urn)
         resource.property_dependencies.update({key: [by_urn[d] for d in urns if d in by_urn]
                                                for key, urns in raw["propertyDependencies"].items()})
-    budget = {"maxHourlyUsd": document["cost"]["budgetMaxHourlyUsd"]}
+    budget = {"maxHourlyUsd": document["cost"]["budgetMaxHourlyUsd"], "unpriced": document["cost"]["budgetUnpriced"]}
     for policy in pack.POLICIES:
         config = budget if policy.name == "hourly-cost-within-budget" else {}
         if isinstance(policy, ResourceValidationPolicy):
@@ -584,7 +609,8 @@ def test_policy_names_are_unique_and_each_says_what_it_checks():
     assert all(p.description.endswith(".") and p.enforcement_level is None for p in pack.POLICIES)
     configured = {p.name: set(p.config_schema.properties) for p in pack.POLICIES if p.config_schema}
     assert configured == {"gpu-pool-instance-types": {"allowedInstanceTypes"}, "no-open-ingress": {"publicListenerPorts"},
-                          "required-tags": {"requiredTagKeys"}, "hourly-cost-within-budget": {"maxHourlyUsd"}}
+                          "required-tags": {"requiredTagKeys"},
+                          "hourly-cost-within-budget": {"maxHourlyUsd", "unpriced"}}
 
 
 def test_pack_entry_point_compiles_and_serves_exactly_the_policies(monkeypatch, tmp_path):
@@ -595,7 +621,7 @@ def test_pack_entry_point_compiles_and_serves_exactly_the_policies(monkeypatch, 
     runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
     assert served["policies"] is pack.POLICIES and served["name"] == pack.PACK_NAME == "gpu-cloud"
     assert served["enforcement_level"] == pulumi_policy.EnforcementLevel.MANDATORY
-    assert served["initial_config"] == {"hourly-cost-within-budget": {"maxHourlyUsd": 450.0}}
+    assert served["initial_config"] == {"hourly-cost-within-budget": {"maxHourlyUsd": 450.0, "unpriced": ["fsx-lustre"]}}
     manifest = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert manifest["runtime"]["name"] == "python" and manifest["version"]
 

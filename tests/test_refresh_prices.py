@@ -243,3 +243,105 @@ def test_the_filters_name_each_new_region_by_its_code():
     for region in SIX_REGIONS:
         fields = {f["Field"]: f["Value"] for f in refresh_prices.filters("g6e.12xlarge", region)}
         assert fields["regionCode"] == region
+
+
+# --- FSx for Lustre PERSISTENT_2 SSD storage (GetProducts, ServiceCode AmazonFSx) ------------------------------------
+def fsx_product(usd, region="us-east-1", tier="500", family="Storage", unit="GB-Mo", sku="FSX1", **attributes):
+    """One AmazonFSx product string in the GetProducts shape the EC2 sample above follows. The attribute names are the
+    ones scripts/refresh_prices.py cites: productFamily, deploymentOption, fileSystemType and storageType as
+    infracost/infracost internal/resources/aws/fsx_openzfs_file_system.go and backup_vault.go filter AmazonFSx on, and
+    throughputCapacity, the offer's "Throughput capacity" column (Bjorn248/graphql_aws_pricing_api SCHEMATA.md). The
+    prices are made up: what is tested is which product is read, not what AWS charges."""
+    attrs = {"regionCode": region, "fileSystemType": "Lustre", "storageType": "SSD", "throughputCapacity": tier,
+             "deploymentOption": "Single-AZ", "usagetype": f"Storage.SSD.{tier}", "operation": "CreateFileSystem:Lustre",
+             **attributes}
+    return json.dumps({
+        "product": {"productFamily": family, "attributes": attrs, "sku": sku},
+        "serviceCode": "AmazonFSx",
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {"priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+            "unit": unit, "pricePerUnit": {"USD": f"{usd:.10f}"}}}}}}})
+
+
+FSX_ANSWER = [
+    fsx_product(1.5),                                                     # the one: Lustre SSD 500 in us-east-1
+    fsx_product(9.1, tier="200", usagetype="Storage.SSD.200"),            # a PERSISTENT_1 tier
+    fsx_product(9.2, storageType="HDD"),
+    fsx_product(9.3, fileSystemType="OpenZFS"),
+    fsx_product(9.4, region="eu-west-1"),
+    fsx_product(9.5, usagetype="BackupUsage"),                            # a backup, not storage
+    fsx_product(9.6, family="Provisioned Throughput", unit="MiBps-Mo"),
+]
+
+
+def test_the_lustre_storage_rate_of_one_tier_is_read_from_a_saved_answer():
+    assert refresh_prices.lustre_gb_month_usd(FSX_ANSWER, 500, "us-east-1") == 1.5
+    assert refresh_prices.lustre_gb_month_usd(FSX_ANSWER, 1000, "us-east-1") is None
+    assert refresh_prices.lustre_gb_month_usd(FSX_ANSWER, 500, "eu-west-1") == 9.4
+    assert refresh_prices.lustre_gb_month_usd([], 125, "us-east-1") is None
+    with pytest.raises(ValueError, match="several GB-month prices"):
+        refresh_prices.lustre_gb_month_usd([fsx_product(1.5), fsx_product(1.7, sku="FSX2")], 500, "us-east-1")
+
+
+def test_the_lustre_filters_name_the_tier_region_and_ssd_lustre_storage():
+    for tier in (125, 250, 500, 1000):
+        fields = {f["Field"]: f["Value"] for f in refresh_prices.lustre_filters(tier, "eu-west-1")}
+        assert fields == {"regionCode": "eu-west-1", "throughputCapacity": str(tier), "productFamily": "Storage",
+                          "fileSystemType": "Lustre", "storageType": "SSD"}
+    assert refresh_prices.LUSTRE_TIERS == (125, 250, 500, 1000)
+
+
+def test_the_lustre_lines_load_into_prices_yaml_and_leave_an_unpriced_tier_a_gap():
+    from decisions.cost.cost import RegionPrices
+    text = "\n".join(["region:"] + refresh_prices.lustre_yaml({125: 1.25, 250: None, 500: 1.5}, "us-east-1", "2026-12-06"))
+    region = RegionPrices.model_validate(yaml.safe_load(text)["region"])
+    assert set(region.lustre_persistent2_gb_month) == {125, 500}
+    rate = region.lustre_persistent2_gb_month[500]
+    assert (rate.usd, rate.as_of) == (1.5, "2026-12-06") and "AmazonFSx" in rate.source and "us-east-1" in rate.source
+    assert "# 250: no price in the Price List API for us-east-1 (left a gap)" in text
+
+
+def test_the_fsx_printout_asks_every_tier_of_every_catalog_region(monkeypatch, capsys):
+    import types
+
+    class FakeFsxPricing:
+        def __init__(self):
+            self.asked = []
+
+        def get_products(self, ServiceCode, Filters, MaxResults, NextToken=None):
+            fields = {f["Field"]: f["Value"] for f in Filters}
+            assert ServiceCode == "AmazonFSx"
+            self.asked.append((int(fields["throughputCapacity"]), fields["regionCode"]))
+            known = {("500", "us-east-1"): 1.5, ("250", "eu-west-1"): 1.0}
+            usd = known.get((fields["throughputCapacity"], fields["regionCode"]))
+            return {"FormatVersion": "aws_v1", "PriceList": [
+                fsx_product(usd, fields["regionCode"], fields["throughputCapacity"])] if usd else []}
+
+    client = FakeFsxPricing()
+    monkeypatch.setitem(sys.modules, "boto3", types.SimpleNamespace(client=lambda *a, **k: client))
+    assert refresh_prices.main(["--fsx"]) == 0
+    assert sorted(client.asked) == sorted((t, r) for t in (125, 250, 500, 1000) for r in SIX_REGIONS)
+    from decisions.cost.cost import RegionPrices
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert set(printed) == SIX_REGIONS
+    us = RegionPrices.model_validate(printed["us-east-1"]).lustre_persistent2_gb_month
+    eu = RegionPrices.model_validate(printed["eu-west-1"]).lustre_persistent2_gb_month
+    assert {t: r.usd for t, r in us.items()} == {500: 1.5} and {t: r.usd for t, r in eu.items()} == {250: 1.0}
+    # nothing priced: an empty mapping and a comment per tier, which still loads
+    assert RegionPrices.model_validate(printed["ap-northeast-1"]).lustre_persistent2_gb_month == {}
+
+
+def test_every_page_of_a_get_products_answer_is_read():
+    """GetProducts pages with NextToken (up to MaxResults 100 a page): a price on the second page still counts."""
+    pages = {None: {"PriceList": [product("p5.48xlarge", "us-east-1", 0.0, capacitystatus="UnusedCapacityReservation")],
+                    "NextToken": "page-2"},
+             "page-2": {"PriceList": [product("p5.48xlarge", "us-east-1", 55.04)]}}
+    calls = []
+
+    class Client:
+        def get_products(self, **kwargs):
+            calls.append(kwargs)
+            return pages[kwargs.get("NextToken")]
+
+    assert refresh_prices.fetch(Client(), "p5.48xlarge", "us-east-1") == 55.04
+    assert [c.get("NextToken") for c in calls] == [None, "page-2"]
+    assert {c["ServiceCode"] for c in calls} == {"AmazonEC2"} and calls[0]["MaxResults"] == 100

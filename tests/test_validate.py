@@ -448,10 +448,10 @@ def test_team_role_mistakes_are_named_by_key_path(tenancy_config, path, words):
     assert [(i.path, words in i.message) for i in issues] == [(path, True)], issues
 
 
-@pytest.mark.parametrize("budget,accepted", [(130.532253888, True), (130.5323, True), (130.54, True), (130.52, False)])
+@pytest.mark.parametrize("budget,accepted", [(144.03418304, True), (144.0342, True), (144.04, True), (144.02, False)])
 def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
     # valid_config's pools at maxNodes: 2 x p5.48xlarge on-demand 55.04 + 4 x g6e.12xlarge spot 10.49264 x
-    # (1 - 0.5127), g6e's us-east-1 spot discount in decisions/cost/prices.yaml
+    # (1 - 0.191), g6e's us-east-1 spot discount in decisions/cost/prices.yaml (the family's smallest: g6e.xlarge's)
     config = valid_config()
     config["budget"] = {"maxHourlyUsd": budget}
     if accepted:
@@ -459,7 +459,7 @@ def test_the_budget_holds_at_exactly_the_pools_cost(budget, accepted):
         return
     with pytest.raises(ConfigError) as raised:
         load(config)
-    assert "pools at maxNodes cost $130.53/hour, above the budget $130.52/hour" in str(raised.value)
+    assert "pools at maxNodes cost $144.03/hour, above the budget $144.02/hour" in str(raised.value)
 
 
 def dev_config(budget):
@@ -616,23 +616,76 @@ def _mutated(mutate):
     return config
 
 
-def test_a_pool_without_a_price_is_a_warning_with_the_fix_not_a_refusal():
-    from datetime import date
+def p5_in_us_west_2(unpriced=()):
+    """The new user of issue 41: dev copied to us-west-2 with four p5.48xlarge spot nodes and a $20 budget. The
+    catalog has no P-family price in us-west-2, so at that budget only an acknowledged gap lets the stack pass."""
+    config = dev_config(20)
+    config["network"]["zones"] = ["usw2-az1", "usw2-az2"]
+    config["nodePools"][0].update(instanceTypes=["p5.48xlarge"], desiredNodes=4, maxNodes=4)
+    config["budget"]["unpriced"] = list(unpriced)
+    return config
 
-    from decisions.config.validate import stack_warnings
 
-    p5e = {"name": "batch", "instanceTypes": ["p5en.48xlarge", "p5e.48xlarge"], "capacity": "spot", "efa": False,
-           "minNodes": 0, "desiredNodes": 0, "maxNodes": 4, "workload": "general"}
-    config = _mutated(lambda c: [c["nodePools"].append(p5e), c.update(budget={"maxHourlyUsd": 10000})])
-    warnings = [w for w in stack_warnings(load(config), date(2026, 8, 1)) if "price" in w]
-    assert len(warnings) == 1 and warnings[0].startswith("gpu-cloud:nodePools[2] (pool batch): ")
-    assert "p5e.48xlarge" in warnings[0] and "gpu-cloud:budget.maxHourlyUsd does not cover this pool" in warnings[0]
-    assert "python scripts/refresh_prices.py --write" in warnings[0]
-    # Priced pools only: no warning; no budget: nothing is checked, so nothing to warn about.
-    assert not [w for w in stack_warnings(load(_mutated(lambda c: c.update(budget={"maxHourlyUsd": 10000}))),
-                                          date(2026, 8, 1)) if "price" in w]
-    config["budget"] = {}
-    assert not [w for w in stack_warnings(load(config), date(2026, 8, 1)) if "price" in w]
+def test_an_unpriced_pool_refuses_a_budgeted_stack_until_the_stack_acknowledges_it():
+    from decisions.cost import cost
+
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(p5_in_us_west_2(), stack="dev", region="us-west-2")
+    by_path = {}
+    for issue in raised.value.issues:
+        by_path.setdefault(issue.path, []).append(issue.message)
+    (pool_refusal,) = by_path.pop("gpu-cloud:nodePools[0]")
+    assert pool_refusal.startswith("no on-demand price for p5.48xlarge in us-west-2 (decisions/catalog/catalog.yaml), "
+                                   "so gpu-cloud:budget.maxHourlyUsd cannot cover it")
+    assert pool_refusal.endswith("or acknowledge the gap: add dev-gpu-spot to gpu-cloud:budget.unpriced")
+    assert "(pool dev-gpu-spot)" in str(raised.value)
+    # Whatever else us-west-2 cannot price is a fixed cost: one refusal for the data file that lacks their rates,
+    # naming each by the name budget.unpriced takes.
+    grouped = by_path.pop("gpu-cloud:budget.unpriced", [])
+    assert by_path == {} and len(grouped) <= 1
+    fixed = grouped and grouped[0].rsplit("add ", 1)[1].split(" to ")[0].split(", ")
+    assert not grouped or grouped[0].startswith("decisions/cost/prices.yaml lacks what prices these in us-west-2: ")
+    assert all(name in {"system-nodes", "root-volumes", "nat-gateways", "nat-public-ipv4", "interface-endpoints",
+                        "transit-gateway", "eks-control-plane"} for name in fixed), fixed
+    fixed = list(fixed or [])
+    spec = load_stack_spec(p5_in_us_west_2(["dev-gpu-spot", *fixed]), stack="dev", region="us-west-2")
+    assert [u.name for u in cost.estimate(spec).unpriced] == ["dev-gpu-spot", *fixed]
+    # the pool alone acknowledged: the fixed gaps still refuse (and only they)
+    if fixed:
+        with pytest.raises(ConfigError) as raised:
+            load_stack_spec(p5_in_us_west_2(["dev-gpu-spot"]), stack="dev", region="us-west-2")
+        assert {i.path for i in raised.value.issues} == {"gpu-cloud:budget.unpriced"}
+
+
+def test_an_acknowledgement_that_excuses_nothing_is_refused():
+    config = dev_config(20)
+    config["budget"]["unpriced"] = ["dev-gpu-spot", "fsx-lustre"]     # dev's pool is priced; dev has no Lustre
+    with pytest.raises(ConfigError) as raised:
+        load_dev(config)
+    assert [(i.path, i.message) for i in raised.value.issues] == [
+        ("gpu-cloud:budget.unpriced[0]", "'dev-gpu-spot' is not an unpriced item of this stack (unpriced: none); "
+                                         "remove it"),
+        ("gpu-cloud:budget.unpriced[1]", "'fsx-lustre' is not an unpriced item of this stack (unpriced: none); "
+                                         "remove it")]
+
+
+def test_unpriced_needs_a_budget_and_names_each_item_once():
+    for budget, problem in (({"unpriced": ["a"]}, "set maxHourlyUsd, or remove unpriced"),
+                            ({"maxHourlyUsd": 20, "unpriced": ["a", "a"]}, "unpriced names an item twice")):
+        config = dev_config(20)
+        config["budget"] = budget
+        with pytest.raises(ConfigError) as raised:
+            load_dev(config)
+        assert problem in str(raised.value)
+
+
+def test_without_a_budget_gaps_are_listed_not_refused():
+    from decisions.cost import cost
+
+    config = p5_in_us_west_2()
+    config.pop("budget")
+    spec = load_stack_spec(config, stack="dev", region="us-west-2")
+    assert cost.estimate(spec).unpriced[0].name == "dev-gpu-spot"
 
 
 def _model_keys():

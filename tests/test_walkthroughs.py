@@ -29,8 +29,25 @@ def _readme_stack_block() -> str:
 
 def _readme_pool() -> str:
     """The README's "Add a GPU pool" entry, as the page shows it."""
-    (block,) = [b for b in blocks(README) if b.language == "yaml"]
+    (block,) = [b for b in blocks(README) if b.language == "yaml" and b.text.startswith("- name:")]
     return block.text
+
+
+def _readme_budget() -> str:
+    """The README's budget that acknowledges the pool's missing price."""
+    (block,) = [b for b in blocks(README) if b.language == "yaml" and b.text.startswith("gpu-cloud:budget:")]
+    return block.text
+
+
+def replace_budget(stack_file: Path, budget: str) -> None:
+    """Put `budget` (a `gpu-cloud:budget:` key and its lines) in place of the stack file's own, as a user does."""
+    lines = stack_file.read_text(encoding="utf-8").splitlines()
+    start = lines.index("  gpu-cloud:budget:")
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("    "):
+        end += 1
+    lines[start:end] = ["  " + line for line in budget.rstrip("\n").splitlines()]
+    stack_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def append_pool(stack_file: Path, pool: str) -> None:
@@ -59,6 +76,10 @@ def walked(tmp_path_factory):
     assert added.returncode == 0, added.stdout[-3000:] + added.stderr[-3000:]
     assert f"gpu-cloud plan: stack {STACK} (project gpu-cloud, region us-east-1)" in added.stdout
     append_pool(copy / "stacks" / f"Pulumi.{STACK}.yaml", _readme_pool())
+    refused = subprocess.run([sys.executable, "-m", "plan", STACK, "--quiet"], cwd=copy, env=_env(),
+                             capture_output=True, text=True, timeout=600)
+    replace_budget(copy / "stacks" / f"Pulumi.{STACK}.yaml", _readme_budget())
+    copy.joinpath("refused.txt").write_text(f"{refused.returncode}\n{refused.stdout}{refused.stderr}")
     return copy
 
 
@@ -82,17 +103,21 @@ def test_the_readme_stack_step_needs_the_readers_address(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_readme_pool_plans_with_its_missing_price_a_warning_that_says_the_fix(walked, tmp_path):
+def test_the_readme_pool_is_refused_for_its_missing_price_until_the_budget_acknowledges_it(walked, tmp_path):
+    code, refused = walked.joinpath("refused.txt").read_text().split("\n", 1)
+    assert code == "2" and "Traceback" not in refused
+    assert "gpu-cloud:nodePools[1] (pool batch-h200-spot): no on-demand price for p5e.48xlarge in us-east-1" in refused
+    assert "python scripts/refresh_prices.py --write" in refused
+    assert "add batch-h200-spot to gpu-cloud:budget.unpriced" in refused
     document_path = tmp_path / "plan.json"
     result = subprocess.run([sys.executable, "-m", "plan", STACK, "--json", str(document_path)], cwd=walked,
                             env=_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     document = json.loads(document_path.read_text())
     assert document["policy"]["violations"] == []
-    (warning,) = [w for w in document["warnings"] if "batch-h200-spot" in w]
-    assert warning.startswith("gpu-cloud:nodePools[1] (pool batch-h200-spot): ") and "p5e.48xlarge" in warning
-    assert "gpu-cloud:budget.maxHourlyUsd does not cover this pool" in warning
-    assert "python scripts/refresh_prices.py --write" in warning
+    assert [u["name"] for u in document["cost"]["unpriced"] if u["acknowledged"]] == ["batch-h200-spot"]
+    assert ("  unpriced  1 acknowledged unpriced (batch-h200-spot), left out of every total (listed under Hourly "
+            "cost)") in result.stdout.splitlines()
     assert re.search(r"^  batch-h200-spot +p5en\.48xlarge", result.stdout, re.M)     # in the capacity table
 
 
@@ -167,6 +192,18 @@ def test_the_add_a_region_steps_give_a_stack_that_plans_with_its_gaps_listed(tmp
     refused = _plan(copy)
     assert refused.returncode == 2 and "'ap-south-1' has no GPU instance types in the catalog" in refused.stderr
     _add_region(copy)
+    # step 5: the budget sees the pool and the fixed costs the region has no price for, and says how to acknowledge
+    unpriced = _plan(copy)
+    assert unpriced.returncode == 2, unpriced.stdout[-3000:] + unpriced.stderr[-3000:]
+    mistakes = re.findall(r"^  - (gpu-cloud:[^ :]+)", unpriced.stderr, re.M)
+    assert mistakes == ["gpu-cloud:nodePools[0]", "gpu-cloud:budget.unpriced"], unpriced.stderr
+    names = [name for listed in re.findall(r"add ([a-z0-9, -]+) to gpu-cloud:budget.unpriced", unpriced.stderr)
+             for name in listed.split(", ")]
+    assert names[0] == "dev-gpu-spot" and "nat-gateways" in names
+    stack_file = copy / "stacks" / f"Pulumi.{REGION_STACK}.yaml"
+    config = yaml.safe_load(stack_file.read_text(encoding="utf-8"))
+    config["config"]["gpu-cloud:budget"]["unpriced"] = names
+    stack_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     result = _plan(copy)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"gpu-cloud plan: stack {REGION_STACK} (project gpu-cloud, region {REGION})" in result.stdout

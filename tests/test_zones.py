@@ -12,6 +12,7 @@ from datetime import date
 
 import pulumi
 import pytest
+import yaml
 
 from decisions.catalog.catalog import load_catalog
 from decisions.catalog.eks import standard_support_end, version_warnings
@@ -71,7 +72,7 @@ def test_a_new_pool_or_an_appended_zone_moves_no_existing_subnet(first_up):
                   "availabilityZone": "use1-az2"})
     network = {**config["gpu-cloud:network"], "zones": [*config["gpu-cloud:network"]["zones"], "use1-az5"]}
     grown = subnets(run_stack(STACK, {"gpu-cloud:nodePools": pools, "gpu-cloud:network": network,
-                                      "gpu-cloud:budget": {"maxHourlyUsd": 700}}))
+                                      "gpu-cloud:budget": {**config["gpu-cloud:budget"], "maxHourlyUsd": 700}}))
     before = subnets(first_up)
     assert {name: grown[name] for name in before} == before
     assert set(grown) - set(before) == {"network-private-use1-az5", "network-public-use1-az5"}
@@ -86,9 +87,153 @@ def test_subnets_are_named_and_placed_by_zone_id(first_up):
 
 def test_a_declared_zone_the_account_does_not_offer_is_refused_not_replanned():
     mock, _ = account()
+    mock.source = None                   # a real account: it answered, so the refusal names it
     del mock.zones["use1-az4"]
     message = config_error(mock=mock)
     assert "gpu-cloud:network.zones[2]: use1-az4 is not an available zone of us-east-1 in this account" in message
+
+
+# ----------------------------------------------------------------------------- adding a region: one error per cause
+
+def mistakes(message: str) -> list:
+    """The listed mistakes of a config error, one a line."""
+    return [line[4:] for line in message.splitlines() if line.startswith("  - ")]
+
+
+GPU_ZONES = "Zones of us-east-1 that offer a catalog GPU type, as decisions/network/zones.yaml gpuZoneIds (EC2 " \
+            "offerings as of 2025-H1) records them: use1-az1, use1-az2, use1-az4, use1-az5, use1-az6"
+
+
+def dev_network(*zones):
+    return {"gpu-cloud:network": {**stack_config("dev")["gpu-cloud:network"], "zones": list(zones)}}
+
+
+def dev_pool(**changes):
+    (pool,) = stack_config("dev")["gpu-cloud:nodePools"]
+    return {"gpu-cloud:nodePools": [{**pool, **changes}]}
+
+
+# What the offline plan says when a declared zone is not among the region's recorded GPU zones, entry by entry:
+# the zones declared, the pool's pin, and the mistakes, each (key, words the message holds). Pools that launch only
+# in a zone already refused are not refused again, nor is that zone's want of interface endpoints.
+OFFLINE_MISSING = [
+    (("use1-az1", "use1-az7"), None,
+     [("gpu-cloud:network.zones[1]", "use1-az7 is not among the zones of us-east-1 that offer a catalog GPU type")]),
+    (("use1-az1", "use1-az7"), "use1-az7",
+     [("gpu-cloud:network.zones[1]", "use1-az7 is not among the zones of us-east-1 that offer a catalog GPU type")]),
+    (("use1-az7", "use1-az8"), None,
+     [("gpu-cloud:network.zones[0]", "use1-az7 is not among"), ("gpu-cloud:network.zones[1]", "use1-az8 is not among")]),
+]
+
+
+@pytest.mark.parametrize("zones,pin,expected", OFFLINE_MISSING)
+def test_the_offline_plan_refuses_a_zone_its_data_lacks_once_naming_the_data(zones, pin, expected):
+    overrides = dev_network(*zones)
+    if pin:
+        overrides.update(dev_pool(availabilityZone=pin))
+    found = mistakes(config_error("dev", overrides))
+    assert [line.split(": ", 1)[0] for line in found] == [key for key, _ in expected]
+    for line, (key, words) in zip(found, expected):
+        assert words in line
+        assert "this account" not in line
+        assert ("as decisions/network/zones.yaml gpuZoneIds (EC2 offerings as of 2025-H1) records them (the offline "
+                "plan reads no account); offered: use1-az1, use1-az2, use1-az4, use1-az5, use1-az6.") in line
+        assert 'gpuZoneIds in decisions/network/zones.yaml with its source (docs/how-to.md "Add a region", step 2)' in line
+
+
+def test_a_real_account_names_itself_and_hints_the_recorded_gpu_zones():
+    mock, config = account(dev_network("use1-az1", "use1-az4"), stack="dev")
+    mock.source = None
+    del mock.zones["use1-az4"]
+    (line,) = mistakes(config_error("dev", dev_network("use1-az1", "use1-az4"), mock=mock))
+    assert line.startswith("gpu-cloud:network.zones[1]: use1-az4 is not an available zone of us-east-1 in this "
+                           "account; available: use1-az1 (us-east-1a), use1-az2 (us-east-1b), use1-az3 (us-east-1c), ")
+    assert line.endswith(GPU_ZONES)
+
+
+def test_the_offline_account_says_what_it_was_built_from():
+    assert offline_account("ap-northeast-1", {}).source == \
+        "decisions/network/zones.yaml gpuZoneIds (EC2 offerings as of 2025-H1)"
+    assert "records no gpuZoneIds for us-west-1" in offline_account("us-west-1", {}).source
+
+
+# Each add-region mistake the config alone shows, entry by entry: region, zones, and the one mistake (key, words).
+REGION_MISTAKES = [
+    # zones of another region (a stack moved without its zones): one mistake for all, naming their region
+    ("us-east-1", ["usw2-az1", "usw2-az2"],
+     ("gpu-cloud:network.zones", f"usw2-az1, usw2-az2 (us-west-2) are not zone IDs of us-east-1, whose zone IDs start "
+                                 f"use1-. {GPU_ZONES}")),
+    ("us-east-1", ["use1-az1", "euw1-az3"],
+     ("gpu-cloud:network.zones[1]", "euw1-az3 (eu-west-1) is not a zone ID of us-east-1")),
+    # a zone EKS refuses: the zones to declare instead
+    ("us-east-1", ["use1-az1", "use1-az3"],
+     ("gpu-cloud:network.zones[1]", "use1-az3: EKS does not accept cluster subnets in this zone ID (decisions/network/"
+                                    f"zones.yaml eksUnsupportedZoneIds); declare another. {GPU_ZONES}")),
+    # a region the catalog does not sell GPUs in, whether zones.yaml knows it or not: the region alone
+    ("us-west-1", ["use1-az1", "use1-az2"], ("aws:region", "'us-west-1' has no GPU instance types in the catalog")),
+    ("ap-south-1", ["use1-az1", "use1-az2"], ("aws:region", "'ap-south-1' has no GPU instance types in the catalog")),
+]
+
+
+@pytest.mark.parametrize("region,zones,expected", REGION_MISTAKES)
+def test_each_add_region_mistake_of_the_config_is_one_error(region, zones, expected):
+    from decisions.config.errors import ConfigError
+    config = valid_config()
+    config["network"]["zones"] = zones
+    config["nodePools"] = [config["nodePools"][1]]          # one unpinned pool: nothing else to refuse
+    config["inference"] = {}
+    with pytest.raises(ConfigError) as raised:
+        load_stack_spec(config, stack="test", region=region)
+    (issue,) = [i for i in raised.value.issues if "budget" not in i.path]
+    assert issue.path == expected[0] and expected[1] in issue.message
+
+
+@pytest.mark.parametrize("facts_change,words", [
+    (lambda regions: regions.pop("us-east-1"),
+     "us-east-1 has no entry under `regions` of decisions/network/zones.yaml: add its zoneIdPrefix, "
+     'eksUnsupportedZoneIds and gpuZoneIds (docs/how-to.md "Add a region", step 2)'),
+    (lambda regions: regions.update({"us-east-1": regions["us-east-1"].model_copy(update={"gpu_zone_ids": ()})}),
+     "decisions/network/zones.yaml records no gpuZoneIds for us-east-1: add the zone IDs where a catalog GPU type is "
+     'offered there, with their source (docs/how-to.md "Add a region", step 2)'),
+])
+def test_a_catalog_region_without_its_zones_recorded_is_one_error_naming_the_file(monkeypatch, facts_change, words):
+    """Step 2 of "Add a region" left out: the region is refused once, not each zone, and not by a guessed account."""
+    from decisions.config.errors import ConfigError
+    from decisions.network import zones as zone_rules
+    facts = zone_rules.load_zone_facts()
+    regions = dict(facts.regions)
+    facts_change(regions)
+    monkeypatch.setattr(zone_rules, "load_zone_facts", lambda: facts.model_copy(update={"regions": regions}))
+    with pytest.raises(ConfigError) as raised:
+        load(valid_config())
+    (issue,) = [i for i in raised.value.issues if "budget" not in i.path]
+    assert (issue.path, issue.message) == ("aws:region", words)
+
+
+def test_adding_a_region_with_one_zone_missing_from_its_data_gives_one_error(tmp_path):
+    """docs/how-to.md "Add a region" on a copy, as tests/test_walkthroughs.py does it, but with one of the stack's
+    zones left out of gpuZoneIds: one mistake, naming the zone's key, the zones that are recorded and the file."""
+    from tests.test_walkthroughs import REGION, REGION_STACK, REGION_ZONES, _add_region, _checkout_copy, _plan, \
+        _write_stack
+    copy = _checkout_copy(tmp_path)
+    _add_region(copy)
+    zones = copy / "decisions" / "network" / "zones.yaml"
+    text = zones.read_text(encoding="utf-8")
+    recorded = f"gpuZoneIds: [{', '.join(REGION_ZONES)}]"
+    assert recorded in text
+    zones.write_text(text.replace(recorded, f"gpuZoneIds: [{REGION_ZONES[0]}]"), encoding="utf-8")
+    _write_stack(copy)
+    # Without a budget: what a budget says of a region without prices is not what is tested here.
+    stack_file = copy / "stacks" / f"Pulumi.{REGION_STACK}.yaml"
+    stack = yaml.safe_load(stack_file.read_text(encoding="utf-8"))
+    stack["config"].pop("gpu-cloud:budget", None)
+    stack_file.write_text(yaml.safe_dump(stack, sort_keys=False), encoding="utf-8")
+    result = _plan(copy)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    (line,) = mistakes(result.stderr)
+    assert line.startswith(f"gpu-cloud:network.zones[1]: {REGION_ZONES[1]} is not among the zones of {REGION} ")
+    assert f"offered: {REGION_ZONES[0]}." in line and "decisions/network/zones.yaml" in line
+    assert 'docs/how-to.md "Add a region"' in line and "this account" not in result.stderr
 
 
 def test_a_pin_by_name_resolves_per_account_and_must_be_declared():
@@ -173,7 +318,8 @@ def test_a_reservation_larger_than_max_nodes_is_read_billed_in_full_and_budgeted
     # prod's budget is $450/hour: the 8 reserved p5 ($440.32) and the other pools at maxNodes come to $545.90
     assert ("gpu-cloud:budget.maxHourlyUsd: GPU pools at maxNodes cost $545.90/hour, above the budget $450.00/hour"
             in config_error(mock=mock))
-    run = run_stack(STACK, {"gpu-cloud:budget": {"maxHourlyUsd": 600}}, account=mock)
+    run = run_stack(STACK, {"gpu-cloud:budget": {**stack_config(STACK)["gpu-cloud:budget"], "maxHourlyUsd": 600}},
+                    account=mock)
     assert run.outputs["reservations"][RESERVATION]["instanceCount"] == 8
     section = cost_section(load_stack(STACK)[1], run)
     (train, *_) = section["pools"]

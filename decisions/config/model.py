@@ -261,6 +261,10 @@ class NodePool(ConfigModel):
     availability_zone: Optional[Annotated[str, _matches(ZONE, "an availability zone name (us-east-1a) or ID (use1-az1)")]] = None
     # An existing cluster placement group to launch into (the one a capacity reservation was created in).
     placement_group: Optional[Annotated[str, _matches(PLACEMENT_GROUP, "a placement group name")]] = None
+    # A training or general pool without EFA that mounts the stack's Lustre launches in the file system's zone, since
+    # reads from another zone are billed on both sides (decisions/network/zones.py resolve_layout); true spreads it
+    # over every declared zone that offers its types (more spot capacity), and the plan warns with what reads cost.
+    spread_across_zones: bool = False
     workload: Literal["training", "inference", "general"]
     gpu_sharing: GpuSharing = GpuSharing()
     labels: Dict[LabelKey, LabelValue] = {}
@@ -429,9 +433,39 @@ class Dr(ConfigModel):
         return self
 
 
+class Usage(ConfigModel):
+    """What the bill assumes of use where the design moves data it charges for (decisions/cost/transfer.py): the
+    checkpoint and model writes a DR primary replicates, and reads of the Lustre file system from other zones.
+    Left out, the plan lists the unit prices only."""
+    checkpoint_gib: Optional[float] = Field(default=None, alias="checkpointGiB", gt=0)
+    checkpoints_per_hour: Optional[float] = Field(default=None, gt=0)
+    model_gib_per_month: Optional[float] = Field(default=None, alias="modelGiBPerMonth", ge=0)
+    # Left out: the file system's whole throughput, the most pools in other zones can read.
+    lustre_read_mbps: Optional[float] = Field(default=None, alias="lustreReadMBps", gt=0)
+
+    @model_validator(mode="after")
+    def _checkpoints_need_both(self):
+        if (self.checkpoint_gib is None) != (self.checkpoints_per_hour is None):
+            raise ValueError("checkpointGiB and checkpointsPerHour go together: the volume is their product")
+        return self
+
+
 class Budget(ConfigModel):
     # Left out: no check (prod stacks get a warning, decisions.config.validate.stack_warnings).
     max_hourly_usd: Optional[float] = Field(default=None, gt=0)
+    # Items the stack knows have no price (a pool's name, or a fixed cost's key such as fsx-lustre), left out of the
+    # budget on purpose. With a budget, any other unpriced item refuses the stack (decisions/cost/cost.py
+    # unacknowledged).
+    unpriced: Tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    usage: Usage = Usage()
+
+    @model_validator(mode="after")
+    def _unpriced_needs_a_budget(self):
+        if self.unpriced and self.max_hourly_usd is None:
+            raise ValueError("unpriced acknowledges items a budget leaves out; set maxHourlyUsd, or remove unpriced")
+        if len(set(self.unpriced)) != len(self.unpriced):
+            raise ValueError("unpriced names an item twice")
+        return self
 
 
 class TeamAccess(ConfigModel):

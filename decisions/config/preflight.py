@@ -155,7 +155,9 @@ def endpoint_issues(zones: Sequence[str], names_by_id: Mapping[str, str], region
                             f"service {service} could not be read ({where}); the stack puts it in every private subnet")
             continue
         for i, zone in enumerate(zones):
-            name = names_by_id.get(zone, zone)
+            if zone not in names_by_id:
+                continue     # a zone the account does not have: resolve_layout refuses it, once
+            name = names_by_id[zone]
             if name not in where:
                 issues.append(ConfigIssue(key_path(NAMESPACE, ("network", "zones", i)),
                                           f"{zone} ({name}): the interface endpoint service {service} is not offered "

@@ -26,7 +26,7 @@ from decisions.config.errors import YAML11_BOOLEANS, YAML11_SEXAGESIMAL, ConfigE
 from decisions.config.model import NAMESPACE, SECRET_KEYS, SECTIONS, Budget, Cluster, GpuSharing, Network, NodePool, \
     Tenancy
 from decisions.config.stack import ResolvedPool, StackSpec, cluster_name, resource_tags
-from decisions.cost import cost
+from decisions.cost import cost, transfer
 from decisions.network import zones
 from decisions.network.zones import is_zone_id
 from decisions.network.public_access import private_access_problem, public_access_problem
@@ -91,6 +91,8 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     elif region not in catalog.regions:
         issues.append(ConfigIssue("aws:region", f"{region!r} has no GPU instance types in the catalog; "
                                                 f"known regions: {', '.join(catalog.regions)}. {ADD_A_REGION}"))
+    elif (missing_zones := zones.region_issue(region)) is not None:   # step 2 of "Add a region" left out
+        issues.append(ConfigIssue("aws:region", missing_zones))
 
     issues.extend(_check_tags(parsed.get("tags")))
     if parsed.get("environment") is not None and parsed.get("monitoring") is not None:
@@ -137,13 +139,17 @@ def load_stack_spec(config: Mapping[str, Any], *, stack: str, region: Optional[s
     if issues:
         raise ConfigError(issues, pool_names=_pool_names(config.get("nodePools")))
 
-    return StackSpec(
+    spec = StackSpec(
         project=project, stack=stack, region=region, environment=parsed["environment"], tags=parsed["tags"],
         network=parsed["network"], cluster=parsed["cluster"], node_image=image, pools=resolved,
         storage=parsed["storage"], inference=parsed["inference"], monitoring=parsed["monitoring"],
         dr=parsed["dr"], budget=parsed["budget"], tenancy=parsed["tenancy"],
         training=parsed["training"], repair=parsed["repair"], catalog=catalog,
     )
+    issues = unpriced_issues(spec)
+    if issues:
+        raise ConfigError(issues, pool_names=_pool_names(config.get("nodePools")))
+    return spec
 
 
 def secret_issues(key: str, value: Any) -> List[str]:
@@ -327,23 +333,51 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
                         "from multiplying the bill; set the most the pools may cost per hour")
     if spec.storage.lustre is not None:
         warnings += lustre.lustre_warnings(spec.storage.lustre, spec.pools)
+        warnings += transfer.spread_warnings(spec, cost.load_prices().region(spec.region))
     if not kueue.flavors(spec.pools, spec.catalog):
         warnings.append("gpu-cloud:nodePools: no training or general pool, so no training queue (Kueue, MPI "
                         "Operator) is installed")
-    warnings += unpriced_pool_warnings(spec)
     return warnings
 
 
-def unpriced_pool_warnings(spec: StackSpec) -> List[str]:
-    """A pool with no price (a type without an on-demand price in the region, such as p5e.48xlarge) is a gap in the
-    budget, not a reason to refuse the stack: budget.maxHourlyUsd covers the priced pools, and this says which pool
-    it leaves out and how to price it. Only with a budget: without one nothing is checked anyway."""
-    if spec.budget.max_hourly_usd is None:
+def unpriced_issues(spec: StackSpec, today: Optional[date] = None) -> List[ConfigIssue]:
+    """With a budget, every item the bill cannot price (a pool whose type has no price in the region, a fixed cost
+    without a sourced rate) refuses the stack unless gpu-cloud:budget.unpriced names it (decisions/cost/cost.py
+    unacknowledged, which the pack asks too), and an acknowledgement that names nothing unpriced is refused as well, so
+    one never outlives the gap it excused. Without a budget nothing is checked, and the plan lists the gaps."""
+    budget = spec.budget
+    if budget.max_hourly_usd is None:
         return []
+    unpriced = cost.estimate(spec, today=today).unpriced
     index = {pool.name: i for i, pool in enumerate(spec.pools)}
-    return [f"{key_path(NAMESPACE, ('nodePools', index[row.pool]))} (pool {row.pool}): {row.gap}, so "
-            f"gpu-cloud:budget.maxHourlyUsd does not cover this pool. {PRICE_FIX}"
-            for row in cost.pool_costs(spec.pools, spec.catalog, spec.region) if row.gap]
+    issues = []
+    by_file: Dict[str, List[cost.Unpriced]] = {}
+    for item in cost.unacknowledged(unpriced, budget.unpriced):
+        if item.name in index:     # one error per pool, named after its index
+            issues.append(_issue(("nodePools", index[item.name]),
+                                 f"{item.why}, so gpu-cloud:budget.maxHourlyUsd cannot cover it. {PRICE_FIX}, or "
+                                 f"acknowledge the gap: add {item.name} to gpu-cloud:budget.unpriced"))
+        else:                      # fixed costs: one error per data file that lacks their rates
+            by_file.setdefault(_price_file(item.why), []).append(item)
+    for data_file, items in by_file.items():
+        listed = "; ".join(f"{i.name} ({i.item})" for i in items)
+        names = ", ".join(i.name for i in items)
+        issues.append(_issue(("budget", "unpriced"), f"{data_file} lacks what prices these in {spec.region}: "
+                                                     f"{listed}; so the bill leaves them out. Add sourced rates "
+                                                     f"there, or acknowledge the gaps: add {names} to "
+                                                     "gpu-cloud:budget.unpriced"))
+    names = [u.name for u in unpriced]
+    for i, name in enumerate(budget.unpriced):
+        if name not in names:
+            issues.append(_issue(("budget", "unpriced", i), f"{name!r} is not an unpriced item of this stack "
+                                 f"(unpriced: {', '.join(names) or 'none'}); remove it"))
+    return issues
+
+
+def _price_file(why: str) -> str:
+    """The data file a gap's reason names (every gap says where its price would live)."""
+    found = re.search(r"decisions/\S+\.yaml", why)
+    return found[0] if found else "decisions/cost/prices.yaml"
 
 
 # How to give a type a price (scripts/refresh_prices.py reads on-demand prices from the AWS Price List API).
@@ -365,7 +399,9 @@ def _check_pool_set(pools: Sequence[Tuple[int, NodePool, Optional[ResolvedPool]]
     network = parsed.get("network")
     if network is not None:
         pins = [(i, p.availability_zone) for i, p, _ in pools if p.availability_zone]
-        issues.extend(_issue(parts, message) for parts, message in zones.static_issues(region, network.zones, pins))
+        # Zones are judged against a region the catalog sells GPUs in: in another, the region is the one mistake.
+        judged = region if region in catalog.regions else None
+        issues.extend(_issue(parts, message) for parts, message in zones.static_issues(judged, network.zones, pins))
     triton = parsed["inference"].triton if parsed.get("inference") else None
     # Only with every pool parsed: a pool with a typo elsewhere would read as "no such pool".
     if triton is not None and triton.enabled and triton.pool and all_pools_parsed:

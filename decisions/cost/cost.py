@@ -68,7 +68,9 @@ INTERFACE_ENDPOINT_SERVICES = 9
 NOT_ESTIMATED = (
     "the load balancer's capacity units (per NLCU-hour)",
     "VPC flow-log and control-plane log ingestion and storage in CloudWatch Logs (per GB)",
-    "S3 storage, requests and replication; data transfer between zones and regions",
+    "S3 requests, and the storage of datasets, checkpoints and models (their size is use)",
+    "data transfer other than the Lustre reads and the DR replication listed with their volumes (clients, the "
+    "internet, NCCL between nodes of one zone is free)",
     "Route 53 queries and health checks, CloudWatch metrics and alarms",
 )
 
@@ -123,6 +125,13 @@ class RegionPrices(DataModel):
     nat_gateway_data_gb: Optional[Rate] = Field(default=None, alias="natGatewayDataGb")
     interface_endpoint_data_gb: Optional[Rate] = Field(default=None, alias="interfaceEndpointDataGb")
     transit_gateway_data_gb: Optional[Rate] = Field(default=None, alias="transitGatewayDataGb")
+    # Data transfer the design causes (decisions/cost/transfer.py): between zones of the region, billed per GB on each
+    # side (out of one zone and into the other); out of this region to each other region; S3 Replication Time
+    # Control per GB replicated; S3 Standard storage per GB-month.
+    inter_zone_transfer_gb: Optional[Rate] = Field(default=None, alias="interZoneTransferGb")
+    inter_region_transfer_gb: Dict[str, Rate] = Field(default={}, alias="interRegionTransferGb")
+    s3_replication_time_control_gb: Optional[Rate] = Field(default=None, alias="s3ReplicationTimeControlGb")
+    s3_standard_gb_month: Optional[Rate] = Field(default=None, alias="s3StandardGbMonth")
 
 
 class Prices(DataModel):
@@ -203,6 +212,7 @@ class PoolCost:
 
 @dataclass(frozen=True)
 class FixedCost:
+    key: str                              # how gpu-cloud:budget.unpriced names it when it has no price
     item: str
     quantity_at_desired: float
     quantity_at_max: float
@@ -262,6 +272,22 @@ class CommitmentOption:
         return None if hourly is None else self.on_demand_hourly - hourly
 
 
+@dataclass(frozen=True)
+class Unpriced:
+    """An item left out of every total for want of a price."""
+    name: str       # how gpu-cloud:budget.unpriced acknowledges it: a pool's name, or a fixed cost's key
+    item: str       # what it is
+    why: str        # why it has no price, and which file would hold one
+
+
+def unacknowledged(unpriced: Sequence[Unpriced], acknowledged: Sequence[str]) -> List[Unpriced]:
+    """The budget's rule on holes, decided here only (the config check and the pack both ask it): with a budget set,
+    every item left out of the totals must be named in gpu-cloud:budget.unpriced. A budget that silently skips a pool
+    it cannot price is a budget that passes anything: a p5 pool in a region without a P-family price would cost
+    nothing to it."""
+    return [u for u in unpriced if u.name not in set(acknowledged)]
+
+
 def incomplete_note(gaps: Sequence[str]) -> str:
     """What a total that leaves unpriced items out says wherever it is printed: " (incomplete: 3 items unpriced)",
     or "" when nothing is left out."""
@@ -279,6 +305,11 @@ class CostEstimate:
     @property
     def gaps(self) -> List[str]:
         return [f"{p.pool}: {p.gap}" for p in self.pools if p.gap] + [f"{f.item}: {f.gap}" for f in self.fixed if f.gap]
+
+    @property
+    def unpriced(self) -> List[Unpriced]:
+        return ([Unpriced(p.pool, f"pool {p.pool}", p.gap) for p in self.pools if p.gap]
+                + [Unpriced(f.key, f.item, f.gap) for f in self.fixed if f.gap])
 
     @property
     def stale(self) -> List[str]:
@@ -556,46 +587,52 @@ def fixed_costs(spec, today: date, prices: Optional[Prices] = None) -> Tuple[Fix
 
     tier = control_plane_tier(spec.cluster.kubernetes_version, today)
     if tier is None:
-        items.append(_fixed(f"EKS control plane ({spec.cluster.kubernetes_version})", 1, 1, "cluster", None,
+        items.append(_fixed("eks-control-plane", f"EKS control plane ({spec.cluster.kubernetes_version})", 1, 1,
+                            "cluster", None,
                             gap="the version's support dates are not in decisions/catalog/eks.yaml"))
     else:
         end = standard_support_end()[spec.cluster.kubernetes_version]
         label = f"standard support until {end}" if tier == "standard" else f"extended support since {end}"
-        items.append(_fixed(f"EKS control plane ({spec.cluster.kubernetes_version}, {label})", 1, 1, "cluster",
+        items.append(_fixed("eks-control-plane", f"EKS control plane ({spec.cluster.kubernetes_version}, {label})",
+                            1, 1, "cluster",
                             prices.eks_control_plane_hourly[tier]))
 
     system = [rates.instance_hourly.get(t) for t in pods.SYSTEM_NODE_TYPES]
     system_item = f"system nodes ({' | '.join(pods.SYSTEM_NODE_TYPES)}, on-demand)"
-    items.append(_fixed(system_item, SYSTEM_NODES_DESIRED, pods.SYSTEM_NODES_MAX, "node",
+    items.append(_fixed("system-nodes", system_item, SYSTEM_NODES_DESIRED, pods.SYSTEM_NODES_MAX, "node",
                         max(system, key=lambda r: r.usd) if None not in system else None))
 
     items.append(_root_volumes(gpu_desired, gpu_max, rates.gp3))
-    items.append(_fixed("NAT gateways", nat, nat, "gateway", rates.nat_gateway_hourly))
-    items.append(_fixed("NAT gateways' public IPv4 addresses", nat, nat, "address", rates.public_ipv4_hourly))
+    items.append(_fixed("nat-gateways", "NAT gateways", nat, nat, "gateway", rates.nat_gateway_hourly))
+    items.append(_fixed("nat-public-ipv4", "NAT gateways' public IPv4 addresses", nat, nat, "address", rates.public_ipv4_hourly))
     endpoints = INTERFACE_ENDPOINT_SERVICES * zones
-    items.append(_fixed(f"interface endpoints ({INTERFACE_ENDPOINT_SERVICES} services x {zones} zones)",
+    items.append(_fixed("interface-endpoints", f"interface endpoints ({INTERFACE_ENDPOINT_SERVICES} services x {zones} zones)",
                         endpoints, endpoints, "endpoint-zone", rates.interface_endpoint_hourly))
     if spec.network.transit_gateway is not None:
-        items.append(_fixed("transit gateway attachment", 1, 1, "attachment", rates.transit_gateway_attachment_hourly))
+        items.append(_fixed("transit-gateway", "transit gateway attachment", 1, 1, "attachment", rates.transit_gateway_attachment_hourly))
     lustre = spec.storage.lustre
     if lustre is not None:
         rate = rates.lustre_persistent2_gb_month.get(lustre.throughput_per_tib)
         item = f"FSx for Lustre PERSISTENT_2 ({lustre.capacity_gib} GiB at {lustre.throughput_per_tib} MB/s/TiB)"
-        items.append(_fixed(item, lustre.capacity_gib, lustre.capacity_gib, "GB", _per_hour(rate)))
+        items.append(_fixed(LUSTRE, item, lustre.capacity_gib, lustre.capacity_gib, "GB", _per_hour(rate)))
     triton = spec.inference.triton
     if triton is not None and triton.enabled:
-        items.append(_fixed("Triton Network Load Balancer", 1, 1, "load balancer", rates.network_load_balancer_hourly))
+        items.append(_fixed("triton-load-balancer", "Triton Network Load Balancer", 1, 1, "load balancer", rates.network_load_balancer_hourly))
     return tuple(items)
+
+
+ROOT_VOLUMES = "root-volumes"
+LUSTRE = "fsx-lustre"       # the pack names it too, from the file system it sees (policy/policies.py)
 
 
 def _root_volumes(desired: int, maximum: int, gp3: Optional[Gp3Rates]) -> FixedCost:
     item = f"GPU nodes' root volumes (gp3 {ROOT_VOLUME_GIB} GiB, {ROOT_VOLUME_IOPS} IOPS, {ROOT_VOLUME_MBPS} MB/s)"
     if gp3 is None:
-        return _fixed(item, desired, maximum, "volume", None)
+        return _fixed(ROOT_VOLUMES, item, desired, maximum, "volume", None)
     per_month = (ROOT_VOLUME_GIB * gp3.gb_month.usd + (ROOT_VOLUME_IOPS - GP3_FREE_IOPS) * gp3.iops_month.usd
                  + (ROOT_VOLUME_MBPS - GP3_FREE_MBPS) * gp3.throughput_mbps_month.usd)
     parts = (gp3.gb_month, gp3.iops_month, gp3.throughput_mbps_month)
-    return FixedCost(item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit="volume",
+    return FixedCost(key=ROOT_VOLUMES, item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit="volume",
                      unit_hourly=per_month / HOURS_PER_MONTH, source=gp3.gb_month.source, as_of=gp3.gb_month.as_of,
                      weak=any(r.weak for r in parts))
 
@@ -605,12 +642,13 @@ def _per_hour(rate: Optional[Rate]) -> Optional[Rate]:
     return None if rate is None else rate.model_copy(update={"usd": rate.usd / HOURS_PER_MONTH})
 
 
-def _fixed(item: str, desired: float, maximum: float, unit: str, rate: Optional[Rate], gap: Optional[str] = None) -> FixedCost:
+def _fixed(key: str, item: str, desired: float, maximum: float, unit: str, rate: Optional[Rate],
+           gap: Optional[str] = None) -> FixedCost:
     if rate is None:
-        return FixedCost(item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit=unit, unit_hourly=None,
-                         source=None, as_of=None,
+        return FixedCost(key=key, item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit=unit,
+                         unit_hourly=None, source=None, as_of=None,
                          gap=gap or "no sourced rate for this region in decisions/cost/prices.yaml")
-    return FixedCost(item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit=unit,
+    return FixedCost(key=key, item=item, quantity_at_desired=desired, quantity_at_max=maximum, unit=unit,
                      unit_hourly=rate.usd, source=rate.source, as_of=rate.as_of, weak=rate.weak)
 
 
@@ -619,30 +657,32 @@ def usage_costs(spec, prices: Optional[Prices] = None, kms_keys: Optional[int] =
     keys the stack creates (the plan counts them in the program's run)."""
     prices = prices or load_prices()
     rates = prices.region(spec.region)
-    items = [_usage("NAT gateway data processed", "GB", rates.nat_gateway_data_gb),
-             _usage("interface endpoint data processed", "GB", rates.interface_endpoint_data_gb)]
+    items = [usage_item("NAT gateway data processed", "GB", rates.nat_gateway_data_gb),
+             usage_item("interface endpoint data processed", "GB", rates.interface_endpoint_data_gb)]
     if spec.network.transit_gateway is not None:
-        items.append(_usage("transit gateway data processed (from the VPC)", "GB", rates.transit_gateway_data_gb))
+        items.append(usage_item("transit gateway data processed (from the VPC)", "GB", rates.transit_gateway_data_gb))
     if spec.storage.lustre is not None:
         # What the file system's protection is billed as: the bucket's storage of what /data exports (objects are
         # written as S3 Standard: FSx for Lustre User Guide, Exporting changes to the data repository), never FSx
         # backups, which FSx does not take of a linked file system (decisions/storage/lustre.py).
-        items.append(_usage("S3 storage of what /data exports (FSx for Lustre's protection, not FSx backups)",
-                            "GB-month", None))
+        items.append(usage_item("S3 storage of what /data exports (FSx for Lustre's protection, not FSx backups)",
+                                "GB-month", rates.s3_standard_gb_month))
     volume = spec.monitoring.prometheus_volume_gib
-    items.append(_usage(f"Prometheus volume (gp3, {volume} GiB)", "GB-month",
+    items.append(usage_item(f"Prometheus volume (gp3, {volume} GiB)", "GB-month",
                         rates.gp3.gb_month if rates.gp3 else None, quantity=volume))
     if kms_keys is not None:
-        items.append(_usage(f"KMS customer managed keys ({kms_keys})", "key-month", prices.kms_key_month,
+        items.append(usage_item(f"KMS customer managed keys ({kms_keys})", "key-month", prices.kms_key_month,
                             quantity=kms_keys))
-    items.append(_usage("KMS requests (above 20,000 free a month)", "10,000 requests", prices.kms_requests_10k))
+    items.append(usage_item("KMS requests (above 20,000 free a month)", "10,000 requests", prices.kms_requests_10k))
     return tuple(items)
 
 
-def _usage(item: str, unit: str, rate: Optional[Rate], quantity: Optional[float] = None) -> UsageCost:
-    if rate is None:
+def usage_item(item: str, unit: str, rate: Optional[Rate], quantity: Optional[float] = None,
+               gap: Optional[str] = None) -> UsageCost:
+    """A usage row: its rate with source and date, or the gap (`gap`, else no rate in prices.yaml)."""
+    if rate is None or gap:
         return UsageCost(item=item, unit=unit, unit_usd=None, source=None, as_of=None, quantity=quantity,
-                         gap="no sourced rate for this region in decisions/cost/prices.yaml")
+                         gap=gap or "no sourced rate for this region in decisions/cost/prices.yaml")
     return UsageCost(item=item, unit=unit, unit_usd=rate.usd, source=rate.source, as_of=rate.as_of, quantity=quantity,
                      weak=rate.weak)
 
@@ -676,15 +716,17 @@ def commitment_options(pools: Sequence[PoolCost], catalog: Catalog, region: str,
 
 
 def estimate(spec, today: Optional[date] = None, prices: Optional[Prices] = None,
-             reservations: Optional[Reservations] = None, kms_keys: Optional[int] = None) -> CostEstimate:
+             reservations: Optional[Reservations] = None, kms_keys: Optional[int] = None,
+             transfer: Sequence[UsageCost] = ()) -> CostEstimate:
     """The whole bill of a StackSpec (decisions.config.stack) on `today` (the control plane's support tier depends on
     it; the plan prices the stack as of the day it runs). `reservations`: the account's answers for the pools'
-    reservations (the plan passes what the program read)."""
+    reservations (the plan passes what the program read). `transfer`: the data transfer rows
+    (decisions/cost/transfer.py transfer_costs), listed with the usage-based charges."""
     prices = prices or load_prices()
     today = today or date.today()
     pools = pool_costs(spec.pools, spec.catalog, spec.region, prices, reservations, today)
     return CostEstimate(currency="USD", pools=pools, fixed=fixed_costs(spec, today, prices),
-                        usage=usage_costs(spec, prices, kms_keys),
+                        usage=usage_costs(spec, prices, kms_keys) + tuple(transfer),
                         commitments=commitment_options(pools, spec.catalog, spec.region, prices))
 
 

@@ -16,13 +16,17 @@ from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Un
 
 from pydantic import Field
 
+from decisions.catalog.catalog import PriceSource
 from decisions.catalog.data_files import DataModel, load_model
 from decisions.config.errors import ConfigError, ConfigIssue, key_path
 from decisions.config.model import NAMESPACE, ZONE_ID
 from decisions.network.network_plan import plan_subnets
 from decisions.nodes import pods
+from decisions.storage import lustre
 
 ZONES_PATH = Path(__file__).with_name("zones.yaml")
+ZONES_FILE = "decisions/network/zones.yaml"          # as messages name it: the file to edit
+ADD_A_REGION_STEP = 'docs/how-to.md "Add a region", step 2'
 # Addresses a private subnet keeps free beyond what the pools' nodes may take: control-plane and VPC
 # endpoint interfaces, load balancers, and the CNI's spare addresses while nodes churn.
 SUBNET_HEADROOM = 0.2
@@ -36,6 +40,7 @@ class RegionZones(DataModel):
 
 
 class ZoneFacts(DataModel):
+    gpu_zone_ids_source: PriceSource = Field(alias="gpuZoneIdsSource")
     regions: Dict[str, RegionZones]
 
 
@@ -48,23 +53,70 @@ def is_zone_id(value: str) -> bool:
     return bool(ZONE_ID.match(value))
 
 
+def recorded_gpu_zones() -> str:
+    """What gpuZoneIds are and how old, as a message cites them."""
+    return f"{ZONES_FILE} gpuZoneIds (EC2 offerings as of {load_zone_facts().gpu_zone_ids_source.as_of})"
+
+
+def declarable_gpu_zones(region: Optional[str]) -> Tuple[str, ...]:
+    """The region's zone IDs that offer a catalog GPU type and that EKS accepts: the ones to suggest."""
+    facts = load_zone_facts().regions.get(region or "")
+    return tuple(z for z in facts.gpu_zone_ids if z not in facts.eks_unsupported_zone_ids) if facts else ()
+
+
+def region_issue(region: str) -> Optional[str]:
+    """Why a region the catalog sells GPUs in cannot be checked (aws:region): zones.yaml has no entry for it, or no
+    gpuZoneIds. One message for the region, in place of one per zone; the offline plan would have no zones to give."""
+    facts = load_zone_facts().regions.get(region)
+    if facts is None:
+        return (f"{region} has no entry under `regions` of {ZONES_FILE}: add its zoneIdPrefix, eksUnsupportedZoneIds "
+                f"and gpuZoneIds ({ADD_A_REGION_STEP})")
+    if not facts.gpu_zone_ids:
+        return (f"{ZONES_FILE} records no gpuZoneIds for {region}: add the zone IDs where a catalog GPU type is offered "
+                f"there, with their source ({ADD_A_REGION_STEP})")
+    return None
+
+
 def static_issues(region: Optional[str], zones: Sequence[str], pins: Sequence[Tuple[int, str]]) -> List[Tuple[tuple, str]]:
     """What the config alone says is wrong with its zones: IDs of another region, zones EKS refuses, and
     pools pinned by ID to a zone the stack does not declare. Pins by name are checked at run time."""
     issues: List[Tuple[tuple, str]] = []
     facts = load_zone_facts().regions.get(region or "")
+    foreign = [i for i, zone in enumerate(zones) if facts and not zone.startswith(facts.zone_id_prefix + "-")]
+    if foreign:   # one cause (zones of another region, as after moving a stack): one mistake
+        issues.append(_foreign_zones_issue(region, facts, zones, foreign))
     for i, zone in enumerate(zones):
-        if facts and not zone.startswith(facts.zone_id_prefix + "-"):
-            issues.append((("network", "zones", i), f"{zone} is not a zone ID of {region} ({facts.zone_id_prefix}-az1, "
-                                                    f"{facts.zone_id_prefix}-az2, ...)"))
-        elif facts and zone in facts.eks_unsupported_zone_ids:
+        if i not in foreign and facts and zone in facts.eks_unsupported_zone_ids:
             issues.append((("network", "zones", i), f"{zone}: EKS does not accept cluster subnets in this zone ID "
-                                                    "(decisions/network/zones.yaml); declare another zone"))
+                                                    f"({ZONES_FILE} eksUnsupportedZoneIds); declare another. "
+                                                    f"{gpu_zones_hint(region)}"))
     for i, pin in pins:
         if is_zone_id(pin) and pin not in zones:
             issues.append((("nodePools", i, "availabilityZone"), f"{pin} is not one of network.zones "
                                                                  f"({', '.join(zones)}); add it there first"))
     return issues
+
+
+def gpu_zones_hint(region: Optional[str]) -> str:
+    """The zones to declare instead, from the data (a hint, not a rule: the account decides what is available)."""
+    offered = declarable_gpu_zones(region)
+    if not offered:
+        return f"{ZONES_FILE} records no gpuZoneIds for {region} ({ADD_A_REGION_STEP})"
+    return f"Zones of {region} that offer a catalog GPU type, as {recorded_gpu_zones()} records them: {', '.join(offered)}"
+
+
+def _foreign_zones_issue(region: str, facts: RegionZones, zones: Sequence[str],
+                         foreign: Sequence[int]) -> Tuple[tuple, str]:
+    """Zone IDs of another region: one mistake naming each and its region, keyed by the zone if there is one."""
+    owners = {f.zone_id_prefix: name for name, f in load_zone_facts().regions.items()}
+    by_owner: Dict[Optional[str], List[str]] = {}     # the region each ID is of (None: no region recorded has it)
+    for i in foreign:
+        by_owner.setdefault(owners.get(zones[i].rsplit("-az", 1)[0]), []).append(zones[i])
+    listed = ", ".join(", ".join(ids) + (f" ({owner})" if owner else "") for owner, ids in by_owner.items())
+    at = ("network", "zones", foreign[0]) if len(foreign) == 1 else ("network", "zones")
+    verb = "is not a zone ID" if len(foreign) == 1 else "are not zone IDs"
+    return at, (f"{listed} {verb} of {region}, whose zone IDs start {facts.zone_id_prefix}-. "
+                f"{gpu_zones_hint(region)}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +160,9 @@ class AccountZones:
     # not.
     quotas: Mapping[str, Union[float, str]] = field(default_factory=dict)
     endpoint_zones: Mapping[str, Union[FrozenSet[str], str]] = field(default_factory=dict)
+    # None: an AWS account answered. Otherwise what the answers were built from, as messages name it (the offline
+    # plan reads no account: plan/engine.py offline_account), so a refusal never blames "this account" for the data.
+    source: Optional[str] = None
 
     def zone_id(self, name_or_id: str) -> Optional[str]:
         if is_zone_id(name_or_id):
@@ -133,16 +188,20 @@ def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
     def issue(parts, message):
         issues.append(ConfigIssue(key_path(NAMESPACE, parts), message))
 
+    # A declared zone the account lacks is one mistake: the pools, their pins and reservations are judged in the
+    # zones it has, so nothing else is refused for that zone alone.
+    available = [zone for zone in zones if zone in account.names_by_id]
     for i, zone in enumerate(zones):
         if zone not in account.names_by_id:
-            issue(("network", "zones", i), f"{zone} is not an available zone of {spec.region} in this account; "
-                                           f"available: {_describe(account.names_by_id)}")
+            issue(("network", "zones", i), _unavailable_zone(zone, spec.region, account))
     pool_zones: Dict[str, Tuple[str, ...]] = {}
     for i, pool in enumerate(spec.pools):
         types = [t.name for t in pool.types]
         pin = pool.spec.availability_zone
         if pin:
             zone = account.zone_id(pin)
+            if zone is None and pin in zones:
+                continue     # the pinned zone is declared but not available: refused above
             if zone is None or zone not in zones:
                 declared = ", ".join(f"{z} ({account.names_by_id.get(z, '?')})" for z in zones)
                 issue(("nodePools", i, "availabilityZone"), f"{pin} is not one of network.zones ({declared})")
@@ -154,12 +213,13 @@ def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
                 continue
             pool_zones[pool.name] = (zone,)
         else:
-            offered = tuple(z for z in zones if all(t in account.offerings.get(z, frozenset()) for t in types))
+            offered = tuple(z for z in available if all(t in account.offerings.get(z, frozenset()) for t in types))
             if not offered:
-                issue(("nodePools", i, "instanceTypes"), f"{', '.join(types)}: no zone of network.zones offers "
-                                                         f"{'them all' if len(types) > 1 else 'it'}")
+                if available:    # with none available, the zones are the mistake, refused above
+                    issue(("nodePools", i, "instanceTypes"), f"{', '.join(types)}: no zone of network.zones offers "
+                                                             f"{'them all' if len(types) > 1 else 'it'}")
                 continue
-            skipped = [z for z in zones if z not in offered]
+            skipped = [z for z in available if z not in offered]
             if skipped:
                 warnings.append(f"gpu-cloud:nodePools[{i}]: {pool.name} launches only in {', '.join(offered)}; "
                                 f"{', '.join(skipped)} do not offer {', '.join(types)}")
@@ -169,6 +229,7 @@ def resolve_layout(spec, account: AccountZones) -> ZoneLayout:
         elif pool.spec.placement_group and not pool.efa:
             issue(("nodePools", i, "placementGroup"), "a placement group is only used by EFA pools")
     if not issues:
+        pool_zones = lustre.in_file_system_zone(spec, pool_zones)
         issues.extend(_capacity_issues(spec, pool_zones))
     if issues:
         raise ConfigError(issues, pool_names=[pool.name for pool in spec.pools])
@@ -235,6 +296,20 @@ def _capacity_issues(spec, pool_zones) -> List[ConfigIssue]:
                                       f"cannot hold {total} addresses plus {SUBNET_HEADROOM:.0%} headroom at maxNodes "
                                       f"({detail}); use a larger cidr or lower maxNodes"))
     return issues
+
+
+def _unavailable_zone(zone: str, region: str, account: AccountZones) -> str:
+    """Why a declared zone is refused, worded by who answered: an account names its zones; the offline plan's
+    account is the data, so the data is what to fix (or the zone to change)."""
+    if account.source is None:
+        return (f"{zone} is not an available zone of {region} in this account; available: "
+                f"{_describe(account.names_by_id)}. {gpu_zones_hint(region)}")
+    offered = [z for z in declarable_gpu_zones(region) if z in account.names_by_id] or sorted(account.names_by_id)
+    return (f"{zone} is not among the zones of {region} that offer a catalog GPU type, as {account.source} records "
+            f"them (the offline plan reads no account); offered: {', '.join(offered) or 'none'}. Declare one of those, "
+            f"or, if EC2 offers a catalog type in {zone} now (aws ec2 describe-instance-type-offerings --location-type "
+            f"availability-zone-id --region {region}), add {zone} to gpuZoneIds in {ZONES_FILE} with its source "
+            f"({ADD_A_REGION_STEP})")
 
 
 def _describe(names_by_id: Mapping[str, str]) -> str:

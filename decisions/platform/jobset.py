@@ -84,7 +84,7 @@ from decisions.nodes.pools import POOL_LABEL, QUEUE_LABEL
 from decisions.platform import job_options, pod_security
 from decisions.platform.job_options import DNS_LABEL_MAX
 from decisions.platform.mpijob import JOB_SERVICE_ACCOUNT, NCCL_NETWORK_ENV, ROOT_VOLUME_SCRATCH, SHM_MOUNT, \
-    SHM_VOLUME, TRAINING_TTL_S, check_whole_nodes, efa_env, env_list, nearest_switch_preference, node_selector, \
+    SHM_VOLUME, TRAINING_TTL_S, check_whole_nodes, efa_env, env_list, close_ranks_preference, node_selector, \
     tolerations, whole_node_resources
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -231,7 +231,7 @@ def pytorch_jobset(pool, *, name: str, namespace: str, queue_name: str, image: s
     }
     pod = {"restartPolicy": "Never", "serviceAccountName": JOB_SERVICE_ACCOUNT, "automountServiceAccountToken": False,
            "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
-           "affinity": nearest_switch_preference(labels), "containers": [trainer], "volumes": pod_volumes}
+           "affinity": close_ranks_preference(labels), "containers": [trainer], "volumes": pod_volumes}
     return {
         "apiVersion": API_VERSION, "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace, "labels": {**labels, QUEUE_LABEL: queue_name}},

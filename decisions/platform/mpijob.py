@@ -72,20 +72,33 @@ def max_job_name(workers: int) -> int:
 NEAREST_SWITCH_LABEL = "topology.k8s.aws/network-node-layer-3"
 
 
-def nearest_switch_preference(match_labels: Mapping[str, str], match_label_keys: Sequence[str] = ()) -> Dict[str, Any]:
-    """A pod affinity that draws a multi-node job's ranks under one bottom-layer switch where there is room, and
-    changes nothing where there is not (preferred; a node without the label matches no term). Kueue's topology-aware
-    scheduling would place them by the same labels, but not here: at v0.19.2 a pod set without a topology request is
-    never admitted to a TAS flavor, and one with a request never to another flavor (pkg/scheduler/flavorassigner/
-    tas_flavorassigner.go lines 166-204), so a TAS flavor in the one shared queue would shut ordinary jobs out of
-    its pool; and TAS places only on nodes that exist (pkg/cache/scheduler/tas_nodes_cache.go), which pools scaling
-    from zero do not have. The EFA pools' cluster placement group already keeps their nodes close
-    (components/nodes/nodepool.py)."""
-    term: Dict[str, Any] = {"labelSelector": {"matchLabels": dict(match_labels)}, "topologyKey": NEAREST_SWITCH_LABEL}
-    if match_label_keys:
-        term["matchLabelKeys"] = list(match_label_keys)
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def close_ranks_preference(match_labels: Mapping[str, str], match_label_keys: Sequence[str] = ()) -> Dict[str, Any]:
+    """A pod affinity that draws a multi-node job's ranks into one zone, and under one bottom-layer switch where there
+    is room; it changes nothing where there is not (preferred; a node without the label matches no term).
+    - One zone (weight 100): traffic between zones is billed on both sides, and an all-reduce moves the model's
+      gradients every step (decisions/cost/transfer.py). EFA pools and pools that mount Lustre run in one zone
+      anyway (decisions/storage/lustre.py in_file_system_zone); this holds the others' jobs together once nodes run
+      in a zone. It cannot steer a scale-up from zero: cluster-autoscaler runs only the scheduler's filter plugins
+      (kubernetes/autoscaler cluster-autoscaler-1.35.2 simulator/clustersnapshot/predicate/plugin_runner.go lines 105
+      and 153, RunFilterPlugins), and a preferred term is a score, so the group still balances new nodes by zone.
+    - One switch (weight 50): EC2's network topology labels, below. Kueue's topology-aware scheduling would place
+      them by the same labels, but not here: at v0.19.2 a pod set without a topology request is never admitted to a
+      TAS flavor, and one with a request never to another flavor (pkg/scheduler/flavorassigner/
+      tas_flavorassigner.go lines 166-204), so a TAS flavor in the one shared queue would shut ordinary jobs out of
+      its pool; and TAS places only on nodes that exist (pkg/cache/scheduler/tas_nodes_cache.go), which pools scaling
+      from zero do not have. The EFA pools' cluster placement group already keeps their nodes close
+      (components/nodes/nodepool.py)."""
+    def term(topology_key: str) -> Dict[str, Any]:
+        found: Dict[str, Any] = {"labelSelector": {"matchLabels": dict(match_labels)}, "topologyKey": topology_key}
+        if match_label_keys:
+            found["matchLabelKeys"] = list(match_label_keys)
+        return found
     return {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 50, "podAffinityTerm": term}]}}
+        {"weight": 100, "podAffinityTerm": term(ZONE_LABEL)},
+        {"weight": 50, "podAffinityTerm": term(NEAREST_SWITCH_LABEL)}]}}
 
 
 def launcher_placement(pool) -> Dict[str, Any]:
@@ -252,7 +265,7 @@ def efa_mpijob(pool, *, name: str, generated: bool, namespace: str, queue_name: 
                     "metadata": {"labels": dict(labels)},
                     "spec": {**({"serviceAccountName": worker_service_account} if worker_service_account else {}),
                              "nodeSelector": node_selector(pool), "tolerations": tolerations(pool),
-                             "affinity": nearest_switch_preference({MPI_JOB_ROLE_LABEL: "worker"},
+                             "affinity": close_ranks_preference({MPI_JOB_ROLE_LABEL: "worker"},
                                                                    (MPI_JOB_NAME_LABEL,)),
                              "automountServiceAccountToken": False,
                              "containers": [worker_container(pool, image, worker_mounts, scratch)],

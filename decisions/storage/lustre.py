@@ -214,6 +214,23 @@ def lustre_zone(pools: Sequence, pool_zones: Mapping[str, Tuple[str, ...]], zone
     return LustreZone(zones[0], "the first declared zone (no training pool is pinned to a zone)")
 
 
+def in_file_system_zone(spec, pool_zones: Mapping[str, Tuple[str, ...]]) -> Dict[str, Tuple[str, ...]]:
+    """`pool_zones` (pool -> zone IDs) with each pool that mounts the file system without EFA, is pinned to no zone and
+    does not set spreadAcrossZones, launched in the file system's zone alone where that zone offers its types: EC2
+    bills reads from another zone on both sides (decisions/cost/transfer.py; 2.4 GB/s read across zones comes to about
+    $170 an hour). EFA pools are pinned already; the file system's zone is chosen from pinned pools only (lustre_zone),
+    so moving these pools cannot move it."""
+    moved = dict(pool_zones)
+    if spec.storage.lustre is None:
+        return moved
+    zone = lustre_zone(spec.pools, pool_zones, spec.network.zones).zone_id
+    for pool in spec.pools:
+        if (mounts_lustre(pool, True) and not pool.efa and not pool.spec.availability_zone
+                and not pool.spec.spread_across_zones and zone in moved.get(pool.name, ())):
+            moved[pool.name] = (zone,)
+    return moved
+
+
 # --- the rest of the file system's settings ----------------------------------------------------------------
 
 # --- what protects the data: an export to S3 or FSx backups, never both ---------------------------------------
