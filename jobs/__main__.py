@@ -424,7 +424,8 @@ def _node_hourly(spec) -> dict:
     """Each pool's node rate as the plan prices it (decisions/cost/cost.py), None where unpriced."""
     from decisions.cost.cost import pool_costs
 
-    return {row.pool: row.node_hourly for row in pool_costs(spec.pools, spec.catalog, spec.region)}
+    return {row.pool: row.node_hourly
+            for row in pool_costs(spec.pools, spec.catalog, spec.region, assumed=spec.budget.assumed)}
 
 
 def _placement(args, spec, pool):

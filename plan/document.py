@@ -71,7 +71,8 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
     estimate = cost.estimate(spec, reservations=reservations, kms_keys=kms_keys, transfer=transfer_rows)
     committed = estimate.committed_hourly
     # What the budget is checked on, by the rule the config check and the pack use (decisions/cost/cost.py over_budget).
-    budget_rows = cost.budget_pool_costs(spec.pools, spec.catalog, spec.region, reservations=reservations)
+    budget_rows = cost.budget_pool_costs(spec.pools, spec.catalog, spec.region, reservations=reservations,
+                                         assumed=spec.budget.assumed)
     gpu_sources = gpu_price_sources(spec)
 
     def both(hourly_desired, hourly_max):
@@ -129,6 +130,7 @@ def cost_section(spec: StackSpec, run: ProgramRun = None) -> Dict[str, Any]:
         "budgetMaxHourlyUsd": spec.budget.max_hourly_usd if spec.budget else None,
         "budgetCovers": "GPU pools at maxNodes",
         "budgetUnpriced": list(spec.budget.unpriced) if spec.budget else [],
+        "budgetAssumed": {name: a.model_dump(by_alias=True) for name, a in spec.budget.assumed.items()},
         # what the budget check sums (decisions/cost/cost.py budget_hourly, as decisions/config/validate.py and the
         # pack): every priced pool at max, a capacity block while it runs, no commitment's discount
         "budgetHourlyAtMax": cost.per_hour(cost.budget_hourly(budget_rows)),
@@ -471,14 +473,22 @@ def summary_lines(document: Mapping[str, Any]) -> List[str]:
         f"  GPUs      {sum(r['gpusAtDesired'] for r in capacity)} now (desired), "
         f"{sum(r['gpusAtMax'] for r in capacity)} at max, in {len(capacity)} pool{'' if len(capacity) == 1 else 's'}",
         f"  cost      {_usd(section['hourlyAtDesired'])}/h now, {_usd(section['hourlyAtMax'])}/h at max; {verdict}",
-        "  unpriced  " + _unpriced_summary(section.get("unpriced", []), len(gaps)),
+        "  unpriced  " + _unpriced_summary(section.get("unpriced", []), len(gaps), section.get("budgetAssumed") or {}),
         f"  policy    {views}",
         "  warnings  " + (f"{len(warnings)} (listed under Warnings)" if warnings else "none"),
     ]
 
 
-def _unpriced_summary(unpriced: Sequence[Mapping[str, Any]], gaps: int) -> str:
-    """"none", or how many items the totals leave out and which of them the stack acknowledged by name."""
+def _unpriced_summary(unpriced: Sequence[Mapping[str, Any]], gaps: int, assumed: Mapping[str, Any]) -> str:
+    """"none", or how many items the totals leave out and which of them the stack acknowledged by name; then the
+    pools priced by the stack's own assumption, which the totals count."""
+    told = _gaps_summary(unpriced, gaps)
+    if assumed:
+        told += f"; {len(assumed)} priced by the stack's assumption ({', '.join(assumed)}: gpu-cloud:budget.assumed)"
+    return told
+
+
+def _gaps_summary(unpriced: Sequence[Mapping[str, Any]], gaps: int) -> str:
     if not gaps:
         return "none"
     acknowledged = [u["name"] for u in unpriced if u["acknowledged"]]

@@ -185,7 +185,8 @@ def run_pack(document: Mapping[str, Any], user_config: Optional[Mapping[str, Any
     policies = POLICIES if policies is None else policies
     section = document.get("cost") or {}
     settings = resolve_config(policies, user_config, initial_config(section.get("budgetMaxHourlyUsd"),
-                                                                    section.get("budgetUnpriced") or ()))
+                                                                    section.get("budgetUnpriced") or (),
+                                                                    section.get("budgetAssumed")))
     version = pack_version()
     resources, resource_args, stack = engine_arguments(document, view)
     violations: List[Dict[str, Any]] = []

@@ -16,18 +16,18 @@ from policy.policies import PACK_ENFORCEMENT, PACK_NAME, POLICIES, initial_confi
 
 
 def stack_budget():
-    """The stack's gpu-cloud:budget (maxHourlyUsd and the unpriced items it acknowledges), read from its stack file
-    (the engine names the stack in PULUMI_STACK); (None, ()) when there is no stack file or no budget, and the budget
-    policy says it is not applicable."""
+    """The stack's gpu-cloud:budget (maxHourlyUsd, the unpriced items it acknowledges and the prices it assumes), read
+    from its stack file (the engine names the stack in PULUMI_STACK); (None, (), {}) when there is no stack file or no
+    budget, and the budget policy says it is not applicable."""
     from plan.stackfile import load_stack_config
 
     stack = os.environ.get("PULUMI_STACK", "").rsplit("/", 1)[-1]
     if not stack or not (ROOT / "stacks" / f"Pulumi.{stack}.yaml").exists():
-        return None, ()
+        return None, (), {}
     budget = load_stack_config(stack).get("gpu-cloud:budget") or {}
     if not isinstance(budget, dict):
-        return None, ()
-    return budget.get("maxHourlyUsd"), tuple(budget.get("unpriced") or ())
+        return None, (), {}
+    return budget.get("maxHourlyUsd"), tuple(budget.get("unpriced") or ()), dict(budget.get("assumed") or {})
 
 
 PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=PACK_ENFORCEMENT,

@@ -40,6 +40,7 @@ if str(ROOT) not in sys.path:   # the engine runs the pack from policy/; decisio
     sys.path.insert(0, str(ROOT))
 
 from decisions.catalog.catalog import Catalog, load_catalog  # noqa: E402
+from decisions.config.model import AssumedPrice  # noqa: E402
 from decisions.config.validate import REQUIRED_TAGS, resource_tags  # noqa: E402
 from decisions.cost import cost  # noqa: E402
 from decisions.network.public_access import WIDEST_PUBLIC_PREFIX, too_wide  # noqa: E402
@@ -1077,7 +1078,9 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
             spec=SimpleNamespace(name=pool.name, capacity=pool.capacity, max_nodes=maximum,
                                  desired_nodes=int(number(get(pool.asg.props, "desiredCapacity")) or 0)),
             types=[listed[t] for t in types]))
-    rows = cost.budget_pool_costs(priced, catalog(), region)
+    assumed = {name: AssumedPrice.model_validate(price)
+               for name, price in (args.get_config().get("assumed") or {}).items()}
+    rows = cost.budget_pool_costs(priced, catalog(), region, assumed=assumed)
     # A gap the budget cannot cover refuses the stack unless the stack acknowledged it by name
     # (gpu-cloud:budget.unpriced): the rule the config check applies (decisions/cost/cost.py unacknowledged). The pack
     # judges what it sees: the pools, and the file system, whose rate depends on its tier and region.
@@ -1246,15 +1249,21 @@ POLICIES = [
                                                 "it from gpu-cloud:budget.maxHourlyUsd)"},
                    unpriced={"type": "array", "items": {"type": "string"},
                              "description": "unpriced items the stack acknowledges, by name (the plan fills it "
-                                            "from gpu-cloud:budget.unpriced)"}),
+                                            "from gpu-cloud:budget.unpriced)"},
+                   assumed={"type": "object",
+                            "description": "pool -> {usdPerNodeHour, source}: the price the stack assumes where the "
+                                           "catalog has none (the plan fills it from gpu-cloud:budget.assumed)"}),
            in_preview="with any pool's size or type, or the region, unknown the total is not judged"),
 ]
 
 
-def initial_config(max_hourly_usd: Optional[float], unpriced: Sequence[str] = ()) -> Dict[str, Dict[str, Any]]:
+def initial_config(max_hourly_usd: Optional[float], unpriced: Sequence[str] = (),
+                   assumed: Optional[Mapping[str, Any]] = None) -> Dict[str, Dict[str, Any]]:
     """The pack's initial config for a stack: its budget (gpu-cloud:budget.maxHourlyUsd) where it has one, with the
-    unpriced items it acknowledges (gpu-cloud:budget.unpriced). The user's --policy-pack-config goes on top."""
+    unpriced items it acknowledges (gpu-cloud:budget.unpriced) and the prices it assumes (gpu-cloud:budget.assumed).
+    The user's --policy-pack-config goes on top."""
     if max_hourly_usd is None:
         return {}
     return {"hourly-cost-within-budget": {"maxHourlyUsd": float(max_hourly_usd),
-                                          **({"unpriced": list(unpriced)} if unpriced else {})}}
+                                          **({"unpriced": list(unpriced)} if unpriced else {}),
+                                          **({"assumed": dict(assumed)} if assumed else {})}}

@@ -102,6 +102,19 @@ def test_a_budget_with_an_unacknowledged_hole_is_refused_and_an_acknowledged_one
             "(listed under Hourly cost)") in planned.stdout.splitlines()
 
 
+def test_the_summary_counts_acknowledged_gaps_and_assumed_prices(documents):
+    from plan.document import summary_lines
+
+    document = json.loads(json.dumps(documents["prod-us-east-1"][1]))
+    assert summary_lines(document)[3] == ("  unpriced  1 acknowledged unpriced (fsx-lustre), left out of every total "
+                                          "(listed under Hourly cost)")
+    document["cost"]["budgetAssumed"] = {"train-h100": {"usdPerNodeHour": 55.04, "source": "an invoice, 2026-11"}}
+    assert summary_lines(document)[3].endswith(
+        "; 1 priced by the stack's assumption (train-h100: gpu-cloud:budget.assumed)")
+    document["cost"].update(gaps=[], unpriced=[], budgetAssumed={})
+    assert summary_lines(document)[3] == "  unpriced  none"
+
+
 def test_the_summary_says_over_budget_and_each_views_mandatory_violations(documents):
     from plan.document import summary_lines
 

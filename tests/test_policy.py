@@ -391,6 +391,12 @@ def test_an_unpriced_item_is_a_violation_unless_the_stack_acknowledges_it(docume
         "acknowledge it in gpu-cloud:budget.unpriced (train-h100)"]
     assert not [m for m in _budget_verdict(document, 450, document["cost"]["budgetUnpriced"] + ["train-h100"])
                 if "train-h100" in m]
+    # a price the stack assumes (gpu-cloud:budget.assumed) prices the pool instead, and the budget counts it
+    assumed = {"train-h100": {"usdPerNodeHour": 100.0, "source": "the stack's own figure, for this test"}}
+    config = {"maxHourlyUsd": 450, "unpriced": document["cost"]["budgetUnpriced"], "assumed": assumed}
+    (over,) = [v["message"] for v in run_pack(document, {"hourly-cost-within-budget": config})["violations"]
+               if v["policyName"] == "hourly-cost-within-budget"]
+    assert "train-h100 $400.00" in over and "over the budget of $450.00/hour" in over       # 4 reserved x $100
     # a file system in a tier prices.yaml has no rate for
     from decisions.cost.cost import load_prices
     tiers = load_prices().region("us-east-1").lustre_persistent2_gb_month
@@ -610,7 +616,7 @@ def test_policy_names_are_unique_and_each_says_what_it_checks():
     configured = {p.name: set(p.config_schema.properties) for p in pack.POLICIES if p.config_schema}
     assert configured == {"gpu-pool-instance-types": {"allowedInstanceTypes"}, "no-open-ingress": {"publicListenerPorts"},
                           "required-tags": {"requiredTagKeys"},
-                          "hourly-cost-within-budget": {"maxHourlyUsd", "unpriced"}}
+                          "hourly-cost-within-budget": {"maxHourlyUsd", "unpriced", "assumed"}}
 
 
 def test_pack_entry_point_compiles_and_serves_exactly_the_policies(monkeypatch, tmp_path):

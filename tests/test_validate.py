@@ -657,6 +657,50 @@ def test_an_unpriced_pool_refuses_a_budgeted_stack_until_the_stack_acknowledges_
         assert {i.path for i in raised.value.issues} == {"gpu-cloud:budget.unpriced"}
 
 
+def test_an_assumed_price_stands_in_for_a_missing_one_and_the_budget_counts_it():
+    """budget.assumed: the stack states the rate the catalog lacks, with its source; the bill and the budget count
+    it, marked ASSUMED, so no acknowledgement is needed and the budget can be broken by it."""
+    from decisions.cost import cost
+
+    def with_assumption(budget, usd=55.04):
+        config = p5_in_us_west_2()
+        fixed = [u.name for u in cost.estimate(load_stack_spec({**config, "budget": {}}, stack="dev",
+                                                               region="us-west-2")).unpriced
+                 if u.name != "dev-gpu-spot"]
+        config["budget"] = {"maxHourlyUsd": budget, "unpriced": fixed,
+                            "assumed": {"dev-gpu-spot": {"usdPerNodeHour": usd,
+                                                         "source": "AWS pricing page, us-west-2, read 2026-12-06"}}}
+        return load_stack_spec(config, stack="dev", region="us-west-2")
+
+    sourced = cost.load_prices().region("us-west-2").spot_discount.get("p5")     # else the catalog's default
+    spot = 1 - (sourced.fraction if sourced else load_catalog().default_spot_discount)
+    at_max = 4 * 55.04 * spot
+    spec = with_assumption(round(at_max + 0.01, 2))
+    (row,) = cost.budget_pool_costs(spec.pools, spec.catalog, spec.region, assumed=spec.budget.assumed)
+    assert row.gap is None and row.hourly_at_max == pytest.approx(at_max)
+    assert "on-demand $55.04 (ASSUMED by gpu-cloud:budget.assumed: AWS pricing page, us-west-2, read 2026-12-06" in row.basis
+    assert "dev-gpu-spot" not in [u.name for u in cost.estimate(spec).unpriced]
+    with pytest.raises(ConfigError) as raised:        # the assumed pool alone breaks a budget below it
+        with_assumption(round(at_max - 0.01, 2))
+    assert [i.path for i in raised.value.issues] == ["gpu-cloud:budget.maxHourlyUsd"]
+
+
+@pytest.mark.parametrize("assumed,unpriced,path,words", [
+    ({"dev-gpu-spot": {"usdPerNodeHour": 5.0, "source": "a guess of nobody's"}}, [],
+     "gpu-cloud:budget.assumed.dev-gpu-spot", "pool dev-gpu-spot has a sourced price"),
+    ({"batch": {"usdPerNodeHour": 5.0, "source": "a guess of nobody's"}}, [],
+     "gpu-cloud:budget.assumed.batch", "is not a pool of this stack (pools: dev-gpu-spot)"),
+    ({"dev-gpu-spot": {"usdPerNodeHour": 5.0, "source": "a guess of nobody's"}}, ["dev-gpu-spot"],
+     "gpu-cloud:budget", "dev-gpu-spot: in both unpriced and assumed"),
+], ids=["over-a-sourced-price", "no-such-pool", "also-acknowledged"])
+def test_an_assumption_only_stands_in_where_the_data_has_no_price(assumed, unpriced, path, words):
+    config = dev_config(20)
+    config["budget"].update(assumed=assumed, unpriced=unpriced)
+    with pytest.raises(ConfigError) as raised:
+        load_dev(config)
+    assert [(i.path, words in i.message) for i in raised.value.issues] == [(path, True)], raised.value.issues
+
+
 def test_an_acknowledgement_that_excuses_nothing_is_refused():
     config = dev_config(20)
     config["budget"]["unpriced"] = ["dev-gpu-spot", "fsx-lustre"]     # dev's pool is priced; dev has no Lustre

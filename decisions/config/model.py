@@ -450,6 +450,14 @@ class Usage(ConfigModel):
         return self
 
 
+class AssumedPrice(ConfigModel):
+    """A price the stack states for a pool the catalog cannot price (gpu-cloud:budget.assumed): the on-demand rate per
+    node-hour of its types (a capacity block's rate for a block), before any spot discount, with where it was read.
+    The bill counts it, marked ASSUMED with this source, and so does the budget."""
+    usd_per_node_hour: float = Field(gt=0)
+    source: str = Field(min_length=10)
+
+
 class Budget(ConfigModel):
     # Left out: no check (prod stacks get a warning, decisions.config.validate.stack_warnings).
     max_hourly_usd: Optional[float] = Field(default=None, gt=0)
@@ -457,12 +465,18 @@ class Budget(ConfigModel):
     # budget on purpose. With a budget, any other unpriced item refuses the stack (decisions/cost/cost.py
     # unacknowledged).
     unpriced: Tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    # Pools the catalog has no price for, priced by the stack instead: pool name -> its assumed rate and source.
+    assumed: Dict[str, AssumedPrice] = {}
     usage: Usage = Usage()
 
     @model_validator(mode="after")
     def _unpriced_needs_a_budget(self):
         if self.unpriced and self.max_hourly_usd is None:
             raise ValueError("unpriced acknowledges items a budget leaves out; set maxHourlyUsd, or remove unpriced")
+        both = sorted(set(self.unpriced) & set(self.assumed))
+        if both:
+            raise ValueError(f"{', '.join(both)}: in both unpriced and assumed; an assumed price prices it, so name it "
+                             "in one")
         if len(set(self.unpriced)) != len(self.unpriced):
             raise ValueError("unpriced names an item twice")
         return self

@@ -355,7 +355,8 @@ def unpriced_issues(spec: StackSpec, today: Optional[date] = None) -> List[Confi
     for item in cost.unacknowledged(unpriced, budget.unpriced):
         if item.name in index:     # one error per pool, named after its index
             issues.append(_issue(("nodePools", index[item.name]),
-                                 f"{item.why}, so gpu-cloud:budget.maxHourlyUsd cannot cover it. {PRICE_FIX}, or "
+                                 f"{item.why}, so gpu-cloud:budget.maxHourlyUsd cannot cover it. {PRICE_FIX}, "
+                                 f"state its price and source in gpu-cloud:budget.assumed.{item.name}, or "
                                  f"acknowledge the gap: add {item.name} to gpu-cloud:budget.unpriced"))
         else:                      # fixed costs: one error per data file that lacks their rates
             by_file.setdefault(_price_file(item.why), []).append(item)
@@ -371,6 +372,15 @@ def unpriced_issues(spec: StackSpec, today: Optional[date] = None) -> List[Confi
         if name not in names:
             issues.append(_issue(("budget", "unpriced", i), f"{name!r} is not an unpriced item of this stack "
                                  f"(unpriced: {', '.join(names) or 'none'}); remove it"))
+    # An assumption stands in only where the data has no price: one over a sourced price, or for no pool, is refused.
+    data_gaps = {row.pool for row in cost.pool_costs(spec.pools, spec.catalog, spec.region, today=today) if row.gap}
+    for name in budget.assumed:
+        if name not in index:
+            issues.append(_issue(("budget", "assumed", name), f"is not a pool of this stack (pools: "
+                                                              f"{', '.join(index)})"))
+        elif name not in data_gaps:
+            issues.append(_issue(("budget", "assumed", name), f"pool {name} has a sourced price "
+                                                              "(decisions/catalog/catalog.yaml); remove its assumption"))
     return issues
 
 
@@ -540,7 +550,8 @@ def _check_budget(pools: Sequence[ResolvedPool], budget: Budget, catalog: Catalo
     (decisions/cost/cost.py over_budget: priced pools without a commitment's discount, compared in whole cents). A
     pool without a price is a gap the plan reports, not a reason to refuse the stack. Without `reservations` (config
     alone) a reservation counts maxNodes instances; layers.prepare checks again with the account's answer."""
-    rows = [p for p in cost.budget_pool_costs(pools, catalog, region, reservations=reservations) if not p.gap]
+    rows = [p for p in cost.budget_pool_costs(pools, catalog, region, reservations=reservations,
+                                              assumed=budget.assumed) if not p.gap]
     total = cost.over_budget(rows, budget.max_hourly_usd)
     if total is None:
         return []

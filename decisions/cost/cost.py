@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from pydantic import Field
 
@@ -413,28 +413,36 @@ def control_plane_tier(kubernetes_version: str, today: date) -> Optional[str]:
 Reservations = Mapping[str, Union[Reservation, str]]   # reservation id -> as read, or why it could not be read
 
 
+# pool name -> the price the stack assumes where the data has none (decisions.config.model.AssumedPrice:
+# usd_per_node_hour, source)
+Assumed = Mapping[str, Any]
+
+
 def pool_costs(pools: Sequence, catalog: Catalog, region: str, prices: Optional[Prices] = None,
                reservations: Optional[Reservations] = None, today: Optional[date] = None,
-               commitments: bool = True) -> Tuple[PoolCost, ...]:
+               commitments: bool = True, assumed: Optional[Assumed] = None) -> Tuple[PoolCost, ...]:
     """Cost rows of ResolvedPools (decisions.config.stack), the same numbers for the plan and the budget check.
     `reservations`: what the account says of each pool's reservation
     (decisions.network.zones.AccountZones.reservations); without it a reservation's size is taken to be maxNodes, and
-    the row says so. `commitments=False` prices every pool as if it had none (what the budget is checked on)."""
+    the row says so. `commitments=False` prices every pool as if it had none (what the budget is checked on).
+    `assumed`: gpu-cloud:budget.assumed, which stands in, marked ASSUMED with its source, where the data has no
+    rate for a pool's type (never over a rate the data has)."""
     prices = prices or load_prices()
     today = today or date.today()
-    return tuple(_pool_cost(pool, catalog, region, prices.region(region), reservations or {}, today, commitments)
+    return tuple(_pool_cost(pool, catalog, region, prices.region(region), reservations or {}, today, commitments,
+                            (assumed or {}).get(pool.spec.name))
                  for pool in pools)
 
 
 def budget_pool_costs(pools: Sequence, catalog: Catalog, region: str, prices: Optional[Prices] = None,
-                      reservations: Optional[Reservations] = None,
-                      today: Optional[date] = None) -> Tuple[PoolCost, ...]:
+                      reservations: Optional[Reservations] = None, today: Optional[date] = None,
+                      assumed: Optional[Assumed] = None) -> Tuple[PoolCost, ...]:
     """The rows the budget is checked on: the pools priced without a commitment's discount. A commitment (Savings
     Plan, Reserved Instances) is a billing agreement that no resource carries, so the pack, which sees only
     resources, cannot apply it; leaving it out here too gives the program and the pack one figure (it errs high: at
     maxNodes a commitment bills no more than on-demand). `pools` need only `spec` (name, capacity, desired_nodes,
     max_nodes; capacity_reservation_id for a reservation or block) and `types` (catalog InstanceTypes)."""
-    return pool_costs(pools, catalog, region, prices, reservations, today, commitments=False)
+    return pool_costs(pools, catalog, region, prices, reservations, today, commitments=False, assumed=assumed)
 
 
 def budget_hourly(rows: Sequence[PoolCost]) -> float:
@@ -482,11 +490,25 @@ def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _assumed_rate(assumption) -> Optional[Rate]:
+    """A stack's assumed price as a rate the bill cites: ASSUMED, with the stack's source."""
+    if assumption is None:
+        return None
+    return Rate(usd=assumption.usd_per_node_hour, source=f"ASSUMED by gpu-cloud:budget.assumed: {assumption.source}",
+                asOf="the stack file")
+
+
 def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reservations: Reservations,
-               today: date, commitments: bool = True) -> PoolCost:
+               today: date, commitments: bool = True, assumption=None) -> PoolCost:
     spec = pool.spec
     offers = {t.name: catalog.instance_types[t.name].regions.get(region) for t in pool.types}
     on_demand = {name: (o.on_demand_usd if o else None) for name, o in offers.items()}
+    assumed = _assumed_rate(assumption)
+    # where the data has no price, the stack's assumption stands in, cited as such
+    sources = {name: (_on_demand_source(catalog, name, region) if usd is not None or assumed is None
+                      else cite(assumed.source, assumed.as_of)) for name, usd in on_demand.items()}
+    if assumed is not None:
+        on_demand = {name: (assumed.usd if usd is None else usd) for name, usd in on_demand.items()}
     whole_size = spec.capacity in ("reserved", "capacity-block")
     size, found, size_source = reserved_size(spec, reservations) if whole_size else (None, None, None)
     commitment = spec.commitment if commitments else None
@@ -503,7 +525,7 @@ def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reserva
 
     if spec.capacity == "capacity-block":
         name = pool.types[0].name
-        block = rates.capacity_block_hourly.get(name)
+        block = rates.capacity_block_hourly.get(name) or assumed
         start, end = (found.start_date, found.end_date) if found else (None, None)
         hours, no_term = block_hours(start, end) if found else (None, size_source)
         row.update(block_start=start, block_end=end, block_hours=hours)
@@ -529,15 +551,14 @@ def _pool_cost(pool, catalog: Catalog, region: str, rates: RegionPrices, reserva
                             "(decisions/catalog/catalog.yaml)")
 
     if spec.capacity == "spot":
-        priced = {name: _spot(catalog.instance_types[name].family, usd, _on_demand_source(catalog, name, region),
-                              catalog, rates)
+        priced = {name: _spot(catalog.instance_types[name].family, usd, sources[name], catalog, rates)
                   for name, usd in on_demand.items()}
         name = max(priced, key=lambda n: priced[n][0])
         node, basis = priced[name]
     else:
         name = max(on_demand, key=on_demand.get)
         node = on_demand[name]
-        source = _on_demand_source(catalog, name, region)
+        source = sources[name]
         basis = (f"on-demand ${node}/hour {source}" if spec.capacity == "on-demand" else
                  f"capacity reservation billed for all {size} instances at on-demand ${node}/hour "
                  f"{source}; {size_source}")
@@ -724,7 +745,7 @@ def estimate(spec, today: Optional[date] = None, prices: Optional[Prices] = None
     (decisions/cost/transfer.py transfer_costs), listed with the usage-based charges."""
     prices = prices or load_prices()
     today = today or date.today()
-    pools = pool_costs(spec.pools, spec.catalog, spec.region, prices, reservations, today)
+    pools = pool_costs(spec.pools, spec.catalog, spec.region, prices, reservations, today, assumed=spec.budget.assumed)
     return CostEstimate(currency="USD", pools=pools, fixed=fixed_costs(spec, today, prices),
                         usage=usage_costs(spec, prices, kms_keys) + tuple(transfer),
                         commitments=commitment_options(pools, spec.catalog, spec.region, prices))
