@@ -139,14 +139,20 @@ def test_prod_eu_west_1_prices_its_pools_and_lists_every_unsourced_fixed_cost():
     assert items["NAT gateways"].hourly_at_max == approx(3 * 0.048)
     assert items["NAT gateways' public IPv4 addresses"].hourly_at_max == approx(3 * 0.005)
     assert items["Triton Network Load Balancer"].hourly_at_max == approx(0.0252)
+    # eu-west-1's gp3 (500 GiB x $0.088 + 3,000 IOPS x $0.0055 + 375 MB/s x $0.044 = $77.00 a volume-month) on every
+    # GPU node: 2 at desired, 4 + 4 + 8 at max; and its interface endpoints ($0.011, 9 services x 3 zones)
+    root = (500 * 0.088 + 3000 * 0.0055 + 375 * 0.044) / 730
+    assert (items["GPU nodes' root volumes"].hourly_at_desired, items["GPU nodes' root volumes"].hourly_at_max) == \
+        approx((2 * root, 16 * root))
+    assert items["interface endpoints"].hourly_at_max == approx(27 * 0.011)
     gaps = {name for name, item in items.items() if item.gap}
-    assert gaps == set(items) - {"EKS control plane", "system nodes", "NAT gateways",
-                                 "NAT gateways' public IPv4 addresses", "Triton Network Load Balancer"}
+    assert gaps == {"transit gateway attachment", "FSx for Lustre PERSISTENT_2"} == \
+        set(items) - {"EKS control plane", "system nodes", "NAT gateways", "NAT gateways' public IPv4 addresses",
+                      "Triton Network Load Balancer", "GPU nodes' root volumes", "interface endpoints"}
     # the stack acknowledges exactly these gaps by name (gpu-cloud:budget.unpriced), its pool's first
-    assert [u.name for u in e.unpriced] == ["train-a100", "root-volumes", "interface-endpoints", "transit-gateway",
-                                            "fsx-lustre"]
+    assert [u.name for u in e.unpriced] == ["train-a100", "transit-gateway", "fsx-lustre"]
     assert e.hourly_at_max == approx(4 * 6.33167 + 8 * 6.33167 * (1 - 0.5318) + 0.10 + 4 * 0.2247
-                                     + 3 * (0.048 + 0.005) + 0.0252, abs=1e-3)
+                                     + 3 * (0.048 + 0.005) + 0.0252 + 16 * root + 27 * 0.011, abs=1e-3)
     # each pool cites where its price was read, and when: eu-west-1's from the 2025-H1 snapshot, not the date and
     # source of us-east-1's prices
     assert pools["infer-a10g"].basis == (
@@ -328,11 +334,14 @@ def test_usage_based_items_carry_unit_prices_and_stay_out_of_the_totals():
     assert usage["Prometheus volume"].monthly == approx(volume * 0.08) and f"{volume} GiB" in usage["Prometheus volume"].item
     assert usage["KMS customer managed keys"].monthly == 7 * 1.00
     assert usage["KMS requests"].unit == "10,000 requests" and usage["KMS requests"].unit_usd == 0.03
-    # dev has no Lustre; eu-west-1 has a sourced NAT rate, not yet an interface endpoint one
+    # dev has no Lustre; eu-west-1 has its own NAT, interface endpoint and gp3 rates, not yet a transit gateway one
     assert not any("Lustre" in u.item for u in cost.estimate(stack_spec("dev"), TODAY).usage)
     eu = {u.item.split(" (")[0]: u for u in cost.estimate(stack_spec("prod-eu-west-1"), TODAY).usage}
     assert eu["NAT gateway data processed"].unit_usd == 0.048 and eu["KMS requests"].unit_usd == 0.03
-    assert eu["interface endpoint data processed"].gap
+    assert eu["interface endpoint data processed"].unit_usd == 0.01 and eu["interface endpoint data processed"].weak
+    eu_volume = stack_spec("prod-eu-west-1").monitoring.prometheus_volume_gib
+    assert eu["Prometheus volume"].monthly == approx(eu_volume * 0.088)          # eu-west-1's gp3, not us-east-1's
+    assert eu["transit gateway data processed"].gap and eu["transit gateway data processed"].unit_usd is None
 
 
 def test_a_type_without_a_price_is_a_gap_the_budget_refuses_until_acknowledged():
@@ -538,13 +547,18 @@ def test_every_rate_names_its_source_and_date():
         rates += [r for r in (region.nat_gateway_hourly, region.public_ipv4_hourly, region.interface_endpoint_hourly,
                               region.transit_gateway_attachment_hourly, region.network_load_balancer_hourly,
                               region.nat_gateway_data_gb, region.interface_endpoint_data_gb,
-                              region.transit_gateway_data_gb) if r]
+                              region.transit_gateway_data_gb, region.inter_zone_transfer_gb,
+                              region.s3_replication_time_control_gb, region.s3_standard_gb_month) if r]
+        rates += list(region.inter_region_transfer_gb.values())
+        if region.gp3:
+            rates += [region.gp3.gb_month, region.gp3.iops_month, region.gp3.throughput_mbps_month]
     assert rates and all(r.source and re.match(r"^\d{4}", r.as_of) for r in rates)
     assert set(US.instance_hourly) >= set(pods.SYSTEM_NODE_TYPES)
 
 
 # prices.yaml's fixed-cost and transfer rates sourced for #41 (items 1 and 2), entry by entry: (region, field, destination
-# region or None) -> (USD, asOf, weak, a fragment of the source that names where it was read).
+# region or None) -> (USD, asOf, weak, a fragment of the source that names where it was read). A gp3 part is the field
+# "gp3.<part>".
 SOURCED_RATES = {
     ("us-east-1", "inter_zone_transfer_gb", None): (0.01, "2024-09-25", False, "data_transfer_test.golden"),
     ("us-east-1", "inter_region_transfer_gb", "eu-west-1"): (0.02, "2026-05", True, "Cross-Region Transfer Minimization"),
@@ -563,13 +577,64 @@ SOURCED_RATES = {
                            "inter_zone_transfer_gb": (0.01, "2024-09-25", False, f"for {region}"),
                            "s3_replication_time_control_gb": (0.015, "2026-12-06", True, "same in all AWS Regions")
                            }.items()},
+    # the shipped prod-eu-west-1 stack's root volumes and interface endpoints
+    ("eu-west-1", "interface_endpoint_hourly", None): (0.011, "2026-05-01", True, "SKU H37WJ97MHYGDXG2A"),
+    ("eu-west-1", "interface_endpoint_data_gb", None): (0.01, "2026-05-01", True, "'$0.01/GB (up to 1 PB)'"),
+    ("eu-west-1", "gp3.gb_month", None): (0.088, "2026-04-01", True, "SKU TXACT7E3PV6ZX2NM"),
+    ("eu-west-1", "gp3.iops_month", None): (0.0055, "2026-08-06", True, "'EU-EBS:VolumeP-IOPS.gp3 $0.0055'"),
+    ("eu-west-1", "gp3.throughput_mbps_month", None): (0.044, "2026-08-06", True, "pricePerGiBpsMonth 45.056"),
+    # us-east-2: the VPC and Transit Gateway pricing pages' worked examples are for US East (Ohio)
+    ("us-east-2", "nat_gateway_hourly", None): (0.045, "2026-09-20", False,
+                                                "NAT gateway pricing example for US East (Ohio)"),
+    ("us-east-2", "nat_gateway_data_gb", None): (0.045, "2026-09-20", False, "'$0.045/GB in US East Ohio'"),
+    ("us-east-2", "interface_endpoint_data_gb", None): (0.01, "2026-12-06", True, "'PrivateLink ($0.01/GB)'"),
+    ("us-east-2", "transit_gateway_attachment_hourly", None): (0.05, "2026-09-20", False,
+                                                               "worked example for US East (Ohio)"),
+    ("us-east-2", "transit_gateway_data_gb", None): (0.02, "2026-12-06", True, "'TGW data processing ($0.02/GB)'"),
+    ("us-east-2", "network_load_balancer_hourly", None): (0.0225, "2024-05-01", True,
+                                                          "testdata/pricing-us-east-2.json"),
+    ("us-east-2", "gp3.gb_month", None): (0.08, "2023-03-22", False, "provisioned storage - US East (Ohio)'"),
+    ("us-east-2", "gp3.iops_month", None): (0.005, "2022-02-10", True, "US East (Ohio) gp3 pricePerIOPSMonth 0.005"),
+    ("us-east-2", "gp3.throughput_mbps_month", None): (0.04, "2022-02-10", True,
+                                                       "US East (Ohio) gp3 pricePerGiBpsMonth 40.96"),
+    ("us-east-2", "inter_region_transfer_gb", "us-east-1"): (
+        0.01, "2024-09-25", False, "'Outbound data transfer to US East regions 200 GB $2.00'"),
+    ("us-east-2", "inter_region_transfer_gb", "eu-west-1"): (0.02, "2026-12-06", True,
+                                                             "'Transfers between US regions and European"),
+    ("us-east-2", "s3_standard_gb_month", None): (0.023, "2026-09", True, "'Cents per gigabyte-month, S3 Standard in "
+                                                                          "us-east-2 as of September 2026'"),
+    # us-west-2: the price list's USW2- rows as public repositories quote them
+    ("us-west-2", "nat_gateway_hourly", None): (0.045, "2026-10-04", True, "USW2-NatGateway-Hours"),
+    ("us-west-2", "nat_gateway_data_gb", None): (0.045, "2026-12-06", True, "USW2-NatGateway-Bytes"),
+    ("us-west-2", "interface_endpoint_hourly", None): (0.01, "2026-10-06", True, "USW2-VpcEndpoint-Hours"),
+    ("us-west-2", "interface_endpoint_data_gb", None): (0.01, "2026-10-06", True, "USW2-VpcEndpoint-Bytes"),
+    ("us-west-2", "gp3.gb_month", None): (0.08, "2026-10-04", True, "USW2-EBS:VolumeUsage.gp3"),
+    ("us-west-2", "gp3.iops_month", None): (0.005, "2022-02-10", True, "US West (Oregon) gp3 pricePerIOPSMonth 0.005"),
+    ("us-west-2", "gp3.throughput_mbps_month", None): (0.04, "2022-02-10", True,
+                                                       "US West (Oregon) gp3 pricePerGiBpsMonth 40.96"),
+    ("us-west-2", "inter_region_transfer_gb", "us-east-1"): (0.02, "2026-12-06", True, "USW2-USE1-AWS-Out-Bytes"),
+    ("us-west-2", "inter_region_transfer_gb", "eu-west-1"): (0.02, "2026-12-06", True, "USW2-EU-AWS-Out-Bytes"),
+    ("us-west-2", "s3_standard_gb_month", None): (0.023, "2026-09", True, "USW2-TimedStorage-ByteHrs"),
+    # eu-central-1 and ap-northeast-1: gp3 alone, 2022's price list
+    ("eu-central-1", "gp3.gb_month", None): (0.0952, "2022-02-10", True, "EU (Frankfurt) gp3 pricePerGBMonth 0.0952"),
+    ("eu-central-1", "gp3.iops_month", None): (0.006, "2022-02-10", True, "EU (Frankfurt) gp3 pricePerIOPSMonth 0.006"),
+    ("eu-central-1", "gp3.throughput_mbps_month", None): (0.0476, "2022-02-10", True,
+                                                          "EU (Frankfurt) gp3 pricePerGiBpsMonth 48.7424"),
+    ("ap-northeast-1", "gp3.gb_month", None): (0.096, "2022-02-10", True,
+                                               "Asia Pacific (Tokyo) gp3 pricePerGBMonth 0.096"),
+    ("ap-northeast-1", "gp3.iops_month", None): (0.006, "2022-02-10", True,
+                                                 "Asia Pacific (Tokyo) gp3 pricePerIOPSMonth 0.006"),
+    ("ap-northeast-1", "gp3.throughput_mbps_month", None): (0.048, "2022-02-10", True,
+                                                            "Asia Pacific (Tokyo) gp3 pricePerGiBpsMonth 49.152"),
 }
 
 
 @pytest.mark.parametrize("region, field, destination", sorted(SOURCED_RATES))
 def test_each_newly_sourced_rate_holds_its_value_source_and_date(region, field, destination):
     usd, as_of, weak, cited = SOURCED_RATES[(region, field, destination)]
-    rate = getattr(PRICES.regions[region], field)
+    rate = PRICES.regions[region]
+    for part in field.split("."):                        # "gp3.gb_month": the gp3 rates' storage part
+        rate = getattr(rate, part)
     rate = rate[destination] if destination else rate
     assert (rate.usd, rate.as_of, rate.weak) == (usd, as_of, weak)
     assert cited in rate.source
@@ -577,19 +642,36 @@ def test_each_newly_sourced_rate_holds_its_value_source_and_date(region, field, 
 
 def test_the_transfer_rates_name_only_the_regions_they_were_sourced_for_and_the_rest_stay_gaps():
     regions = PRICES.regions
-    # one destination each way, never the region itself; no other region has an inter-region rate or S3 storage rate
+    # only the destinations a source names, never the region itself; no other region has an inter-region rate or S3
+    # storage rate
     assert {r: set(p.inter_region_transfer_gb) for r, p in regions.items() if p.inter_region_transfer_gb} == {
-        "us-east-1": {"eu-west-1"}, "eu-west-1": {"us-east-1"}}
-    assert {r for r, p in regions.items() if p.s3_standard_gb_month} == {"us-east-1", "eu-west-1"}
+        "us-east-1": {"eu-west-1"}, "eu-west-1": {"us-east-1"}, "us-east-2": {"us-east-1", "eu-west-1"},
+        "us-west-2": {"us-east-1", "eu-west-1"}}
+    assert {r for r, p in regions.items() if p.s3_standard_gb_month} == {"us-east-1", "eu-west-1", "us-east-2",
+                                                                        "us-west-2"}
+    # Ohio to N. Virginia is the cheap pair: half what Oregon pays for the same destination
+    to_virginia = {r: regions[r].inter_region_transfer_gb["us-east-1"].usd for r in ("us-east-2", "us-west-2")}
+    assert to_virginia == {"us-east-2": 0.01, "us-west-2": 0.02}
     # every catalog region prices the zone-to-zone GB and S3 RTC; both sides of a zone crossing are the caller's to add
     assert all(p.inter_zone_transfer_gb and p.s3_replication_time_control_gb for p in regions.values())
+    # every region now prices gp3, each at its own rate (never another region's figure)
+    assert {r: p.gp3.gb_month.usd for r, p in regions.items()} == {
+        "us-east-1": 0.08, "eu-west-1": 0.088, "us-east-2": 0.08, "us-west-2": 0.08, "eu-central-1": 0.0952,
+        "ap-northeast-1": 0.096}
     # what no citable source gave stays a gap, never another region's figure
     eu = regions["eu-west-1"]
-    assert (eu.interface_endpoint_hourly, eu.interface_endpoint_data_gb, eu.transit_gateway_attachment_hourly,
-            eu.transit_gateway_data_gb, eu.gp3) == (None,) * 5
+    assert (eu.transit_gateway_attachment_hourly, eu.transit_gateway_data_gb) == (None, None)
     assert eu.lustre_persistent2_gb_month == {} and set(US.lustre_persistent2_gb_month) == {125}
-    for name in ("us-east-2", "us-west-2", "eu-central-1", "ap-northeast-1"):
-        assert regions[name].nat_gateway_hourly is None and regions[name].network_load_balancer_hourly is None
+    assert regions["us-east-2"].interface_endpoint_hourly is None    # one page gives only a rounded monthly total
+    west = regions["us-west-2"]
+    assert (west.transit_gateway_attachment_hourly, west.transit_gateway_data_gb,
+            west.network_load_balancer_hourly) == (None,) * 3
+    for name in ("eu-central-1", "ap-northeast-1"):
+        p = regions[name]
+        assert (p.nat_gateway_hourly, p.nat_gateway_data_gb, p.network_load_balancer_hourly,
+                p.interface_endpoint_hourly, p.interface_endpoint_data_gb, p.transit_gateway_attachment_hourly,
+                p.transit_gateway_data_gb) == (None,) * 7
+    assert all(p.lustre_persistent2_gb_month == {} for r, p in regions.items() if r != "us-east-1")
 
 
 def test_what_cost_restates_matches_the_components_that_build_it():
