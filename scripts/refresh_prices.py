@@ -30,9 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CATALOG_PATH = ROOT / "decisions" / "catalog" / "catalog.yaml"
 
 # One product per type and region: Linux, shared tenancy, no pre-installed software, the price of running
-# instances (capacitystatus Used, not an unused reservation's).
+# instances (capacitystatus Used, not an unused reservation's), bought on demand: the price list also carries a
+# Capacity Block product of the same type with every other attribute equal (marketoption CapacityBlock, operation
+# RunInstances:CB; tests/upstream/aws-price-list-ec2-p4d-us-east-1.json records both).
 FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used",
-           "licenseModel": "No License required"}
+           "licenseModel": "No License required", "marketoption": "OnDemand"}
 
 
 def filters(instance_type: str, region: str):

@@ -18,6 +18,7 @@ from decisions.catalog.catalog import CATALOG_PATH, Catalog  # noqa: E402
 def product(instance_type, region, usd, **attributes):
     attrs = {"instanceType": instance_type, "regionCode": region, "operatingSystem": "Linux", "tenancy": "Shared",
              "preInstalledSw": "NA", "capacitystatus": "Used", "licenseModel": "No License required",
+             "marketoption": "OnDemand",
              "instanceFamily": "GPU instance", **attributes}
     return json.dumps({
         "product": {"productFamily": "Compute Instance", "attributes": attrs, "sku": "SKU1"},
@@ -345,3 +346,32 @@ def test_every_page_of_a_get_products_answer_is_read():
     assert refresh_prices.fetch(Client(), "p5.48xlarge", "us-east-1") == 55.04
     assert [c.get("NextToken") for c in calls] == [None, "page-2"]
     assert {c["ServiceCode"] for c in calls} == {"AmazonEC2"} and calls[0]["MaxResults"] == 100
+
+
+RECORDED = Path(__file__).resolve().parent / "upstream" / "aws-price-list-ec2-p4d-us-east-1.json"
+
+
+def recorded_answer(offer):
+    """A GetProducts answer made of a recorded offer file's products: each PriceList entry is one product with its
+    own terms, as the Price List Query API reference shows (product, serviceCode, terms, version, publicationDate).
+    An offer file keys its terms by SKU, then term code; a GetProducts entry, being one SKU, by term code alone."""
+    return {"FormatVersion": "aws_v1", "PriceList": [json.dumps({
+        "product": product, "serviceCode": offer["offerCode"],
+        "terms": {"OnDemand": offer["terms"]["OnDemand"][sku]},
+        "version": offer["version"], "publicationDate": offer["publicationDate"]})
+        for sku, product in offer["products"].items()]}
+
+
+def test_the_on_demand_price_is_read_from_aws_s_own_price_list_and_not_the_capacity_block_product():
+    """AWS's price list (2024-05) lists p4d.24xlarge in us-east-1 twice, alike in every attribute the filters name
+    but marketoption (OnDemand, CapacityBlock) and operation: the on-demand product's $32.7726 is the price."""
+    offer = json.loads(RECORDED.read_text())["offer"]
+    answer = recorded_answer(offer)
+    assert len(answer["PriceList"]) == 2
+    assert refresh_prices.on_demand_usd(answer["PriceList"], "p4d.24xlarge", "us-east-1") == 32.7726
+    # were the Capacity Block product ever priced, the filters still single out the on-demand one
+    block = offer["terms"]["OnDemand"]["YSXJGN78QTXNVGDQ"]["YSXJGN78QTXNVGDQ.JRTCKXETXF"]
+    block["priceDimensions"]["YSXJGN78QTXNVGDQ.JRTCKXETXF.6YS6EN2CT7"]["pricePerUnit"]["USD"] = "31.4640000000"
+    assert refresh_prices.on_demand_usd(recorded_answer(offer)["PriceList"], "p4d.24xlarge", "us-east-1") == 32.7726
+    assert {f["Field"]: f["Value"] for f in refresh_prices.filters("p4d.24xlarge", "us-east-1")}["marketoption"] \
+        == "OnDemand"
