@@ -342,39 +342,46 @@ def stack_warnings(spec: StackSpec, today: date) -> List[str]:
 
 def unpriced_issues(spec: StackSpec, today: Optional[date] = None) -> List[ConfigIssue]:
     """With a budget, every item the bill cannot price (a pool whose type has no price in the region, a fixed cost
-    without a sourced rate) refuses the stack unless gpu-cloud:budget.unpriced names it (decisions/cost/cost.py
-    unacknowledged, which the pack asks too), and an acknowledgement that names nothing unpriced is refused as well, so
-    one never outlives the gap it excused. Without a budget nothing is checked, and the plan lists the gaps."""
-    budget = spec.budget
-    if budget.max_hourly_usd is None:
+    without a sourced rate) refuses the stack unless gpu-cloud:budget.unpriced names it or, for a pool,
+    gpu-cloud:budget.assumed prices it (decisions/cost/cost.py unacknowledged, which the pack asks too). An
+    acknowledgement that names nothing unpriced, and an assumption over a sourced price, are refused as well, so
+    neither outlives the gap it was for. Without a budget nothing is checked, and the plan lists the gaps."""
+    if spec.budget.max_hourly_usd is None:
         return []
     unpriced = cost.estimate(spec, today=today).unpriced
     index = {pool.name: i for i, pool in enumerate(spec.pools)}
-    issues = []
-    by_file: Dict[str, List[cost.Unpriced]] = {}
-    for item in cost.unacknowledged(unpriced, budget.unpriced):
-        if item.name in index:     # one error per pool, named after its index
+    return (_hole_refusals(spec, cost.unacknowledged(unpriced, spec.budget.unpriced), index)
+            + [_issue(("budget", "unpriced", i), f"{name!r} is not an unpriced item of this stack (unpriced: "
+                                                 f"{', '.join(u.name for u in unpriced) or 'none'}); remove it")
+               for i, name in enumerate(spec.budget.unpriced) if name not in {u.name for u in unpriced}]
+            + _misplaced_assumptions(spec, index, today))
+
+
+def _hole_refusals(spec: StackSpec, holes: Sequence[cost.Unpriced], index: Mapping[str, int]) -> List[ConfigIssue]:
+    """One error per unpriced pool, named after its index; one per data file for the fixed costs it lacks rates of."""
+    issues, by_file = [], {}
+    for item in holes:
+        if item.name in index:
             issues.append(_issue(("nodePools", index[item.name]),
                                  f"{item.why}, so gpu-cloud:budget.maxHourlyUsd cannot cover it. {PRICE_FIX}, "
                                  f"state its price and source in gpu-cloud:budget.assumed.{item.name}, or "
                                  f"acknowledge the gap: add {item.name} to gpu-cloud:budget.unpriced"))
-        else:                      # fixed costs: one error per data file that lacks their rates
+        else:
             by_file.setdefault(_price_file(item.why), []).append(item)
     for data_file, items in by_file.items():
         listed = "; ".join(f"{i.name} ({i.item})" for i in items)
-        names = ", ".join(i.name for i in items)
         issues.append(_issue(("budget", "unpriced"), f"{data_file} lacks what prices these in {spec.region}: "
                                                      f"{listed}; so the bill leaves them out. Add sourced rates "
-                                                     f"there, or acknowledge the gaps: add {names} to "
-                                                     "gpu-cloud:budget.unpriced"))
-    names = [u.name for u in unpriced]
-    for i, name in enumerate(budget.unpriced):
-        if name not in names:
-            issues.append(_issue(("budget", "unpriced", i), f"{name!r} is not an unpriced item of this stack "
-                                 f"(unpriced: {', '.join(names) or 'none'}); remove it"))
-    # An assumption stands in only where the data has no price: one over a sourced price, or for no pool, is refused.
+                                                     f"there, or acknowledge the gaps: add "
+                                                     f"{', '.join(i.name for i in items)} to gpu-cloud:budget.unpriced"))
+    return issues
+
+
+def _misplaced_assumptions(spec: StackSpec, index: Mapping[str, int], today: Optional[date]) -> List[ConfigIssue]:
+    """An assumption stands in only where the data has no price: one for no pool, or over a sourced price, is refused."""
     data_gaps = {row.pool for row in cost.pool_costs(spec.pools, spec.catalog, spec.region, today=today) if row.gap}
-    for name in budget.assumed:
+    issues = []
+    for name in spec.budget.assumed:
         if name not in index:
             issues.append(_issue(("budget", "assumed", name), f"is not a pool of this stack (pools: "
                                                               f"{', '.join(index)})"))
