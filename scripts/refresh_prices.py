@@ -43,24 +43,31 @@ def filters(instance_type: str, region: str):
     return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in fields.items()]
 
 
-def on_demand_usd(price_list: Iterable[str], instance_type: str, region: str) -> Optional[float]:
-    """The hourly on-demand USD price in a GetProducts PriceList, or None when no product matches.
-    Refuses an answer with more than one price: the filters must single out one product."""
+def one_price(price_list: Iterable[str], matches, unit: str, subject: str, prices_named: str) -> Optional[float]:
+    """The one positive on-demand USD price per `unit` among the products of a GetProducts PriceList that `matches`
+    (a test on a product's attributes and family), or None when none does. Refuses an answer with more than one: the
+    filters must single out one product."""
     prices = set()
     for item in price_list:
         product = json.loads(item)
         attributes = product["product"]["attributes"]
-        if attributes.get("instanceType") != instance_type or attributes.get("regionCode") != region:
-            continue
-        if any(attributes.get(field) != value for field, value in FILTERS.items()):
+        if not matches(attributes, product["product"].get("productFamily", attributes.get("productFamily"))):
             continue
         for term in product.get("terms", {}).get("OnDemand", {}).values():
             for dimension in term["priceDimensions"].values():
-                if dimension["unit"] == "Hrs" and float(dimension["pricePerUnit"]["USD"]) > 0:
+                if dimension["unit"] == unit and float(dimension["pricePerUnit"]["USD"]) > 0:
                     prices.add(float(dimension["pricePerUnit"]["USD"]))
     if len(prices) > 1:
-        raise ValueError(f"{instance_type} in {region}: several on-demand prices {sorted(prices)}; narrow the filters")
+        raise ValueError(f"{subject}: several {prices_named} {sorted(prices)}; narrow the filters")
     return prices.pop() if prices else None
+
+
+def on_demand_usd(price_list: Iterable[str], instance_type: str, region: str) -> Optional[float]:
+    """The hourly on-demand USD price of `instance_type` in `region` (FILTERS) in a GetProducts PriceList."""
+    def matches(attributes, _family):
+        return attributes.get("instanceType") == instance_type and attributes.get("regionCode") == region and \
+            all(attributes.get(field) == value for field, value in FILTERS.items())
+    return one_price(price_list, matches, "Hrs", f"{instance_type} in {region}", "on-demand prices")
 
 
 def catalog_offers(text: str) -> Dict[Tuple[str, str], Optional[float]]:
@@ -256,27 +263,15 @@ def lustre_filters(tier: int, region: str):
 
 def lustre_gb_month_usd(price_list: Iterable[str], tier: int, region: str) -> Optional[float]:
     """The on-demand USD per GB-month of FSx for Lustre SSD storage at `tier` MB/s/TiB in a GetProducts PriceList, or
-    None when no product matches. Backups (usagetype ...BackupUsage) are another product; two storage prices for one
-    tier are refused: the filters must single out one product."""
-    prices = set()
-    for item in price_list:
-        product = json.loads(item)
-        attributes = product["product"]["attributes"]
-        family = product["product"].get("productFamily", attributes.get("productFamily"))
-        if (family != LUSTRE_FILTERS["productFamily"] or attributes.get("regionCode") != region
-                or attributes.get("fileSystemType") != LUSTRE_FILTERS["fileSystemType"]
-                or attributes.get("storageType") != LUSTRE_FILTERS["storageType"]
-                or attributes.get("throughputCapacity") != str(tier)
-                or "Backup" in attributes.get("usagetype", "")):
-            continue
-        for term in product.get("terms", {}).get("OnDemand", {}).values():
-            for dimension in term["priceDimensions"].values():
-                if dimension["unit"] == "GB-Mo" and float(dimension["pricePerUnit"]["USD"]) > 0:
-                    prices.add(float(dimension["pricePerUnit"]["USD"]))
-    if len(prices) > 1:
-        raise ValueError(f"FSx for Lustre SSD at {tier} MB/s/TiB in {region}: several GB-month prices {sorted(prices)}; "
-                         "narrow the filters")
-    return prices.pop() if prices else None
+    None when no product matches. Backups (usagetype ...BackupUsage) are another product."""
+    def matches(attributes, family):
+        return (family == LUSTRE_FILTERS["productFamily"] and attributes.get("regionCode") == region
+                and attributes.get("fileSystemType") == LUSTRE_FILTERS["fileSystemType"]
+                and attributes.get("storageType") == LUSTRE_FILTERS["storageType"]
+                and attributes.get("throughputCapacity") == str(tier)
+                and "Backup" not in attributes.get("usagetype", ""))
+    return one_price(price_list, matches, "GB-Mo", f"FSx for Lustre SSD at {tier} MB/s/TiB in {region}",
+                     "GB-month prices")
 
 
 def lustre_yaml(rates: Mapping[int, Optional[float]], region: str, as_of: str) -> List[str]:
