@@ -492,10 +492,9 @@ def _gaps_summary(unpriced: Sequence[Mapping[str, Any]], gaps: int) -> str:
     if not gaps:
         return "none"
     acknowledged = [u["name"] for u in unpriced if u["acknowledged"]]
+    # With a budget every gap is acknowledged (or the stack is refused); without one, none can be.
     told = (f"{len(acknowledged)} acknowledged unpriced ({', '.join(acknowledged)})" if acknowledged else
             f"{gaps} item{'' if gaps == 1 else 's'}")
-    if acknowledged and len(acknowledged) < gaps:      # only a stack without a budget gets here unacknowledged
-        told += f" and {gaps - len(acknowledged)} more"
     return f"{told}, left out of every total (listed under Hourly cost)"
 
 

@@ -1086,13 +1086,14 @@ def hourly_cost_within_budget(args: StackValidationArgs, report: ReportViolation
     # judges what it sees: the pools, and the file system, whose rate depends on its tier and region.
     acknowledged = args.get_config().get("unpriced") or []
     unpriced = [cost.Unpriced(r.pool, f"pool {r.pool}", r.gap) for r in rows if r.gap]
+    urns = {p.name: p.asg.urn for p in group_pools}       # each violation on what it is about
     for file_system in _by_type(args.resources, LUSTRE):
         tier = get(file_system.props, "perUnitStorageThroughput")
         if known(tier) and number(tier) is not None and \
                 cost.load_prices().region(region).lustre_persistent2_gb_month.get(int(number(tier))) is None:
             unpriced.append(cost.Unpriced(cost.LUSTRE, f"FSx for Lustre {file_system.name} ({int(number(tier))} "
                                                        "MB/s/TiB)", "no sourced rate in decisions/cost/prices.yaml"))
-    urns = {p.name: p.asg.urn for p in group_pools}
+            urns[cost.LUSTRE] = file_system.urn
     for item in cost.unacknowledged(unpriced, acknowledged):
         report(f"{item.item}: {item.why}, so the budget cannot cover it: price it, or acknowledge it in "
                f"gpu-cloud:budget.unpriced ({item.name})", urns.get(item.name))

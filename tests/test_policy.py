@@ -405,6 +405,9 @@ def test_an_unpriced_item_is_a_violation_unless_the_stack_acknowledges_it(docume
     acknowledged = [n for n in lustre["cost"]["budgetUnpriced"] if n != "fsx-lustre"]
     (message,) = _budget_verdict(lustre, 450, acknowledged)
     assert f"FSx for Lustre lustre-fs ({unpriced_tier} MB/s/TiB): no sourced rate" in message
+    # reported on the file system, where a reviewer of the preview looks for it
+    assert ("hourly-cost-within-budget", "lustre-fs") in found(
+        lustre, {"hourly-cost-within-budget": {"maxHourlyUsd": 450, "unpriced": acknowledged}})
     assert _budget_verdict(lustre, 450, acknowledged + ["fsx-lustre"]) == []
 
 

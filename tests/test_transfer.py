@@ -103,5 +103,8 @@ def test_the_plan_lists_the_transfer_rows_with_the_shipped_rates():
     rows = transfer.transfer_costs(spec, rates, "eu-west-1")
     estimate = cost.estimate(spec, transfer=rows)
     assert [u for u in estimate.usage if u in rows] == list(rows)
-    for row in rows:
-        assert (row.gap is None) == (row.unit_usd is not None)
+    lustre, out, rtc = rows
+    assert lustre.unit_usd == 2 * rates.inter_zone_transfer_gb.usd == 0.02          # $0.01 out and $0.01 in
+    assert out.unit_usd == rates.inter_region_transfer_gb["eu-west-1"].usd == 0.02
+    assert rtc.unit_usd == rates.s3_replication_time_control_gb.usd == 0.015
+    assert out.source == rates.inter_region_transfer_gb["eu-west-1"].source and out.gap is None
